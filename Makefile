@@ -1,0 +1,53 @@
+# kgqa_nb: every target installs what it needs, so each works on a fresh clone.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export KGQA_PROGRESS ?= 0
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install test sync-check nbtest pytest smoke figures bench lab clean-scratch
+
+install: $(STAMP)
+
+# torch first (the CPU wheel here, the CUDA build of the same version on a GPU box), then the pins under a torch constraint
+$(STAMP): requirements.txt constraints.txt setup.py settings.ini
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	-$(BIN)/nbdev_install_hooks >/dev/null 2>&1
+	touch $(STAMP)
+
+# The whole test suite: notebooks in sync with the library, every notebook at its smoke defaults, then pytest.
+test: install sync-check nbtest pytest
+
+sync-check: install
+	bash tools/check_sync.sh $(BIN)
+
+nbtest: install
+	$(BIN)/nbdev_test --n_workers 2 --timing
+
+pytest: install
+	$(BIN)/python -m pytest -q tests
+
+# Main job on the embedded default KG: every artifact at smoke size, outputs under _smoke/ (never committed).
+smoke: install
+	$(BIN)/kgqa rerun --profile smoke
+
+# Paper scale (GPU box, LLM API key, full data): writes results/ and figures/ with provenance.
+figures: install
+	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY))
+
+bench: install
+	$(BIN)/python benchmarks/run.py $(if $(ONLY),--only $(ONLY))
+
+lab: install
+	$(BIN)/pip install -q jupyterlab==4.6.6
+	$(BIN)/jupyter lab --notebook-dir nbs
+
+clean-scratch:
+	rm -rf _smoke

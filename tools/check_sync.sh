@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Fails when nbdev_export or nbdev_clean would change a tracked file (the library or a notebook is out of sync).
+set -euo pipefail
+bin=${1:-.venv/bin}
+state() { git diff --no-ext-diff HEAD -- . | sha256sum; git status --porcelain --untracked-files=no; }
+before=$(state)
+$bin/nbdev_export
+$bin/nbdev_clean
+after=$(state)
+if [ "$before" != "$after" ]; then
+  echo "nbdev_export / nbdev_clean changed tracked files: run them, review the diff and commit." >&2
+  git status --porcelain --untracked-files=no >&2
+  exit 1
+fi
+echo "notebooks and library in sync"
