@@ -1,0 +1,19 @@
+"""Repository hygiene: no third-party data or checkpoints are tracked, and no committed file carries a secret."""
+import re, subprocess
+from kgqa_nb.core import paths
+
+def tracked():
+    return subprocess.run(['git', 'ls-files'], cwd=paths.root, capture_output=True, text=True).stdout.split()
+
+def test_no_data_or_checkpoints_tracked():
+    bad = [f for f in tracked() if re.search(r'\.(pth|pt|ckpt|safetensors|parquet)$|(^|/)(codex|ilpc2022|metaqa|fb15k237)[^/]*/', f)]
+    assert bad == []
+
+def test_no_secrets_in_tracked_files():
+    pat = re.compile(r'sk-[A-Za-z0-9_-]{16,}|Bearer\s+[A-Za-z0-9._-]{16,}')
+    hits = []
+    for f in tracked():
+        p = paths.root / f
+        if p.suffix in ('.json', '.jsonl', '.csv', '.yaml', '.yml', '.txt', '.md', '.ipynb') and p.exists():
+            if pat.search(p.read_text(errors='ignore')): hits.append(f)
+    assert hits == []
