@@ -16,7 +16,7 @@ install: $(STAMP)
 # torch first (the CPU wheel here, the CUDA build of the same version on a GPU box), then the pins under a torch constraint
 $(STAMP): requirements.txt constraints.txt setup.py settings.ini
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0 setuptools==84.2.1 wheel==0.48.0
 	$(BIN)/pip install -q -c constraints.txt -r requirements.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	-$(BIN)/nbdev_install_hooks >/dev/null 2>&1
