@@ -17,3 +17,10 @@ def test_no_secrets_in_tracked_files():
         if p.suffix in ('.json', '.jsonl', '.csv', '.yaml', '.yml', '.txt', '.md', '.ipynb') and p.exists():
             if pat.search(p.read_text(errors='ignore')): hits.append(f)
     assert hits == []
+
+def test_environment_yml_carries_the_same_pins():
+    import yaml
+    req = {l.split('#')[0].strip() for l in (paths.root / 'requirements.txt').read_text().splitlines()} - {''}
+    env = yaml.safe_load((paths.root / 'environment.yml').read_text())
+    pip = next(d['pip'] for d in env['dependencies'] if isinstance(d, dict))
+    assert req <= set(pip) and 'torch==2.13.0' in pip
