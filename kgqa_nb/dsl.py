@@ -18,9 +18,11 @@ from fastcore.basics import patch
 from .kg import KnowledgeGraph, UnknownIdError
 
 # %% auto #0
-__all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'Entity', 'Projection', 'Intersection', 'query_entities',
-           'query_relations', 'query_depth', 'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query',
-           'relation_index', 'QueryExecutor', 'SymbolicExecutor']
+__all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'PROJECTION', 'INTERSECTION', 'UNION', 'NEGATION', 'STOP',
+           'OPERATION', 'Entity', 'Projection', 'Intersection', 'query_entities', 'query_relations', 'query_depth',
+           'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query', 'relation_index', 'QueryExecutor',
+           'SymbolicExecutor', 'extract_query', 'validity_report', 'to_betae', 'from_betae', 'flatten_and',
+           'canonical_query', 'stack_need', 'to_postfix', 'from_postfix']
 
 # %% ../nbs/17_dsl.ipynb #c006
 ENTITY_RE = re.compile(r'Q\d+')
@@ -287,3 +289,196 @@ def answers(self: SymbolicExecutor, query: Query, leaf_sets: dict | None = None)
     "Entity IDs of the answer set of `query`."
     idx = np.flatnonzero(self.execute(query, leaf_sets).numpy())
     return [self.kg.entity_ids[i] for i in idx]
+
+# %% ../nbs/17_dsl.ipynb #c041
+_ARROW_CHARS = re.compile(r'\s*(?:→|⟶|⇒|➔|➝|−>|–>|—>)\s*')
+_SPAN_START = re.compile(r'AND\s*\(|\(|Q\d+')
+_SPAN_END = re.compile(r'P\d+(?:_inv|\s+inv)?|\)')
+
+def _spans(chunk: str):
+    yield chunk.strip()
+    if ':' in chunk: yield chunk.rsplit(':', 1)[1].strip()
+    m = _SPAN_START.search(chunk)
+    if m:
+        ends = [e.end() for e in _SPAN_END.finditer(chunk, m.start())]
+        if ends: yield chunk[m.start():ends[-1]].strip()
+
+def extract_query(llm_text: str) -> str:
+    "The DSL query inside an LLM response (fences, prose, `→` arrows tolerated); the best guess if none parses."
+    if not isinstance(llm_text, str): raise TypeError(f'expected the LLM response as str, got {type(llm_text).__name__}')
+    t = _ARROW_CHARS.sub(' -> ', llm_text)
+    fences = re.findall(r'```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```', t, re.S)
+    rest = re.sub(r'```.*?```', '\n', t, flags=re.S)
+    inline = re.findall(r'`([^`\n]+)`', rest)
+    lines = [l for l in re.sub(r'`', ' ', rest).splitlines() if l.strip()]
+    for group in (fences, inline, lines):
+        found = None
+        for chunk in group:
+            for cand in _spans(chunk):
+                try: q = parse_query(cand)
+                except DSLSyntaxError: continue
+                if not isinstance(q, Entity): found = cand; break
+        if found is not None: return found
+    for group in (fences, inline, lines):
+        for chunk in group:
+            if '->' in chunk or 'AND' in chunk: return next(s for s in reversed(list(_spans(chunk))))
+    return t.strip()
+
+# %% ../nbs/17_dsl.ipynb #c044
+def validity_report(texts,  # LLM responses (or bare DSL texts)
+                    kg: KnowledgeGraph | None = None,  # when given, also check that every ID exists in it
+                    extract: bool = True,  # run `extract_query` on each text first
+                   ) -> pd.DataFrame:
+    "One row per text: canonical query, `error_kind` (ok | syntax | unknown_entity | unknown_relation), message; summary in `.attrs`."
+    rows = []
+    for text in texts:
+        row = dict(text=text, query=None, valid=False, error_kind='ok', error='', position=-1)
+        try:
+            q = parse_query(extract_query(text) if extract else text)
+        except (DSLSyntaxError, TypeError) as e:
+            row.update(error_kind='syntax', error=getattr(e, 'message', str(e)), position=getattr(e, 'position', -1))
+            rows.append(row); continue
+        row['query'] = format_query(q)
+        if kg is not None:
+            bad_e = [i for i in query_entities(q) if i not in kg.entity_index]
+            bad_r = [r for r, _ in query_relations(q) if r not in kg.relation_index]
+            if bad_e: row.update(error_kind='unknown_entity', error=f'entities not in the KG: {sorted(set(bad_e))}')
+            elif bad_r: row.update(error_kind='unknown_relation', error=f'relations not in the KG: {sorted(set(bad_r))}')
+        row['valid'] = row['error_kind'] == 'ok'
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=['text', 'query', 'valid', 'error_kind', 'error', 'position'])
+    n = len(df)
+    df.attrs['summary'] = dict(n=n, n_valid=int(df.valid.sum()), invalid_rate=float(1 - df.valid.mean()) if n else 0.0,
+                               **{f'n_{k}': int((df.error_kind == k).sum()) for k in ('syntax', 'unknown_entity', 'unknown_relation')})
+    return df
+
+# %% ../nbs/17_dsl.ipynb #c047
+def _chain(q: Query):
+    "Split a projection chain into (base query, [(relation, inverse), ...] from the base upwards)."
+    rels = []
+    while isinstance(q, Projection): rels.append((q.relation, q.inverse)); q = q.query
+    return q, rels[::-1]
+
+def to_betae(q: Query,  # the query
+             kg: KnowledgeGraph | None = None,  # None: text form ('Q1', 'P1_inv'); a KG: index form (r+R inverses)
+             binary: bool = False,  # nest n-ary intersections into binary ones
+            ) -> tuple:
+    "BetaE nested-tuple form of `q` (AND-only)."
+    if isinstance(q, Entity): raise ValueError(f'BetaE has no bare-entity queries: {q.id} must be projected')
+    if isinstance(q, Projection):
+        base, rels = _chain(q)
+        rel = (lambda r, inv: relation_index(kg, r, inv)) if kg is not None else (lambda r, inv: r + ('_inv' if inv else ''))
+        head = (kg.entity(base.id) if kg is not None else base.id) if isinstance(base, Entity) else to_betae(base, kg, binary)
+        return (head, tuple(rel(r, inv) for r, inv in rels))
+    branches = [to_betae(o, kg, binary) for o in q.operands]
+    if not binary: return tuple(branches)
+    out = (branches[0], branches[1])
+    for b in branches[2:]: out = (out, b)
+    return out
+
+# %% ../nbs/17_dsl.ipynb #c050
+_BETAE_REL = re.compile(r'(P\d+)(_inv)?')
+
+def _is_rel_scalar(x, kg) -> bool:
+    if isinstance(x, (bool, np.bool_)): return False
+    if kg is not None: return isinstance(x, (int, np.integer))
+    return isinstance(x, str) and bool(_BETAE_REL.fullmatch(x))
+
+def from_betae(t,  # BetaE nested tuple, text form or (with `kg`) index form
+               kg: KnowledgeGraph | None = None,  # the KG whose indices the index form uses
+              ) -> Query:
+    "The `Query` of a BetaE nested tuple (projection and intersection only); raises ValueError."
+    if not isinstance(t, (tuple, list)) or len(t) < 2: raise ValueError(f'not a BetaE query: {t!r}')
+    last = t[-1]
+    if isinstance(last, (tuple, list)) and last and all(isinstance(x, (int, np.integer, str)) and not isinstance(x, bool) for x in last):
+        if any(isinstance(x, (int, np.integer)) and x < 0 for x in last):
+            raise ValueError(f'union (-1) and negation (-2) are not in the AND-only DSL: {t!r}')
+        if len(t) != 2 or not all(_is_rel_scalar(x, kg) for x in last): raise ValueError(f'malformed BetaE projection: {t!r}')
+        a = t[0]
+        if isinstance(a, (tuple, list)): q = from_betae(a, kg)
+        elif kg is not None:
+            if not isinstance(a, (int, np.integer)) or not 0 <= a < kg.num_entities: raise ValueError(f'bad entity index {a!r}')
+            q = Entity(kg.entity_ids[int(a)])
+        else:
+            if not (isinstance(a, str) and ENTITY_RE.fullmatch(a)): raise ValueError(f'bad BetaE anchor {a!r}')
+            q = Entity(a)
+        R = kg.num_relations if kg is not None else 0
+        for r in last:
+            if kg is not None:
+                if not 0 <= r < 2 * R: raise ValueError(f'relation index {r} out of range [0, {2 * R})')
+                q = Projection(q, kg.relation_ids[int(r) % R], bool(r >= R))
+            else:
+                m = _BETAE_REL.fullmatch(r); q = Projection(q, m[1], bool(m[2]))
+        return q
+    return Intersection(tuple(from_betae(b, kg) for b in t))
+
+# %% ../nbs/17_dsl.ipynb #c053
+PROJECTION, INTERSECTION, UNION, NEGATION, STOP = 1 << 58, 1 << 59, 1 << 60, 1 << 61, 1 << 62
+OPERATION = PROJECTION | INTERSECTION | UNION | NEGATION | STOP
+
+def flatten_and(q: Query) -> Query:
+    "`q` with directly nested ANDs merged into one n-ary AND (same meaning)."
+    if isinstance(q, Entity): return q
+    if isinstance(q, Projection): return Projection(flatten_and(q.query), q.relation, q.inverse)
+    ops = []
+    for o in (flatten_and(o) for o in q.operands): ops.extend(o.operands if isinstance(o, Intersection) else [o])
+    return Intersection(tuple(ops))
+
+def canonical_query(q: Query) -> Query:
+    "A normal form: nested ANDs flattened, AND operands sorted by their text (equal iff same conjunctive structure)."
+    q = flatten_and(q)
+    if isinstance(q, Entity): return q
+    if isinstance(q, Projection): return Projection(canonical_query(q.query), q.relation, q.inverse)
+    return Intersection(tuple(sorted((canonical_query(o) for o in q.operands), key=format_query)))
+
+def stack_need(q: Query) -> int:
+    "Stack entries the postfix program of (flattened, reordered) `q` needs."
+    if isinstance(q, Entity): return 1
+    if isinstance(q, Projection): return stack_need(q.query)
+    needs = sorted((stack_need(o) for o in q.operands), reverse=True)
+    return max(needs[0], 1 + max(needs[1:]))
+
+# %% ../nbs/17_dsl.ipynb #c055
+def to_postfix(q: Query,  # the query
+               kg: KnowledgeGraph,  # gives entity indices and relation indices (inverse = r + R)
+               stack_size: int = 2,  # UltraQuery's stack depth; deeper programs are refused
+              ) -> torch.Tensor:
+    "UltraQuery's int64 postfix program for `q`, ending with STOP."
+    prog = []
+    def emit(q):
+        if isinstance(q, Entity): prog.append(kg.entity(q.id))
+        elif isinstance(q, Projection): emit(q.query); prog.append(PROJECTION | relation_index(kg, q.relation, q.inverse))
+        else:
+            ops = sorted(q.operands, key=stack_need, reverse=True)
+            emit(ops[0])
+            for o in ops[1:]: emit(o); prog.append(INTERSECTION | 2)
+    q = flatten_and(q)
+    if (need := stack_need(q)) > stack_size:
+        raise ValueError(f'query needs a stack of {need} entries, UltraQuery has {stack_size}: {format_query(q)}')
+    emit(q)
+    return torch.tensor(prog + [STOP], dtype=torch.long)
+
+def from_postfix(program,  # int64 words, as written by `to_postfix`
+                 kg: KnowledgeGraph,  # the KG whose indices the program uses
+                ) -> Query:
+    "The `Query` of an UltraQuery postfix program (projection and intersection only); raises ValueError."
+    stack, R = [], kg.num_relations
+    for w in (int(x) for x in (program.tolist() if hasattr(program, 'tolist') else program)):
+        flag, arg = w & OPERATION, w & ~OPERATION
+        if w < 0: raise ValueError(f'negative word {w} in program')
+        if flag == STOP: break
+        if flag == 0:
+            if arg >= kg.num_entities: raise ValueError(f'entity index {arg} out of range')
+            stack.append(Entity(kg.entity_ids[arg]))
+        elif flag == PROJECTION:
+            if not stack: raise ValueError('projection on an empty stack')
+            if arg >= 2 * R: raise ValueError(f'relation index {arg} out of range [0, {2 * R})')
+            stack.append(Projection(stack.pop(), kg.relation_ids[arg % R], arg >= R))
+        elif flag == INTERSECTION:
+            if arg < 2 or len(stack) < arg: raise ValueError(f'intersection of {arg} needs {arg} operands, stack has {len(stack)}')
+            args, stack = stack[-arg:], stack[:-arg]
+            stack.append(flatten_and(Intersection(tuple(args))))
+        else: raise ValueError(f'operator {flag:#x} (union/negation or several flags) is not in the AND-only DSL')
+    else: raise ValueError('program has no STOP word')
+    if len(stack) != 1: raise ValueError(f'program leaves {len(stack)} results on the stack, expected 1')
+    return stack[0]
