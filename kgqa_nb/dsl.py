@@ -22,7 +22,8 @@ __all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'PROJECTION', 'INTE
            'OPERATION', 'Entity', 'Projection', 'Intersection', 'query_entities', 'query_relations', 'query_depth',
            'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query', 'relation_index', 'QueryExecutor',
            'SymbolicExecutor', 'extract_query', 'validity_report', 'to_betae', 'from_betae', 'flatten_and',
-           'canonical_query', 'stack_need', 'to_postfix', 'from_postfix']
+           'canonical_query', 'stack_need', 'to_postfix', 'from_postfix', 'QueryConversionError', 'oracle_query',
+           'sparql_to_query']
 
 # %% ../nbs/17_dsl.ipynb #c006
 ENTITY_RE = re.compile(r'Q\d+')
@@ -482,3 +483,147 @@ def from_postfix(program,  # int64 words, as written by `to_postfix`
     else: raise ValueError('program has no STOP word')
     if len(stack) != 1: raise ValueError(f'program leaves {len(stack)} results on the stack, expected 1')
     return stack[0]
+
+# %% ../nbs/17_dsl.ipynb #c058
+class QueryConversionError(ValueError):
+    "An answer subgraph or SPARQL query that has no equivalent DSL query; the message says why."
+
+def _tree_query(edges, root, is_constant, name, internal_seed='and') -> Query:
+    "DSL query of tree-shaped `edges` [(u, relation ID, v)] rooted at `root`; `name(node)` is its entity ID or None."
+    if internal_seed not in ('and', 'prune', 'error'): raise ValueError(f"internal_seed must be 'and', 'prune' or 'error', got {internal_seed!r}")
+    edges = list(dict.fromkeys(edges))
+    if not edges: raise QueryConversionError('empty graph: no triples')
+    adj = {}
+    for i, (u, r, v) in enumerate(edges):
+        if u == v: raise QueryConversionError(f'cycle: self-loop on {u}')
+        adj.setdefault(u, []).append((i, v)); adj.setdefault(v, []).append((i, u))
+    if root not in adj: raise QueryConversionError(f'the answer {root} is not in the graph')
+    if is_constant(root): raise QueryConversionError(f'the answer {root} is itself a constant/seed')
+    parent, order, queue = {root: None}, [root], deque([root])
+    while queue:
+        n = queue.popleft()
+        for i, m in adj[n]:
+            if m not in parent: parent[m] = (n, i); order.append(m); queue.append(m)
+    lost = [n for n in adj if n not in parent]
+    if lost: raise QueryConversionError(f'disconnected: {len(lost)} node(s) not connected to the answer, e.g. {lost[0]}')
+    if len(edges) != len(adj) - 1:
+        raise QueryConversionError(f'cycle: {len(edges)} triples over {len(adj)} nodes (a tree has {len(adj) - 1})')
+    children = {n: [] for n in adj}
+    for n in order[1:]: children[parent[n][0]].append(n)
+    depth = {root: 0}
+    for n in order[1:]: depth[n] = depth[parent[n][0]] + 1
+    if max(depth.values()) > MAX_DEPTH: raise QueryConversionError(f'tree deeper than {MAX_DEPTH}')
+    built = {}
+    for n in reversed(order):  # children before parents
+        parts = []
+        for c in children[n]:
+            u, r, v = edges[parent[c][1]]
+            parts.append(Projection(built[c], r, inverse=(u == n)))
+        if is_constant(n):
+            if parts and internal_seed == 'error': raise QueryConversionError(f'seed {n} is an inner node of the tree')
+            built[n] = Intersection((Entity(name(n)), *parts)) if parts and internal_seed == 'and' else Entity(name(n))
+        elif not parts: raise QueryConversionError(f'leaf {n} is not a seed/constant: an unanchored branch has no DSL query')
+        else: built[n] = parts[0] if len(parts) == 1 else Intersection(tuple(parts))
+    return built[root]
+
+def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, tail ID) triples
+                 seeds,  # seed entity IDs (the leaves)
+                 answer: str,  # the answer entity ID (the root)
+                 internal_seed: str = 'and',  # a seed inside the tree: 'and' (exact) | 'prune' | 'error'
+                ) -> Query:
+    "The ground-truth DSL query of an answer subgraph; raises `QueryConversionError` with the reason."
+    seeds = set(seeds)
+    nodes = {x for h, _, t in answer_subgraph for x in (h, t)}
+    missing = sorted(seeds - nodes)
+    if missing: raise QueryConversionError(f'seed(s) not in the answer subgraph: {missing}')
+    return _tree_query([tuple(e) for e in answer_subgraph], answer, seeds.__contains__, lambda n: n, internal_seed)
+
+# %% ../nbs/17_dsl.ipynb #c062
+_WD_IRIS = {'wd': 'http://www.wikidata.org/entity/', 'wdt': 'http://www.wikidata.org/prop/direct/'}
+_SPARQL_TOKEN = re.compile(r'''(?P<ws>\s+|\#[^\n]*)|(?P<iri><[^<>"{}|^`\\\s]*>)|(?P<var>[?$][A-Za-z_][A-Za-z0-9_]*)
+    |(?P<pname>[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_]*|:[A-Za-z0-9_]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>\d+)
+    |(?P<str>"[^"]*"|'[^']*')|(?P<punct>[{}.;,()*=<>!&|+/^-])''', re.X)
+_REFUSED_WORDS = {'FILTER', 'OPTIONAL', 'UNION', 'MINUS', 'BIND', 'VALUES', 'SERVICE', 'GRAPH', 'COUNT', 'SUM', 'MIN',
+                  'MAX', 'AVG', 'SAMPLE', 'GROUP_CONCAT', 'GROUP', 'ORDER', 'LIMIT', 'OFFSET', 'HAVING', 'ASK',
+                  'CONSTRUCT', 'DESCRIBE', 'FROM', 'NOT', 'EXISTS', 'AS'}
+
+def _sparql_tokens(text: str) -> list:
+    toks, i = [], 0
+    while i < len(text):
+        m = _SPARQL_TOKEN.match(text, i)
+        if not m: raise QueryConversionError(f'cannot read SPARQL at position {i}: {text[i:i + 20]!r}')
+        i = m.end()
+        if m.lastgroup != 'ws': toks.append((m.lastgroup, m[0]))
+    return toks
+
+# %% ../nbs/17_dsl.ipynb #c063
+def _sparql_term(tok, prefixes, role):
+    "('var', name) or ('const', ID) for a subject/object; the P-ID for a predicate."
+    kind, val = tok
+    if kind == 'var':
+        if role == 'predicate': raise QueryConversionError(f'variable {val} in predicate position')
+        return ('var', '?' + val[1:])
+    if kind == 'word' and val == 'a': raise QueryConversionError("'a' (rdf:type) is not a wdt: property")
+    if kind == 'pname':
+        p, _, local = val.partition(':')
+        if p not in prefixes: raise QueryConversionError(f'undeclared prefix {p}:')
+        iri = prefixes[p] + local
+    elif kind == 'iri': iri = val[1:-1]
+    elif kind in ('str', 'num'): raise QueryConversionError(f'literal {val} is not supported')
+    else: raise QueryConversionError(f'unexpected {val!r} in a triple pattern')
+    base, pat = (_WD_IRIS['wdt'], RELATION_RE) if role == 'predicate' else (_WD_IRIS['wd'], ENTITY_RE)
+    if not iri.startswith(base) or not pat.fullmatch(iri[len(base):]):
+        raise QueryConversionError(f"{role} {val} is not a {'wdt:P…' if role == 'predicate' else 'wd:Q… entity'}")
+    return iri[len(base):] if role == 'predicate' else ('const', iri[len(base):])
+
+def _sparql_parse(sparql: str):
+    "(answer variable, [(subject, P-ID, object)]) of a conjunctive SELECT query."
+    if not isinstance(sparql, str): raise TypeError(f'SPARQL must be a str, got {type(sparql).__name__}')
+    toks, prefixes, i = _sparql_tokens(sparql), dict(_WD_IRIS), 0
+    for kind, val in toks:
+        if kind == 'word' and val.upper() in _REFUSED_WORDS: raise QueryConversionError(f'{val.upper()} is not supported')
+    def at(j): return toks[j] if j < len(toks) else ('eof', '')
+    while at(i)[0] == 'word' and at(i)[1].upper() == 'PREFIX':
+        (k1, p), (k2, iri) = at(i + 1), at(i + 2)
+        if k1 != 'pname' or k2 != 'iri': raise QueryConversionError('malformed PREFIX declaration')
+        name = p[:-1]
+        if name in _WD_IRIS and iri[1:-1] != _WD_IRIS[name]: raise QueryConversionError(f'prefix {name}: bound to {iri}, not Wikidata')
+        prefixes[name] = iri[1:-1]; i += 3
+    if at(i)[1].upper() != 'SELECT': raise QueryConversionError('only SELECT queries are supported')
+    i += 1
+    if at(i)[1].upper() in ('DISTINCT', 'REDUCED'): i += 1
+    out = []
+    while at(i)[0] == 'var': out.append('?' + at(i)[1][1:]); i += 1
+    if at(i)[1] in ('*', '('): raise QueryConversionError(f"SELECT {at(i)[1]} is not supported: select exactly one variable")
+    if len(out) != 1: raise QueryConversionError(f'exactly one answer variable is supported, got {len(out)}')
+    if at(i)[1].upper() == 'WHERE': i += 1
+    if at(i)[1] != '{': raise QueryConversionError("expected '{' to open the WHERE pattern")
+    i += 1
+    triples = []
+    while at(i)[1] != '}':
+        if at(i)[0] == 'eof': raise QueryConversionError("unclosed '{'")
+        if at(i)[1] == '{': raise QueryConversionError('nested groups are not supported')
+        s = _sparql_term(at(i), prefixes, 'subject'); i += 1
+        while True:
+            p = _sparql_term(at(i), prefixes, 'predicate'); i += 1
+            while True:
+                o = _sparql_term(at(i), prefixes, 'object'); i += 1
+                triples.append((s, p, o))
+                if at(i)[1] != ',': break
+                i += 1
+            if at(i)[1] != ';': break
+            i += 1
+            if at(i)[1] in ('.', '}'): break
+        if at(i)[1] == '.': i += 1
+        elif at(i)[1] != '}': raise QueryConversionError(f"expected '.' or '}}' after a triple pattern, found {at(i)[1]!r}")
+    if i + 1 < len(toks): raise QueryConversionError(f'unexpected {toks[i + 1][1]!r} after the WHERE pattern')
+    return ('var', out[0]), triples
+
+def sparql_to_query(sparql: str,  # a conjunctive, tree-shaped SELECT query with wd:/wdt: terms
+                    internal_seed: str = 'and',  # a constant inside the tree: 'and' (exact) | 'prune' | 'error'
+                   ) -> Query:
+    "The DSL query equivalent to a SynthKGQA-style SPARQL query; raises `QueryConversionError` with the reason."
+    answer, triples = _sparql_parse(sparql)
+    if not triples: raise QueryConversionError('empty WHERE pattern')
+    if answer not in {x for s, _, o in triples for x in (s, o)}: raise QueryConversionError(f'answer variable {answer[1]} is not used in the pattern')
+    return _tree_query(triples, answer, lambda n: n[0] == 'const', lambda n: n[1], internal_seed)
