@@ -315,7 +315,8 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
     try:
         try: req = json.loads(body); model = str(req.get('model', ''))
         except ValueError: req, model = None, ''
-        with self._lock: self.requests.append(dict(path=h.path, model=model, fault=fault, authorized=authorized,
+        params = {k: v for k, v in req.items() if k != 'messages'} if isinstance(req, dict) else None
+        with self._lock: self.requests.append(dict(path=h.path, model=model, fault=fault, authorized=authorized, params=params,
                                                    n_messages=len(req.get('messages') or []) if isinstance(req, dict) else None))
         if not authorized: return h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key'))
         if fault == 'drop': h.close_connection = True; return

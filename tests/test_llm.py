@@ -1,0 +1,266 @@
+"""The LLM client against a real local OpenAI-compatible server (OfflineChatServer): retries, record/replay, secrets, concurrency."""
+import json, subprocess, sys, textwrap
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kgqa_nb.core import write_table
+from kgqa_nb.llm import (CacheMissError, ChatResult, LLMClient, LLMError, OfflineChatServer, OfflineModelError,
+                         ResponseCache, offline_reply, register_offline_model, request_key, triples_lookup_messages)
+
+SECRET = 'sk-test-SECRET123'
+WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(60)] + [(f'City{i}', 'mayor', f'Person{i}') for i in range(60)]
+
+
+def q(i, rel='country'):
+    return triples_lookup_messages(WORLD, (f'City{i}', rel, '?'))
+
+
+def online(srv, tmp_path=None, **kw):
+    kw.setdefault('backoff_base', 0.01)
+    if tmp_path is None: kw.setdefault('cache', False)
+    else: kw.setdefault('cache_dir', tmp_path / 'llm')
+    return LLMClient('openai', model='kgqa-offline', base_url=srv.url, **kw)
+
+
+def test_openai_path_equals_offline_path():
+    msgs = [q(i) for i in range(10)] + [q(i, 'mayor') for i in range(10)]
+    off = LLMClient(cache=False).chat_many(msgs)
+    with OfflineChatServer() as srv:
+        on = online(srv).chat_many(msgs)
+    assert [r.text for r in on] == [r.text for r in off] == [offline_reply(m) for m in msgs]
+    assert [r.usage['prompt_tokens'] for r in on] == [r.usage['prompt_tokens'] for r in off]
+    assert [r.usage['completion_tokens'] for r in on] == [r.usage['completion_tokens'] for r in off]
+    assert off[0].text == 'Country0' and on[11].text == 'Person1'
+    assert all(isinstance(r, ChatResult) and not r.cached for r in on)
+
+
+def test_survives_faults_with_exact_request_count():
+    faults = ['429', '500', 'timeout', 'garbage', 'nochoices', 'drop', '503', 'ok']
+    with OfflineChatServer(faults=faults, hang_s=2.5) as srv:
+        c = online(srv, timeout=1.0, max_retries=7)
+        r = c.chat(q(3))
+        assert r.text == 'Country3' and r.attempts == 8
+        assert [x['fault'] for x in srv.requests] == faults
+        s = c.usage_summary()
+        assert (s['api_calls'], s['retries'], s['calls']) == (8, 7, 1)
+        # the fault script is used up: the next call takes one request
+        c.chat(q(4)); assert len(srv.requests) == 9
+
+
+def test_llmerror_after_max_retries():
+    for fault in ['500', '429', 'garbage', 'timeout']:
+        with OfflineChatServer(faults=[fault] * 10, hang_s=1.5) as srv:
+            c = online(srv, max_retries=3, timeout=0.5)
+            with pytest.raises(LLMError, match='gave up after 4 attempts'):
+                c.chat(q(1))
+            assert len(srv.requests) == 4, fault
+
+
+def test_4xx_fails_at_once():
+    for fault in ['400', '404', '422']:
+        with OfflineChatServer(faults=[fault]) as srv:
+            with pytest.raises(LLMError, match=f'HTTP {fault}'):
+                online(srv).chat(q(1))
+            assert len(srv.requests) == 1
+    with OfflineChatServer(api_key=SECRET) as srv:   # wrong key -> 401, not retried
+        with pytest.raises(LLMError, match='HTTP 401'):
+            online(srv, api_key='sk-wrong-key').chat(q(1))
+        assert len(srv.requests) == 1
+        assert online(srv, api_key=SECRET).chat(q(1)).text == 'Country1'   # the right key is sent as a Bearer token
+
+
+def test_no_offline_model_is_a_400_not_retried():
+    with OfflineChatServer() as srv:
+        with pytest.raises(LLMError, match='no offline model matches'):
+            online(srv).chat([dict(role='user', content='hello there')])
+        assert len(srv.requests) == 1
+
+
+def test_retry_after_is_respected_and_bounded():
+    slept = []
+    with OfflineChatServer(faults=['429:7', '429:1000', '500']) as srv:
+        c = online(srv, max_retry_after=60.0, backoff_base=0.5, backoff_max=4.0)
+        c._sleep = slept.append
+        assert c.chat(q(2)).text == 'Country2'
+    assert slept[:2] == [7.0, 60.0]
+    assert 1.0 <= slept[2] <= 2.0   # no Retry-After: the third failure backs off b = min(4, 0.5 * 2**2) = 2, jittered into [b/2, b]
+
+
+def test_backoff_is_exponential_capped_and_jittered():
+    slept = []
+    with OfflineChatServer(faults=['500'] * 5) as srv:
+        c = online(srv, backoff_base=1.0, backoff_max=3.0)
+        c._sleep = slept.append
+        c.chat(q(2))
+    bounds = [(0.5, 1), (1, 2), (1.5, 3), (1.5, 3), (1.5, 3)]
+    assert len(slept) == 5 and all(lo <= d <= hi for d, (lo, hi) in zip(slept, bounds)), slept
+    assert len(set(slept)) == 5   # jitter: no two waits alike
+
+
+def test_record_then_replay_with_server_stopped(tmp_path):
+    msgs = [q(i) for i in range(6)]
+    with OfflineChatServer() as srv:
+        rec = online(srv, tmp_path).chat_many(msgs)
+        url = srv.url
+    assert not any(r.cached for r in rec)
+    # the server is gone: readwrite and replay both answer from the cache, identically
+    for mode in ['readwrite', 'replay']:
+        c = LLMClient('openai', model='kgqa-offline', base_url=url, cache_dir=tmp_path / 'llm', cache_mode=mode, max_retries=0)
+        rep = c.chat_many(msgs)
+        assert [r.text for r in rep] == [r.text for r in rec]
+        assert [r.key for r in rep] == [r.key for r in rec]
+        assert all(r.cached for r in rep)
+        s = c.usage_summary()
+        assert (s['calls'], s['cache_hits'], s['api_calls'], s['prompt_tokens'], s['cost_usd']) == (6, 6, 0, 0, None)
+    # a request that was never recorded: replay refuses clearly, readwrite tries the (dead) server and gives up
+    c = LLMClient('openai', model='kgqa-offline', base_url=url, cache_dir=tmp_path / 'llm', cache_mode='replay')
+    with pytest.raises(CacheMissError, match="not in .*kgqa-offline.jsonl; cache_mode='replay' never calls"):
+        c.chat(q(50))
+    c = LLMClient('openai', model='kgqa-offline', base_url=url, cache_dir=tmp_path / 'llm', max_retries=1, backoff_base=0.01)
+    with pytest.raises(LLMError, match='connection error'):
+        c.chat(q(50))
+
+
+def test_key_excludes_base_url_and_api_key(tmp_path):
+    with OfflineChatServer() as a, OfflineChatServer() as b:
+        ra = online(a, tmp_path, api_key='sk-one-aaaaaaaa').chat(q(1))
+        rb = online(b, tmp_path, api_key='sk-two-bbbbbbbb').chat(q(1))
+    assert ra.key == rb.key and rb.cached and len(b.requests) == 0
+    # but every generation parameter is part of the key
+    c = LLMClient(cache=False)
+    base = request_key(c.build_request(q(1)))
+    for kw in [dict(temperature=0.7), dict(max_tokens=5), dict(seed=1), dict(top_p=0.5), dict(frequency_penalty=0.14)]:
+        assert request_key(c.build_request(q(1), **kw)) != base, kw
+
+
+def test_api_key_never_written(tmp_path, monkeypatch):
+    monkeypatch.setenv('KGQA_LLM_API_KEY', SECRET)
+    run = tmp_path / 'run'
+    with OfflineChatServer(api_key=SECRET, faults=['429', 'ok']) as srv:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache_dir=tmp_path / 'cache', backoff_base=0.01)
+        res = c.chat_many([q(i) for i in range(5)])
+        write_table(pd.DataFrame(dict(answer=[r.text for r in res])), run / 'results' / 'answers.csv',
+                    params=dict(api_key=SECRET, model=c.model), llm_backend=c.describe(), llm_usage=c.usage_summary())
+        (run / 'client.txt').write_text(repr(c) + '\n' + c.describe() + '\n' + json.dumps(c.usage_summary()))
+    assert all(x['authorized'] for x in srv.requests)   # the key was used ...
+    files = [p for d in (tmp_path / 'cache', run) for p in d.rglob('*') if p.is_file()]
+    assert len(files) >= 3
+    for p in files:                                      # ... and is in no file
+        assert SECRET not in p.read_text(), p
+        assert 'SECRET123' not in p.read_text(), p
+
+
+def test_refuses_to_cache_a_prompt_holding_the_key(tmp_path):
+    with OfflineChatServer() as srv:
+        c = online(srv, tmp_path, api_key=SECRET)
+        msgs = q(1); msgs[1]['content'] += f'\n(key {SECRET})'
+        with pytest.raises(LLMError, match='refusing to cache'):
+            c.chat(msgs)
+    f = tmp_path / 'llm' / 'kgqa-offline.jsonl'
+    assert not f.exists() or SECRET not in f.read_text()
+
+
+def test_reasoning_models_and_extra_parameters():
+    with OfflineChatServer() as srv:
+        c = LLMClient('openai', model='gpt-5-mini', base_url=srv.url, cache=False, max_tokens=300,
+                      generation=dict(frequency_penalty=0.14, repetition_penalty=1.1))   # the last one is a vLLM extension
+        r = c.chat(q(5))
+        p = srv.requests[0]['params']
+        s = c.usage_summary()
+    assert r.text == 'Country5' and r.model == 'gpt-5-mini'
+    assert p['max_completion_tokens'] == 300 and 'max_tokens' not in p and 'temperature' not in p
+    assert (p['frequency_penalty'], p['repetition_penalty'], p['seed']) == (0.14, 1.1, 0)
+    assert s['cost_usd'] == round((s['prompt_tokens'] * 0.25 + s['completion_tokens'] * 2.0) / 1e6, 6) > 0
+    with OfflineChatServer() as srv:
+        LLMClient('openai', model='llama-3.1-8b', base_url=srv.url, cache=False, temperature=None).chat(q(5))
+        p = srv.requests[0]['params']
+    assert p['max_tokens'] == 1024 and 'temperature' not in p
+
+
+def test_concurrency_keeps_order_and_counts():
+    msgs = [q(i) for i in range(40)]
+    with OfflineChatServer(delay_s=0.05) as srv:
+        c = online(srv, concurrency=8)
+        res = c.chat_many(msgs, desc='test')
+        assert srv.max_inflight > 1            # requests really overlapped
+        assert srv.max_inflight <= 8           # and never more than the pool
+    assert [r.text for r in res] == [offline_reply(m) for m in msgs]
+    s = c.usage_summary()
+    assert (s['calls'], s['api_calls']) == (40, 40)
+    assert s['prompt_tokens'] == sum(r.usage['prompt_tokens'] for r in res)
+
+
+def test_identical_concurrent_requests_call_once(tmp_path):
+    with OfflineChatServer(delay_s=0.05) as srv:
+        c = online(srv, tmp_path, concurrency=8)
+        res = c.chat_many([q(1)] * 16 + [q(2)] * 16)
+    assert len(srv.requests) == 2
+    assert [r.text for r in res] == ['Country1'] * 16 + ['Country2'] * 16
+    assert sum(not r.cached for r in res) == 2 and c.usage_summary()['cache_hits'] == 30
+
+
+def test_chat_many_errors():
+    with OfflineChatServer() as srv:
+        c = online(srv)
+        batch = [q(1), [dict(role='user', content='no model for me')], q(2)]
+        with pytest.raises(LLMError, match='no offline model'):
+            c.chat_many(batch)
+        out = c.chat_many(batch, return_exceptions=True)
+    assert out[0].text == 'Country1' and isinstance(out[1], LLMError) and out[2].text == 'Country2'
+
+
+def test_offline_model_version_enters_key(tmp_path):
+    marker = '[test-kind:upper]'
+    msgs = [dict(role='system', content=marker), dict(role='user', content='abc')]
+    register_offline_model('test-upper', matches=lambda ms: marker in ms[0]['content'])(lambda ms: ms[-1]['content'].upper())
+    try:
+        c = LLMClient(cache_dir=tmp_path)
+        assert c.chat(msgs).text == 'ABC' and c.chat(msgs).cached
+        register_offline_model('test-upper', matches=lambda ms: marker in ms[0]['content'], version='2')(lambda ms: ms[-1]['content'] * 2)
+        r = c.chat(msgs)
+        assert (r.text, r.cached) == ('abcabc', False)   # a new version is a new request, never a stale replay
+    finally:
+        from kgqa_nb.llm import _OFFLINE_MODELS
+        _OFFLINE_MODELS.pop('test-upper', None)
+    with pytest.raises(OfflineModelError, match='no offline model matches'):
+        LLMClient(cache=False).chat(msgs)
+
+
+def test_cache_appends_are_safe_across_processes(tmp_path):
+    path = tmp_path / 'shared.jsonl'
+    code = textwrap.dedent(f'''
+        import sys
+        from kgqa_nb.llm import ResponseCache
+        c = ResponseCache({str(path)!r}); w = sys.argv[1]
+        for i in range(200): c.put(dict(key=f'{{w}}-{{i}}', response=dict(text='x' * (i * 37 % 5000))))
+    ''')
+    procs = [subprocess.Popen([sys.executable, '-c', code, str(w)]) for w in range(4)]
+    assert all(p.wait(120) == 0 for p in procs)
+    lines = path.read_bytes().split(b'\n')
+    assert lines[-1] == b'' and len(lines) == 801
+    c = ResponseCache(path)
+    assert len(c) == 800 and c.bad_lines == 0
+    assert c.get('3-199')['response']['text'] == 'x' * (199 * 37 % 5000)
+
+
+def test_cache_tolerates_truncated_last_line(tmp_path):
+    path = tmp_path / 'm.jsonl'
+    c = LLMClient(cache_dir=tmp_path, model='m')
+    c.chat(q(1))
+    with open(c.cache_path, 'ab') as f: f.write(b'{"key": "dead", "req')
+    c2 = LLMClient(cache_dir=tmp_path, model='m', cache_mode='replay')
+    assert c2.chat(q(1)).text == 'Country1'
+    c3 = LLMClient(cache_dir=tmp_path, model='m')
+    assert c3.chat(q(2)).text == 'Country2'
+    c4 = LLMClient(cache_dir=tmp_path, model='m', cache_mode='replay')
+    assert [c4.chat(m).text for m in (q(1), q(2))] == ['Country1', 'Country2'] and c4._cache.bad_lines == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.sampled_from(['temperature', 'top_p', 'seed', 'max_tokens', 'stop', 'presence_penalty']),
+                       st.one_of(st.integers(0, 5), st.floats(0, 2, allow_nan=False), st.text(max_size=5)), max_size=4))
+def test_request_key_ignores_dict_order(params):
+    req = dict(model='m', messages=[dict(role='user', content='x')], **params)
+    assert request_key(req) == request_key(dict(reversed(list(req.items()))))
