@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, http.server, inspect, json, math, os, random, re, threading, time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -171,6 +171,10 @@ def _triples_lookup(messages: list[dict]) -> str:
     return '; '.join(sorted(hits)) or 'unknown'
 
 # %% ../nbs/04_llm.ipynb #c029
+def _slim(rec: dict) -> dict:
+    "What a lookup needs from a record; the request (prompts can be ~100k tokens) stays in the file only."
+    return {k: rec[k] for k in ('key', 'response', 'usage', 'model', 'created') if k in rec}
+
 class ResponseCache:
     "Append-only JSON-lines cache of chat replies keyed by request hash; safe across threads and processes."
     def __init__(self, path):  # the .jsonl file (created on first write)
@@ -190,8 +194,8 @@ class ResponseCache:
         if end < 0: return
         for line in data[:end].split(b'\n'):
             if not line.strip(): continue
-            try: rec = json.loads(line); self._entries[rec['key']] = rec
-            except (ValueError, KeyError, TypeError): self.bad_lines += 1
+            try: rec = json.loads(line); self._entries[rec['key']] = _slim(rec)
+            except (ValueError, KeyError, TypeError, AttributeError): self.bad_lines += 1
         self._offset += end + 1
 
     def __len__(self): return len(self._entries)
@@ -217,7 +221,7 @@ def put(self: ResponseCache, record: dict):
             if size and os.pread(fd, 1, size - 1) != b'\n': line = b'\n' + line  # a crash left half a line: end it
             if os.write(fd, line) != len(line): raise OSError(f"short write to {self.path} (disk full?)")
         finally: os.close(fd)
-        self._entries[record['key']] = record
+        self._entries[record['key']] = _slim(record)
 
 # %% ../nbs/04_llm.ipynb #c033
 _FAULT_RE = re.compile(r'^(ok|timeout|garbage|nochoices|drop|[45]\d\d(:\d+(\.\d+)?)?)$')
@@ -340,7 +344,7 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
 
 # %% ../nbs/04_llm.ipynb #c041
 _BACKENDS, _CACHE_MODES = ('offline', 'openai'), ('readwrite', 'replay', 'off')
-_RETRYABLE_STATUS = lambda s: s == 429 or s >= 500
+def _retryable_status(status: int) -> bool: return status == 429 or status >= 500
 
 class LLMClient:
     "Chat with an offline model or an OpenAI-compatible server, through a record/replay cache, with retries and accounting."
@@ -496,7 +500,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             text, finish, usage, model = _parse_completion(raw.http_response.text)
         except openai.APIStatusError as e:
             msg = (e.body or {}).get('message') if isinstance(e.body, dict) else None
-            if not _RETRYABLE_STATUS(e.status_code):
+            if not _retryable_status(e.status_code):
                 raise LLMError(f"{self.describe()} rejected the request with HTTP {e.status_code}: {msg or e}; "
                                f"not retried (a {e.status_code} does not go away by itself)") from None
             last, ra = f'HTTP {e.status_code}: {msg or e}', _retry_after(e.response.headers)
