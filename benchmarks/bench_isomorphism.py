@@ -109,16 +109,8 @@ def sample_tree(kg, rng, max_edges: int = 6):
 
 
 def make_store(kg):
-    try:
-        from kgqa_nb.sparql import OxigraphStore
-        return OxigraphStore.from_kg(kg)
-    except ImportError:  # TEMPORARY until kgqa_nb.sparql lands
-        import pyoxigraph as ox
-        class _Store:
-            def __init__(self):
-                self.s = ox.Store(); self.s.load(''.join(kg.iter_ntriples()).encode(), format=ox.RdfFormat.N_TRIPLES)
-            def select(self, q): return [{'answer': r['answer'].value} for r in self.s.query(q)]
-        return _Store()
+    from kgqa_nb.sparql import OxigraphStore
+    return OxigraphStore.from_kg(kg, labels=False)
 
 
 def bench_minimality(n_datapoints: int, seed: int = 0) -> dict:

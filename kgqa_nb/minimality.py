@@ -76,6 +76,10 @@ def with_prefixes(query: str) -> str:
 class MinimalityError(ValueError):
     "No subset of the seeds (not even all of them) returns only answers of the question."
 
+def _norm_id(a) -> str:  # answers are compared as IDs; a literal answer stays as its text
+    try: return item_id(a)
+    except ValueError: return str(a)
+
 def _closure(paths: SeedPaths, subset) -> frozenset:
     on_path = {t[i] for s in subset for t in paths.triples[s] for i in (0, 2)}
     return frozenset(subset) | {s for s in paths.seeds if s in on_path}
@@ -86,14 +90,14 @@ def minimal_seed_sets(paths: SeedPaths,  # from `seed_paths`
                       cache: dict | None = None,  # query_key -> answers, shared across calls to skip repeated queries
                      ) -> tuple[list, int]:
     "The sufficient seed subsets of the smallest size (as tuples) and the number of queries run."
-    allowed, cache = {item_id(a) for a in all_answers}, {} if cache is None else cache
+    allowed, cache = {_norm_id(a) for a in all_answers}, {} if cache is None else cache
     n_run = 0
     for k in range(1, len(paths.seeds) + 1):
         found = []
         for sub in itertools.combinations(paths.seeds, k):
             if _closure(paths, sub) != frozenset(sub): continue
             q = subset_query(paths, sub); key = query_key(q)
-            if key not in cache: cache[key] = {item_id(a) for a in run_query(q)}; n_run += 1
+            if key not in cache: cache[key] = {_norm_id(a) for a in run_query(q)}; n_run += 1
             if cache[key] and cache[key] <= allowed: found.append(sub)
         if found: return found, n_run
     raise MinimalityError(f'no subset of the {len(paths.seeds)} seeds gives only answers in {sorted(allowed)}')
@@ -115,9 +119,10 @@ def _answer_value(row) -> str:
     return s[len(WD):] if s.startswith(WD) else s
 
 def store_runner(store) -> Callable[[str], list]:
-    "A `run_query` over a store with `.select(query) -> list[dict]`: adds the wd:/wdt: prefixes, returns answer IDs."
-    if not callable(getattr(store, 'select', None)): raise TypeError(f'{type(store).__name__} has no select(query) method')
-    return lambda q: [_answer_value(r) for r in store.select(with_prefixes(q))]
+    "A `run_query` over a store's `select_ids` (or `select`) method: adds the wd:/wdt: prefixes, returns answer IDs."
+    sel = getattr(store, 'select_ids', None) or getattr(store, 'select', None)
+    if not callable(sel): raise TypeError(f'{type(store).__name__} has no select(query) method')
+    return lambda q: [_answer_value(r) for r in sel(with_prefixes(q))]
 
 # %% ../nbs/09_minimality.ipynb #c023
 def minimality(store,  # a SPARQL store with `.select(query) -> list[dict]` (or None when `run_query` is given)
