@@ -7,11 +7,13 @@ from __future__ import annotations
 import importlib, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main']
+__all__ = ['COMMANDS', 'OFFLINE_MODEL_MODULES', 'main', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | paper)'),
+    'generate': ('kgqa_nb.synthkgqa:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
+    'serve-offline': ('kgqa_nb.cli:serve_offline_cli', 'serve the offline models as an OpenAI-compatible server on 127.0.0.1'),
 }
 
 def main(argv=None) -> int:
@@ -27,4 +29,18 @@ def main(argv=None) -> int:
     return getattr(importlib.import_module(mod), fn)(argv[1:]) or 0
 
 # %% ../nbs/41_cli.ipynb #c007
-if __name__ == '__main__': sys.exit(main())
+OFFLINE_MODEL_MODULES = ('kgqa_nb.generate',)  # chapters that register offline models
+
+def serve_offline_cli(argv=None) -> int:
+    "Run the offline models as an OpenAI-compatible server until interrupted."
+    import argparse
+    ap = argparse.ArgumentParser(prog='kgqa serve-offline', description=serve_offline_cli.__doc__)
+    ap.add_argument('--port', type=int, default=8000, help='port on 127.0.0.1 (0 = any free port)')
+    a = ap.parse_args(argv)
+    for m in OFFLINE_MODEL_MODULES: importlib.import_module(m)
+    from kgqa_nb.llm import OfflineChatServer
+    OfflineChatServer(port=a.port).serve_forever()
+    return 0
+
+# %% ../nbs/41_cli.ipynb #c009
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # python -m kgqa_nb.cli (not when run as a notebook)
