@@ -26,8 +26,8 @@ __all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'PROJECTION', 'INTE
            'sparql_to_query']
 
 # %% ../nbs/17_dsl.ipynb #c006
-ENTITY_RE = re.compile(r'Q\d+')
-RELATION_RE = re.compile(r'P\d+')
+ENTITY_RE = re.compile(r'Q[0-9]+')
+RELATION_RE = re.compile(r'P[0-9]+')
 
 @dataclass(frozen=True)
 class Entity:
@@ -114,14 +114,15 @@ _TOKEN_NAMES = dict(ENTITY='an entity ID (Q<digits>)', REL='a relation ID (P<dig
 def _classify_word(w: str, pos: int, text: str):
     if ENTITY_RE.fullmatch(w): return ('ENTITY', w, pos)
     if RELATION_RE.fullmatch(w): return ('REL', w, pos)
-    m = re.fullmatch(r'(P\d+)_inv', w)
+    m = re.fullmatch(r'(P[0-9]+)_inv', w)
     if m: return ('REL_INV', m[1], pos)
     if w == 'inv': return ('INV', w, pos)
     if w == 'AND': return ('AND', w, pos)
-    if re.fullmatch(r'[qQ]\d+', w): hint = 'entity IDs are upper case: Q<digits>'
-    elif re.fullmatch(r'[pP]\d+(_[iI][nN][vV])?', w): hint = "relation IDs are P<digits>, inverse written 'P<digits> inv' or 'P<digits>_inv'"
+    if re.fullmatch(r'[qQ][0-9]+', w): hint = 'entity IDs are upper case: Q<digits>'
+    elif re.fullmatch(r'[pP][0-9]+(_[iI][nN][vV])?', w): hint = "relation IDs are P<digits>, inverse written 'P<digits> inv' or 'P<digits>_inv'"
     elif w.lower() == 'and': hint = "write the intersection as upper-case 'AND(...)'"
     elif w.lower() == 'inv': hint = "write the inverse marker as lower-case 'inv'"
+    elif w in ('wd', 'wdt'): hint = "write bare IDs without SPARQL prefixes (Q42, not wd:Q42)"
     elif w.upper() in ('OR', 'NOT', 'UNION'): hint = f"'{w}' is not supported: the DSL has only projection (->) and AND"
     else: hint = 'expected an entity ID (Q<digits>), a relation ID (P<digits>), AND or inv'
     raise DSLSyntaxError(f'unexpected word {w!r}: {hint}', pos, text)
@@ -293,16 +294,16 @@ def answers(self: SymbolicExecutor, query: Query, leaf_sets: dict | None = None)
 
 # %% ../nbs/17_dsl.ipynb #c041
 _ARROW_CHARS = re.compile(r'\s*(?:→|⟶|⇒|➔|➝|−>|–>|—>)\s*')
-_SPAN_START = re.compile(r'AND\s*\(|\(|Q\d+')
-_SPAN_END = re.compile(r'P\d+(?:_inv|\s+inv)?|\)')
+_SPAN_START = re.compile(r'AND\s*\(|\(|Q[0-9]+')
+_SPAN_END = re.compile(r'P[0-9]+(?:_inv|\s+inv)?|\)')
 
 def _spans(chunk: str):
     yield chunk.strip()
     if ':' in chunk: yield chunk.rsplit(':', 1)[1].strip()
     m = _SPAN_START.search(chunk)
-    if m:
+    if m and not re.search(r'(->|,|\()\s*$', chunk[:m.start()]):  # do not cut a query in the middle
         ends = [e.end() for e in _SPAN_END.finditer(chunk, m.start())]
-        if ends: yield chunk[m.start():ends[-1]].strip()
+        if ends and not re.match(r'\s*(->|,|inv\b|_)', chunk[ends[-1]:]): yield chunk[m.start():ends[-1]].strip()
 
 def extract_query(llm_text: str) -> str:
     "The DSL query inside an LLM response (fences, prose, `→` arrows tolerated); the best guess if none parses."
@@ -378,7 +379,7 @@ def to_betae(q: Query,  # the query
     return out
 
 # %% ../nbs/17_dsl.ipynb #c050
-_BETAE_REL = re.compile(r'(P\d+)(_inv)?')
+_BETAE_REL = re.compile(r'(P[0-9]+)(_inv)?')
 
 def _is_rel_scalar(x, kg) -> bool:
     if isinstance(x, (bool, np.bool_)): return False
@@ -541,7 +542,7 @@ def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, 
 # %% ../nbs/17_dsl.ipynb #c062
 _WD_IRIS = {'wd': 'http://www.wikidata.org/entity/', 'wdt': 'http://www.wikidata.org/prop/direct/'}
 _SPARQL_TOKEN = re.compile(r'''(?P<ws>\s+|\#[^\n]*)|(?P<iri><[^<>"{}|^`\\\s]*>)|(?P<var>[?$][A-Za-z_][A-Za-z0-9_]*)
-    |(?P<pname>[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_]*|:[A-Za-z0-9_]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>\d+)
+    |(?P<pname>[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_]*|:[A-Za-z0-9_]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>[0-9]+)
     |(?P<str>"[^"]*"|'[^']*')|(?P<punct>[{}.;,()*=<>!&|+/^-])''', re.X)
 _REFUSED_WORDS = {'FILTER', 'OPTIONAL', 'UNION', 'MINUS', 'BIND', 'VALUES', 'SERVICE', 'GRAPH', 'COUNT', 'SUM', 'MIN',
                   'MAX', 'AVG', 'SAMPLE', 'GROUP_CONCAT', 'GROUP', 'ORDER', 'LIMIT', 'OFFSET', 'HAVING', 'ASK',
@@ -615,6 +616,7 @@ def _sparql_parse(sparql: str):
             i += 1
             if at(i)[1] in ('.', '}'): break
         if at(i)[1] == '.': i += 1
+        elif at(i)[0] == 'eof': raise QueryConversionError("unclosed '{'")
         elif at(i)[1] != '}': raise QueryConversionError(f"expected '.' or '}}' after a triple pattern, found {at(i)[1]!r}")
     if i + 1 < len(toks): raise QueryConversionError(f'unexpected {toks[i + 1][1]!r} after the WHERE pattern')
     return ('var', out[0]), triples
