@@ -378,7 +378,7 @@ def to_betae(q: Query,  # the query
     for b in branches[2:]: out = (out, b)
     return out
 
-# %% ../nbs/17_dsl.ipynb #c050
+# %% ../nbs/17_dsl.ipynb #c052
 _BETAE_REL = re.compile(r'(P[0-9]+)(_inv)?')
 
 def _is_rel_scalar(x, kg) -> bool:
@@ -414,7 +414,7 @@ def from_betae(t,  # BetaE nested tuple, text form or (with `kg`) index form
         return q
     return Intersection(tuple(from_betae(b, kg) for b in t))
 
-# %% ../nbs/17_dsl.ipynb #c053
+# %% ../nbs/17_dsl.ipynb #c055
 PROJECTION, INTERSECTION, UNION, NEGATION, STOP = 1 << 58, 1 << 59, 1 << 60, 1 << 61, 1 << 62
 OPERATION = PROJECTION | INTERSECTION | UNION | NEGATION | STOP
 
@@ -440,7 +440,7 @@ def stack_need(q: Query) -> int:
     needs = sorted((stack_need(o) for o in q.operands), reverse=True)
     return max(needs[0], 1 + max(needs[1:]))
 
-# %% ../nbs/17_dsl.ipynb #c055
+# %% ../nbs/17_dsl.ipynb #c057
 def to_postfix(q: Query,  # the query
                kg: KnowledgeGraph,  # gives entity indices and relation indices (inverse = r + R)
                stack_size: int = 2,  # UltraQuery's stack depth; deeper programs are refused
@@ -485,7 +485,7 @@ def from_postfix(program,  # int64 words, as written by `to_postfix`
     if len(stack) != 1: raise ValueError(f'program leaves {len(stack)} results on the stack, expected 1')
     return stack[0]
 
-# %% ../nbs/17_dsl.ipynb #c058
+# %% ../nbs/17_dsl.ipynb #c060
 class QueryConversionError(ValueError):
     "An answer subgraph or SPARQL query that has no equivalent DSL query; the message says why."
 
@@ -539,7 +539,7 @@ def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, 
     if missing: raise QueryConversionError(f'seed(s) not in the answer subgraph: {missing}')
     return _tree_query([tuple(e) for e in answer_subgraph], answer, seeds.__contains__, lambda n: n, internal_seed)
 
-# %% ../nbs/17_dsl.ipynb #c062
+# %% ../nbs/17_dsl.ipynb #c064
 _WD_IRIS = {'wd': 'http://www.wikidata.org/entity/', 'wdt': 'http://www.wikidata.org/prop/direct/'}
 _SPARQL_TOKEN = re.compile(r'''(?P<ws>\s+|\#[^\n]*)|(?P<iri><[^<>"{}|^`\\\s]*>)|(?P<var>[?$][A-Za-z_][A-Za-z0-9_]*)
     |(?P<pname>[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_]*|:[A-Za-z0-9_]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>[0-9]+)
@@ -557,7 +557,7 @@ def _sparql_tokens(text: str) -> list:
         if m.lastgroup != 'ws': toks.append((m.lastgroup, m[0]))
     return toks
 
-# %% ../nbs/17_dsl.ipynb #c063
+# %% ../nbs/17_dsl.ipynb #c065
 def _sparql_term(tok, prefixes, role):
     "('var', name) or ('const', ID) for a subject/object; the P-ID for a predicate."
     kind, val = tok
