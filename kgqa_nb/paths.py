@@ -59,7 +59,20 @@ class EdgeGraph:
         E = len(self.src); eid = np.arange(E)
         return _csr(np.concatenate([self.src, self.dst]), np.concatenate([self.dst, self.src]), self.num_entities,
                     np.concatenate([eid, eid]), np.concatenate([np.ones(E, bool), np.zeros(E, bool)]))
-    bfs_distances = KnowledgeGraph.bfs_distances
+    def bfs_distances(self, sources,  # node indices at distance 0
+                      max_hops: int | None = None,  # stop after this many hops (unreached = -1)
+                      direction: str = 'both'):  # 'both' (undirected), 'out' (src->dst) or 'in' (dst->src)
+        "Hop distance of every node from the nearest source (-1 when unreached)."
+        if direction not in ('both', 'out', 'in'): raise ValueError(f"direction must be 'both', 'out' or 'in', not {direction!r}")
+        csr = getattr(self, {'both': 'und_csr', 'out': 'out_csr', 'in': 'in_csr'}[direction])
+        dist = np.full(self.num_entities, -1, np.int64)
+        frontier = np.unique(np.asarray(sources, np.int64)); dist[frontier] = 0; d = 0
+        while len(frontier) and (max_hops is None or d < max_hops):
+            starts = csr.indptr[frontier]; lens = csr.indptr[frontier + 1] - starts
+            if lens.sum() == 0: break
+            nb = csr.nbr[np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())]
+            frontier = np.unique(nb[dist[nb] < 0]); d += 1; dist[frontier] = d
+        return dist
 
 # %% ../nbs/11_paths.ipynb #c013
 def edge_arrays(edges, num_nodes: int | None = None):
