@@ -487,7 +487,10 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
     from SPARQLWrapper import SPARQLWrapper, JSON, TURTLE, GET, POST
     from SPARQLWrapper import SPARQLExceptions as SE
     ep = public_endpoint(self.endpoint)
-    w = SPARQLWrapper(self.endpoint, agent=self.user_agent)
+    u = urllib.parse.urlsplit(self.endpoint)
+    w = SPARQLWrapper(urllib.parse.urlunsplit(u._replace(netloc=u.netloc.rsplit('@', 1)[-1], query='')), agent=self.user_agent)
+    if u.username is not None: w.setCredentials(urllib.parse.unquote(u.username), urllib.parse.unquote(u.password or ''))
+    for k, v in urllib.parse.parse_qsl(u.query, keep_blank_values=True): w.addParameter(k, v)  # SPARQLWrapper cannot take them in the URL
     full = self._with_prefixes(query)
     w.setQuery(full); w.queryType = form
     w.setReturnFormat(JSON if form in ('SELECT', 'ASK') else TURTLE)
