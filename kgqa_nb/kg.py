@@ -247,7 +247,8 @@ def bfs_distances(self: KnowledgeGraph, sources,  # entity indices to start from
                   max_hops: int | None = None,  # stop after this many hops (unreached = -1)
                   direction: str = 'both'):  # 'both' (undirected), 'out' (follow head->tail) or 'in'
     "Hop distance of every entity from the nearest source (-1 when unreached)."
-    csr = {'both': self.und_csr, 'out': self.out_csr, 'in': self.in_csr}[direction]
+    if direction not in ('both', 'out', 'in'): raise ValueError(f"direction must be 'both', 'out' or 'in', not {direction!r}")
+    csr = getattr(self, {'both': 'und_csr', 'out': 'out_csr', 'in': 'in_csr'}[direction])  # build only the view needed
     dist = np.full(self.num_entities, -1, dtype=np.int64)
     frontier = np.unique(np.asarray(sources, dtype=np.int64)); dist[frontier] = 0; d = 0
     while len(frontier) and (max_hops is None or d < max_hops):
@@ -255,7 +256,7 @@ def bfs_distances(self: KnowledgeGraph, sources,  # entity indices to start from
         lens = ends - starts
         if lens.sum() == 0: break
         idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-        nxt = np.unique(csr.nbr[idx]); nxt = nxt[dist[nxt] < 0]
+        nxt = csr.nbr[idx]; nxt = np.unique(nxt[dist[nxt] < 0])  # drop visited nodes before sorting
         d += 1; dist[nxt] = d; frontier = nxt
     return dist
 
