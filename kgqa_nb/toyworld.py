@@ -424,7 +424,11 @@ def _people(w: _World, geo: dict, n: int) -> dict:
     for j in range(3): w.link('P106', H, np.where(occ[:, j] >= 0, O[np.maximum(occ[:, j], 0)], -1))
     occ_label = [OCCUPATIONS[o] for o in occ[:, 0]]
     for i in range(n): w.descs[H[i]] = f"{geo['demonym'][cit[i]]} {occ_label[i]}"
-    has_occ = lambda *names: np.flatnonzero(np.isin(occ, [occ_of[x] for x in names]).any(1))
+    def has_occ(*names):  # people with any of these occupations; in a tiny world that lacks them, someone of the same walk
+        who = np.flatnonzero(np.isin(occ, [occ_of[x] for x in names]).any(1))
+        if len(who): return who
+        same = [i for i, k in enumerate(walks) if set(names) & set(WALKS[k][1])]
+        return np.flatnonzero(np.isin(walk, same)) if np.isin(walk, same).any() else np.arange(n)
     return dict(H=H, gender=gender, year=year, fame=fame, walk=walk, walks=walks, cit=cit, lang=lang, sport=sport,
                 has_occ=has_occ, O=O)
 
@@ -566,23 +570,32 @@ _TITLES = {
     'film': {'The {adj} {noun}': 4, '{adj} {noun}': 2, 'The {noun} of {city}': 1, '{noun} in {city}': 1, 'A {noun} for {given}': 1,
              "{given}'s {noun}": 1, 'Beyond the {noun}': 0.5, 'Return to {city}': 0.5, 'The {noun} and the {noun2}': 1,
              'Night in {city}': 0.3, 'The Last {noun} of {city}': 0.5},
-    'album': {'{adj} {noun}s': 3, '{noun}s of {noun2}': 1, 'Songs from {city}': 0.5, 'Live in {city}': 0.5, '{noun} Sessions': 1,
+    'album': {'{adj} {nouns}': 3, '{nouns} of {noun2}': 1, 'Songs from {city}': 0.5, 'Live in {city}': 0.5, '{noun} Sessions': 1,
               '{adj} Days': 0.3, '{adj} {noun}': 2, 'The {noun} Tapes': 0.5},
     'song': {'{adj} {noun}': 2, 'My {adj} {noun}': 1, "{verb} the {noun}": 1, "Don't {verb} Me": 0.3, '{noun} Song': 0.5,
              'Take Me to {city}': 0.3, '{given}': 0.2, '{given}, {verb} Me': 0.3, 'The {noun} Waltz': 0.3, '{adj} {noun} Blues': 0.3},
-    'book': {"The {noun}'s {noun2}": 3, 'A {adj} {noun}': 1, 'The {adj} {noun}s': 1, '{noun} at {city}': 1, 'Letters from {city}': 0.5,
+    'book': {"The {noun}'s {noun2}": 3, 'A {adj} {noun}': 1, 'The {adj} {nouns}': 1, '{noun} at {city}': 1, 'Letters from {city}': 0.5,
              'The House in {city}': 0.3, '{given} and the {noun}': 1, 'A History of {city}': 0.2},
-    'band': {'The {adj} {noun}s': 3, '{noun} {noun2}': 1, 'The {noun}s': 1, '{adj} {noun}': 1, '{city} {noun}s': 0.5},
+    'band': {'The {adj} {nouns}': 3, '{noun} {noun2}': 1, 'The {nouns}': 1, '{adj} {noun}': 1, '{city} {nouns}': 0.5},
 }
+
+def _plural(noun: str) -> str:
+    "English plural of a title noun ('Wolf' -> 'Wolves', 'Lily' -> 'Lilies', 'Fox' -> 'Foxes')."
+    irregular = {'Child': 'Children', 'Wolf': 'Wolves', 'Thief': 'Thieves'}
+    if noun in irregular: return irregular[noun]
+    if noun.endswith('y') and noun[-2] not in 'aeiou': return noun[:-1] + 'ies'
+    if noun.endswith(('s', 'x', 'ch', 'sh')): return noun + 'es'
+    return noun + 's'
 
 def _title_maker(kind: str, w: _World, cities):
     "A label maker for titles of one kind."
-    return _templates(_TITLES[kind], adj=ADJ, noun=NOUN, noun2=NOUN, verb=VERB, given=GIVEN_F + GIVEN_M, city=cities)
+    return _templates(_TITLES[kind], adj=ADJ, noun=NOUN, noun2=NOUN, nouns=[_plural(x) for x in NOUN], verb=VERB,
+                      given=GIVEN_F + GIVEN_M, city=cities)
 
 def _year_descs(w: _World, E, years, what: str, by) -> None:
     for e, y, b in zip(E.tolist(), years.tolist(), by.tolist()): w.descs[e] = f'{y} {what} {w.labels[b]}'
 
-# %% ../nbs/02_toyworld.ipynb #c042
+# %% ../nbs/02_toyworld.ipynb #c043
 def _films(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     "Films with director, cast, screenwriter, genre, country, language, production company, composer and awards."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -629,7 +642,7 @@ def _works_awards(w: _World, org: dict, field: str, E, p):
     got = np.flatnonzero(w.rng.random(len(E)) < p)
     w.link('P166', E[got], aw['E'][sel[w.rng.choice(len(sel), len(got), p=aw['w'][sel] / aw['w'][sel].sum())]])
 
-# %% ../nbs/02_toyworld.ipynb #c044
+# %% ../nbs/02_toyworld.ipynb #c045
 def _music(w: _World, geo: dict, ppl: dict, org: dict, n_bands: int, n_albums: int):
     "Bands, solo artists, albums and songs, with performers, labels, genres, instruments and discographies."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -685,7 +698,7 @@ def _music(w: _World, geo: dict, ppl: dict, org: dict, n_bands: int, n_albums: i
     w.link('P86', S, np.where(rng.random(len(S)) < 0.6, H[by_fame(composers, len(S))], perf[p[sa]]))
     for s, a in zip(S.tolist(), sa.tolist()): w.descs[s] = f'song by {w.labels[perf[p[a]]]}'
 
-# %% ../nbs/02_toyworld.ipynb #c045
+# %% ../nbs/02_toyworld.ipynb #c046
 def _books(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     "Books with author, publisher, language, country and awards; authors' notable works."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -705,7 +718,7 @@ def _books(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     _works_awards(w, org, 'writing', K, 0.1)
     _notable(w, H, a, K, 0.6)
 
-# %% ../nbs/02_toyworld.ipynb #c047
+# %% ../nbs/02_toyworld.ipynb #c048
 _TEAM_NAMES = {
     'association football': ('FC {city}', '{city} United', '{city} Rovers', 'Real {city}', 'Sporting {city}', '{city} Athletic',
                              '{city} City FC'),
@@ -756,15 +769,15 @@ def _sport(w: _World, geo: dict, ppl: dict, n_teams: int, n_events: int):
         fmts = {'tennis': ('{y} {dem} Open', '{y} {city} Open'), 'athletics': ('{city} Marathon {y}', '{y} {dem} Athletics Championships'),
                 'cycling': ('{y} Tour of {country}', '{y} {city} Classic'), 'chess': ('{city} Chess Olympiad {y}', '{y} {dem} Chess Championship'),
                 'association football': ('{y} {dem} Cup', '{y} {dem} Cup Final')}.get(sp, ('{y} {dem} {Sp} Championship', '{y} {city} {Sp} Cup'))
-        labs.append(_first_free(w, [f.format(y=y, dem=dem, city=cn, country=w.labels[geo['C'][k_]], Sp=sp.capitalize()) for f in fmts]
-                                + [f'{y} {cn} {sp.capitalize()} Tournament {j}' for j in range(2, 50)]))
+        labs.append(_first_free(w, [f.format(y=y, dem=dem, city=cn, country=w.labels[geo['C'][k_]], Sp=sp.title()) for f in fmts]
+                                + [f'{y} {cn} {sp.title()} Tournament {j}' for j in range(2, 50)]))
     Ev = w.add('event', labs, [f'{SPORTS[s][0]} competition held in {y}' for s, y in zip(es, ey)]); w.typed('event', Ev)
     w.link('P641', Ev, Sp[es]); w.link('P17', Ev, geo['C'][ecountry]); w.link('P276', Ev, geo['T'][ecity])
     k = rng.integers(4, 13, n_events); e = np.repeat(np.arange(n_events), k)
     who = _pick_window(rng, sport[ath] * 10_000 + year[ath], es[e] * 10_000 + ey[e] - 40, es[e] * 10_000 + ey[e] - 15)
     w.link('P710', Ev[e], np.where(who >= 0, H[ath[np.maximum(who, 0)]], -1), inv='P1344')
 
-# %% ../nbs/02_toyworld.ipynb #c049
+# %% ../nbs/02_toyworld.ipynb #c050
 def _assemble(w: _World, name: str, missing_fraction: float, rng_missing):
     "The KnowledgeGraph of world `w`, and the deleted facts as an (h, r, t) ID DataFrame."
     pids = list(RELATIONS); pidx = {p: i for i, p in enumerate(pids)}
@@ -785,10 +798,10 @@ def _assemble(w: _World, name: str, missing_fraction: float, rng_missing):
                         [RELATIONS[p][1] for p in pids], name=name)
     return kg, deleted
 
-# %% ../nbs/02_toyworld.ipynb #c051
+# %% ../nbs/02_toyworld.ipynb #c052
 _BASE_COUNTS = dict(countries=18, cities=760, people=1300, companies=100, labels=30, universities=60, awards=80, films=600,
                     bands=80, albums=300, books=340, teams=100, events=80)  # at scale=1
-_MIN_COUNTS = dict(countries=3, cities=6, people=100, companies=10, labels=3, universities=3, awards=5, films=5, bands=2, albums=3,
+_MIN_COUNTS = dict(countries=3, cities=6, people=300, companies=10, labels=3, universities=3, awards=5, films=5, bands=2, albums=3,
                    books=3, teams=3, events=2)
 
 def make_toyworld(seed: int = 0,  # RNG seed: same seed and parameters give a byte-identical KG
@@ -817,7 +830,7 @@ def make_toyworld(seed: int = 0,  # RNG seed: same seed and parameters give a by
     kg, deleted = _assemble(w, name, float(missing_fraction), np.random.default_rng(missing_ss))
     return (kg, deleted) if return_deleted else kg
 
-# %% ../nbs/02_toyworld.ipynb #c053
+# %% ../nbs/02_toyworld.ipynb #c054
 def missing_inverses(kg: KnowledgeGraph, inverse_of: dict = INVERSE_OF) -> np.ndarray:
     "Indices of triples (h, r, t) for which no (t, r', h) with r' in `inverse_of[r]` is in the KG."
     bad = []
