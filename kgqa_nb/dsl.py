@@ -162,7 +162,7 @@ class _Parser:
     @staticmethod
     def describe(t): return _TOKEN_NAMES['EOF'] if t[0] == 'EOF' else repr(t[1])
 
-    def query(self, depth):
+    def query(self, depth, bare_ok=False):
         start = self.peek()
         if depth > MAX_DEPTH: self.fail(f'query nested deeper than {MAX_DEPTH} levels')
         q = self.primary(depth)
@@ -176,7 +176,7 @@ class _Parser:
             else: self.fail(f"expected a relation ID (P<digits>) after '->', found {self.describe(t)}")
             if query_depth(q) + depth >= MAX_DEPTH: self.fail(f'query nested deeper than {MAX_DEPTH} levels', t)
             q = Projection(q, t[1], inv)
-        if isinstance(q, Entity) and not self.allow_bare: self.fail('a bare entity is not a query: project it with -> P<digits>', start)
+        if isinstance(q, Entity) and not (self.allow_bare or bare_ok): self.fail('a bare entity is not a query: project it with -> P<digits>', start)
         return q
 
     def primary(self, depth):
@@ -194,7 +194,7 @@ class _Parser:
             if len(ops) < 2: self.fail('AND needs at least 2 operands', close)
             return Intersection(tuple(ops))
         if t[0] == 'LPAREN':
-            self.next(); q = self.query(depth + 1)
+            self.next(); q = self.query(depth + 1, bare_ok=True)  # `(Q1) -> P1` is fine even when strict
             if self.peek()[0] == 'COMMA': self.fail("',' inside parentheses: BetaE tuples are not the DSL; write AND(query, query, ...) to intersect")
             self.expect('RPAREN', 'to close the group')
             return q

@@ -65,6 +65,8 @@ def test_bare_entity_option_and_type_errors():
     assert parse_query('Q5') == Entity('Q5')
     with pytest.raises(DSLSyntaxError): parse_query('Q5', allow_bare_entity=False)
     with pytest.raises(DSLSyntaxError): parse_query('AND(Q5, Q1 -> P1)', allow_bare_entity=False)
+    with pytest.raises(DSLSyntaxError): parse_query('(Q5)', allow_bare_entity=False)
+    assert parse_query('AND((Q5) -> P1, Q2 -> P2)', allow_bare_entity=False)
     with pytest.raises(TypeError): parse_query(None)
 
 # ---------------------------------------------------------------- hypothesis: random ASTs and fuzzing
