@@ -139,7 +139,7 @@ def check_read_only(query: str, max_chars: int = MAX_QUERY_CHARS) -> None:
     "Raise `UnsafeQueryError` unless `query` is one read-only query without SERVICE; every store calls this first."
     query_form(query, max_chars)
 
-# %% ../nbs/03_sparql.ipynb #c017
+# %% ../nbs/03_sparql.ipynb #c018
 def normalize_query(query: str) -> str:
     "The query with comments dropped and whitespace collapsed (a cache key that ignores layout)."
     return ' '.join(t for k, t in sparql_tokens(query) if k != 'comment')
@@ -149,7 +149,7 @@ def declared_prefixes(query: str) -> set:
     toks = [x for x in sparql_tokens(query) if x[0] != 'comment']
     return {toks[i + 1][1][:-1] for i, (k, t) in enumerate(toks[:-1]) if k == 'name' and t.upper() == 'PREFIX' and toks[i + 1][0] == 'pname'}
 
-# %% ../nbs/03_sparql.ipynb #c020
+# %% ../nbs/03_sparql.ipynb #c021
 class SparqlStore:
     "A read-only SPARQL store: `select`, `construct`, `ask` (subclasses implement `_execute`)."
     prefixes: dict = SPARQL_PREFIXES  # predeclared prefixes (Wikidata's conventions)
@@ -181,7 +181,7 @@ class SparqlStore:
 
     def _execute(self, query: str, form: str, timeout: float | None): raise NotImplementedError
 
-# %% ../nbs/03_sparql.ipynb #c022
+# %% ../nbs/03_sparql.ipynb #c023
 class EndpointError(SparqlError):
     "A SPARQL endpoint failed; `status` is the HTTP status when there was one."
     def __init__(self, msg: str, endpoint: str = '', status: int | None = None, attempts: int = 1):
@@ -206,7 +206,7 @@ class MalformedResponse(EndpointError):
 class CacheMissError(SparqlError, LookupError):
     "Replay-only cache mode and the request is not in the cache."
 
-# %% ../nbs/03_sparql.ipynb #c023
+# %% ../nbs/03_sparql.ipynb #c024
 def _materialize(res, form: str, cancel: threading.Event | None = None):
     "Turn a pyoxigraph query result into the interface's Python values."
     if form == 'ASK':
@@ -239,16 +239,15 @@ def parse_results(body: bytes, form: str, content_type: str = '', endpoint: str 
     except (SyntaxError, ValueError, TypeError, OSError) as e:
         raise MalformedResponse(f'cannot parse the {form} response ({type(e).__name__}: {str(e)[:200]}); body starts {body[:80]!r}', endpoint) from None
 
-# %% ../nbs/03_sparql.ipynb #c026
+# %% ../nbs/03_sparql.ipynb #c027
 class _IterReader:
     "A binary file-like view of an iterator of str chunks (what `bulk_load` reads from)."
-    def __init__(self, it, batch: int = 4096): self.it, self.buf, self.batch = iter(it), b'', batch
+    def __init__(self, it, batch: int = 2048): self.it, self.buf, self.pos, self.batch = iter(it), b'', 0, batch
     def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self.buf) < n:
-            chunk = ''.join(x for _, x in zip(range(self.batch), self.it))
-            if not chunk: break
-            self.buf += chunk.encode()
-        out, self.buf = (self.buf, b'') if n < 0 else (self.buf[:n], self.buf[n:])
+        if self.pos >= len(self.buf):  # refill with the next batch of lines
+            self.buf, self.pos = ''.join(x for _, x in zip(range(self.batch), self.it)).encode(), 0
+        if n < 0: out, self.buf = self.buf[self.pos:] + b''.join(x.encode() for x in self.it), b''; return out
+        out = self.buf[self.pos:self.pos + n]; self.pos += len(out)
         return out
 
 class OxigraphStore(SparqlStore):
@@ -292,7 +291,7 @@ class OxigraphStore(SparqlStore):
         try: return self.store.query(query, prefixes=self.prefixes)
         except SyntaxError as e: raise QuerySyntaxError(f'{e} in query: {query[:200]!r}') from None
 
-# %% ../nbs/03_sparql.ipynb #c030
+# %% ../nbs/03_sparql.ipynb #c031
 def _run_forked(fn, timeout: float) -> bytes:
     "Run `fn() -> bytes` in a forked child; return its bytes, or kill it at the deadline and raise `QueryTimeout`."
     deadline = time.monotonic() + timeout
@@ -342,14 +341,14 @@ def _run_threaded(fn, timeout: float):
     if 'e' in box: raise box['e']
     return box['v']
 
-# %% ../nbs/03_sparql.ipynb #c032
+# %% ../nbs/03_sparql.ipynb #c033
 @patch
 def _execute(self: OxigraphStore, query: str, form: str, timeout: float | None):
     if timeout is None: return _materialize(self._raw(query), form)
     if self.isolation == 'fork': return parse_results(_run_forked(lambda: _serialize(self._raw(query), form), timeout), form, 'application/n-triples')
     return _run_threaded(lambda cancel: _materialize(self._raw(query), form, cancel), timeout)
 
-# %% ../nbs/03_sparql.ipynb #c042
+# %% ../nbs/03_sparql.ipynb #c043
 class _SparqlHandler(BaseHTTPRequestHandler):
     server_version = 'kgqa_nb-sparql/0.1'
     def log_message(self, *a): pass
@@ -413,7 +412,7 @@ def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', h
     try: yield srv
     finally: srv.stop()
 
-# %% ../nbs/03_sparql.ipynb #c044
+# %% ../nbs/03_sparql.ipynb #c045
 def public_endpoint(url: str) -> str:
     "The endpoint URL without user:password and without secret-looking query parameters (what may be stored)."
     u = urllib.parse.urlsplit(url)
@@ -426,7 +425,7 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     "sha256 of (public endpoint, normalised query, form): the record/replay cache key."
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
-# %% ../nbs/03_sparql.ipynb #c046
+# %% ../nbs/03_sparql.ipynb #c047
 class ResponseCache:
     "Append-only JSON-lines record/replay cache of endpoint responses."
     MODES = ('readwrite', 'replay', 'off')
@@ -447,7 +446,7 @@ class ResponseCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, 'a', encoding='utf-8') as f: f.write(json.dumps(rec, ensure_ascii=False) + '\n')
 
-# %% ../nbs/03_sparql.ipynb #c047
+# %% ../nbs/03_sparql.ipynb #c048
 def _default_user_agent() -> str:
     from importlib import metadata
     try: v = metadata.version('kgqa_nb')
@@ -476,7 +475,7 @@ class RemoteSparqlStore(SparqlStore):
         have = declared_prefixes(query)
         return ''.join(f'PREFIX {p}: <{iri}>\n' for p, iri in self.prefixes.items() if p not in have) + query
 
-# %% ../nbs/03_sparql.ipynb #c049
+# %% ../nbs/03_sparql.ipynb #c050
 def _retry_after(headers) -> float | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError): return float(headers.get('Retry-After'))
     return None
@@ -515,7 +514,7 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
         raise EndpointUnreachable(f'connection failed: {type(e).__name__}: {e}', ep) from None
     except SE.SPARQLWrapperException as e: raise EndpointError(f'SPARQLWrapper error: {str(e)[:300]}', ep) from None
 
-# %% ../nbs/03_sparql.ipynb #c050
+# %% ../nbs/03_sparql.ipynb #c051
 def _retryable(e: EndpointError) -> bool:
     return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and (e.status == 429 or (e.status or 0) >= 500))
 
