@@ -4,7 +4,7 @@
 
 # %% ../nbs/12b_spanalysis.ipynb #c002
 from __future__ import annotations
-import fcntl, hashlib, json
+import fcntl, hashlib, json, re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,9 +20,9 @@ from .isomorphism import IsomorphismError, classify_answer_subgraph
 from .minimality import seed_paths, subset_query
 
 # %% auto #0
-__all__ = ['SOURCES', 'AnswerNodeError', 'local_view', 'question_path_stats', 'sp_mask', 'tree_records', 'load_records', 'locked',
-           'records_fingerprint', 'analyse_dataset', 'table6', 'fig9_shortcuts', 'fig9_parallel_paths', 'gold_answers',
-           'reader_hits', 'fig4_table']
+__all__ = ['SOURCES', 'AnswerNodeError', 'local_view', 'question_path_stats', 'sp_mask', 'tree_records', 'load_analysis_kg',
+           'load_records', 'locked', 'records_fingerprint', 'analyse_dataset', 'table6', 'fig9_shortcuts',
+           'fig9_parallel_paths', 'gold_answers', 'reader_hits', 'fig4_table']
 
 # %% ../nbs/12b_spanalysis.ipynb #c006
 class AnswerNodeError(ValueError):
@@ -75,36 +75,49 @@ def tree_records(kg: KnowledgeGraph, n: int,  # number of questions
     return pd.DataFrame(recs)
 
 # %% ../nbs/12b_spanalysis.ipynb #c026
+def load_analysis_kg(name: str) -> KnowledgeGraph:
+    "A KG by `load_kg` name, path, or folder name inside the data dir; a clear error when it is not on this machine."
+    from kgqa_nb.kg import KG_REGISTRY, load_kg
+    from kgqa_nb.core import data_dir
+    if name in KG_REGISTRY or Path(name).expanduser().exists(): return load_kg(name)
+    if data_dir(name).exists(): return load_kg(str(data_dir(name)))
+    raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KG_REGISTRY)}) nor a folder under {data_dir()}: '
+                            f'put it there in synth-kgqa or TSV layout (for GTSQA: ogbl-wikikg2 as {data_dir(name)})')
+
+# %% ../nbs/12b_spanalysis.ipynb #c029
 SOURCES = ('generated', 'gtsqa', 'random-trees')
 
 def load_records(source: str,  # 'generated' | 'gtsqa' | 'random-trees'
-                 kg: KnowledgeGraph,  # the KG the question graphs are cut from
-                 n_questions: int = 0,  # questions to keep per split (0 = all; generated: the target size)
+                 kg: str | KnowledgeGraph = 'toyworld',  # KG name for `load_kg` (generated data) or the KG itself (random trees)
+                 n_questions: int = 0,  # generated: the target size; gtsqa: questions kept per split (0 = all); random-trees: count
                  seed: int = 0,  # RNG seed of generation and subsampling
                  split: str = 'test',  # 'train' | 'test' | 'all'
-                 backend: str = 'offline') -> pd.DataFrame:  # LLM backend of the generation pipeline ('generated' only)
-    "GTSQA-schema records of one source and split, with a `split` column."
+                 backend: str = 'offline',  # LLM backend of the generation pipeline ('generated' only)
+                 model: str | None = None,  # its model name (openai backend)
+                 base_url: str | None = None) -> pd.DataFrame:  # its OpenAI-compatible server
+    "GTSQA-schema records of one source and split, with a `split` column and provenance in `attrs`."
     if source not in SOURCES: raise ValueError(f'unknown source {source!r}: use one of {SOURCES}')
     if split not in ('train', 'test', 'all'): raise ValueError(f"split must be 'train', 'test' or 'all', not {split!r}")
     splits = ['train', 'test'] if split == 'all' else [split]
     if source == 'random-trees':
+        if not isinstance(kg, KnowledgeGraph): raise TypeError("source 'random-trees' needs the KnowledgeGraph itself")
         df = tree_records(kg, n_questions or 100, seed).assign(split='test')
-        return df if split in ('test', 'all') else df.iloc[:0]
-    if source == 'gtsqa':
-        from kgqa_nb.dataset import load_gtsqa
-        frames = {s: load_gtsqa(s) for s in splits}
-    else:
-        from kgqa_nb.dataset import read_dataset
-        from kgqa_nb.gtsqa import ensure_dataset  # the generation chapter (10b)
-        dp = ensure_dataset(kg=kg, n_target=n_questions, seed=seed, backend=backend)
-        frames = {s: read_dataset(getattr(dp, s)) for s in splits}
-    out = []
-    for s, df in frames.items():
-        if n_questions and source == 'gtsqa' and len(df) > n_questions: df = df.sample(n_questions, random_state=seed).sort_index()
-        out.append(df.assign(split=s))
-    return pd.concat(out, ignore_index=True)
+        df = df if 'test' in splits else df.iloc[:0]
+        df.attrs.update(kg=kg.name, llm_backend=None, source=source); return df
+    from kgqa_nb.gtsqa import load_source  # the dataset chapter (10b)
+    kw = dict(kg=kg if isinstance(kg, str) else kg.name, n_target=n_questions, seed=seed, backend=backend, model=model,
+              base_url=base_url) if source == 'generated' else {}
+    src = load_source(source, **kw)
+    frames = []
+    for s in splits:
+        df = getattr(src, s)
+        if source == 'gtsqa' and n_questions and len(df) > n_questions: df = df.sample(n_questions, random_state=seed).sort_index()
+        frames.append(df.assign(split=s))
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs.update(kg=src.kg, llm_backend=src.llm_backend, source=source)
+    return out
 
-# %% ../nbs/12b_spanalysis.ipynb #c029
+# %% ../nbs/12b_spanalysis.ipynb #c032
 @contextmanager
 def locked(folder):
     "Hold an exclusive lock on `folder/.lock` (blocking) while the block runs."
@@ -124,7 +137,7 @@ def records_fingerprint(records: pd.DataFrame) -> str:
     rows = [[_plain(r.get(c)) for c in cols] for r in records.to_dict('records')]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
-# %% ../nbs/12b_spanalysis.ipynb #c032
+# %% ../nbs/12b_spanalysis.ipynb #c035
 def _record_meta(rec: dict) -> dict:
     iso, hops = rec.get('graph_isomorphism'), rec.get('n_hops')
     if iso is None or hops is None or (isinstance(hops, float) and np.isnan(hops)):
@@ -134,7 +147,7 @@ def _record_meta(rec: dict) -> dict:
         except IsomorphismError: pass
     return dict(id=str(rec['id']), split=rec.get('split'), n_hops=None if hops is None else int(hops), graph_isomorphism=iso)
 
-# %% ../nbs/12b_spanalysis.ipynb #c033
+# %% ../nbs/12b_spanalysis.ipynb #c036
 def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records (with a `split` column)
                     cache_dir,  # folder for question graphs (qgraphs/) and the cached tables
                     convention: str = 'synth-kgqa',  # shortest-path convention of the analysis
@@ -143,9 +156,11 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     "Per-question and per-seed tables of the shortest-path analysis, and the question-graph paths (cached in `cache_dir`)."
     if convention not in CONVENTIONS: raise UnknownConventionError(f'unknown convention {convention!r}: use one of {CONVENTIONS}')
     if not len(records): raise ValueError('no records to analyse')
-    cache_dir = Path(cache_dir)
-    meta = dict(fingerprint=records_fingerprint(records), kg=kg.name, kg_triples=kg.num_triples, convention=convention, seed=seed,
+    meta = dict(fingerprint=records_fingerprint(records), kg=kg.name, kg_triples=kg.num_triples, seed=seed,
                 qgraphs=dict(sorted(qgraph_kwargs.items())))
+    key = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cache_dir = Path(cache_dir) / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', kg.name)}-{key}"  # one folder per dataset and graph settings
+    meta['convention'] = convention
     qf, sf, mf = (cache_dir / f'{n}-{convention}.{ext}' for n, ext in (('questions', 'csv'), ('seeds', 'csv'), ('meta', 'json')))
     with locked(cache_dir):
         paths = build_question_graphs(kg, records, cache_dir / 'qgraphs', seed=seed, **qgraph_kwargs)
@@ -160,7 +175,7 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
         q.to_csv(qf, index=False); s.to_csv(sf, index=False); mf.write_text(json.dumps(meta) + '\n')
     return q, s, paths
 
-# %% ../nbs/12b_spanalysis.ipynb #c037
+# %% ../nbs/12b_spanalysis.ipynb #c040
 def table6(questions: pd.DataFrame) -> pd.DataFrame:
     "Table 6: per # hops, the mean % GT triples in SP, % SP triples in GT, # GT and # SP triples, and the question count."
     g = questions.dropna(subset=['n_hops']).groupby('n_hops')
@@ -184,7 +199,7 @@ def fig9_parallel_paths(seeds: pd.DataFrame) -> pd.DataFrame:
                              paths_q25=g.quantile(.25), paths_median=g.median(), paths_q75=g.quantile(.75),
                              paths_max=g.max())).reset_index()
 
-# %% ../nbs/12b_spanalysis.ipynb #c041
+# %% ../nbs/12b_spanalysis.ipynb #c044
 def gold_answers(kg: KnowledgeGraph, rec: dict) -> tuple[set, list]:
     "The question's answer IDs (both GTSQA answer columns and the answer node) and their labels."
     ids = record_answers(rec, 'all_answers_wikidata') | record_answers(rec, 'all_answers_wikikg2') | {parse_item(rec['answer_node'])[1]}
@@ -212,7 +227,7 @@ def reader_hits(kg: KnowledgeGraph, records: pd.DataFrame,  # the analysed recor
                          pred_sp='|'.join(map(str, ps)), pred_gt='|'.join(map(str, pg))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/12b_spanalysis.ipynb #c044
+# %% ../nbs/12b_spanalysis.ipynb #c047
 def fig4_table(questions: pd.DataFrame, hits: pd.DataFrame) -> pd.DataFrame:
     "Figure 4: per isomorphism type, mean % GT triples in SP and Hits (%) of the reader with SP and with GT triples."
     d = questions.merge(hits[['id', 'hit_sp', 'hit_gt']], on='id', validate='one_to_one').dropna(subset=['graph_isomorphism'])
