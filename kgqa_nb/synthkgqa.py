@@ -274,7 +274,7 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
                  done: dict, seconds: float, processed: int) -> dict:
     "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log."
     outs = [done[i] for i in sorted(done)]
-    records = [o['record'] for o in outs if o['status'] == 'accepted'][:cfg.n_target]
+    records = [empty_record(**o['record']) for o in outs if o['status'] == 'accepted'][:cfg.n_target]  # GTSQA column order
     write_jsonl(records, out / 'records.jsonl')
     flog = FilterLog()
     for o in outs: flog.add(None if o['status'] == 'accepted' else o['reason'])

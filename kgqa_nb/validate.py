@@ -315,7 +315,9 @@ def _full_subgraph_check(kg, store, shape, triples, seeds, timeout):
         t = (kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[o])
         if t not in have: return _reject('triple_not_in_full_subgraph', f'{"-".join(t)} is not realised by the query')
     nodes = {x for h, _, o in full for x in (h, o)}
-    for s in seeds:
+    positive = {t[3:] if t.startswith('wd:') else t[len(WD) + 1:-1] for p in shape.patterns for t in p if t.startswith(('wd:', f'<{WD}'))}
+    for s in seeds:  # a seed named only inside FILTER NOT EXISTS cannot be in the CONSTRUCT's triples
+        if shape.kind == 'not_exists' and kg.entity_ids[s] not in positive: continue
         if kg.entity_ids[s] not in nodes: return _reject('seed_not_in_full_subgraph', f'{kg.entity_text(s)} is not in the full answer subgraph')
     return [list(t) for t in full]
 
