@@ -1,0 +1,115 @@
+"""ensure_dataset: caching (a second call builds nothing), the folder lock (parallel processes build once, a killed holder
+frees it), the zero-shot split rules on a generated dataset, and clear errors for missing published data."""
+import json, os, signal, subprocess, sys, textwrap, time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kgqa_nb import gtsqa
+from kgqa_nb.dataset import SplitConfig, SplitResult, build_split, check_split, read_jsonl
+
+N = 60  # small generated datasets (a few seconds each on toyworld with the offline model)
+
+
+def _mtimes(p: gtsqa.DatasetPaths) -> dict:
+    return {f: f.stat().st_mtime_ns for f in (p.train, p.test, p.records, p.card, p.summary, p.split)}
+
+
+def test_second_call_reuses_everything(tmp_path, monkeypatch):
+    p = gtsqa.ensure_dataset(n_target=N, root=tmp_path)
+    before = _mtimes(p)
+    def boom(*a, **k): raise AssertionError('the pipeline ran again')
+    monkeypatch.setattr(gtsqa, '_generate', boom)
+    monkeypatch.setattr(gtsqa, '_write_split', boom)
+    p2 = gtsqa.ensure_dataset(n_target=N, root=tmp_path)
+    assert p2 == p and _mtimes(p2) == before
+    # a different split rule reuses the generation run but must cut a new split (which we forbade above)
+    with pytest.raises(AssertionError, match='ran again'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, unseen_relation_share=0.2)
+    # a different generation parameter gets its own folder
+    with pytest.raises(AssertionError, match='ran again'): gtsqa.ensure_dataset(n_target=N, seed=1, root=tmp_path)
+
+
+def test_split_files_obey_the_zero_shot_rules(tmp_path):
+    p = gtsqa.ensure_dataset(n_target=200, root=tmp_path)
+    info = json.loads(p.split.read_text())
+    train, test, recs = read_jsonl(p.train), read_jsonl(p.test), read_jsonl(p.records)
+    assert len(train) > 0 and len(test) > 0 and len(train) + len(test) <= len(recs)
+    cfg = info['split_config']
+    # the files themselves, checked as a split
+    res = SplitResult(train, test, info['unseen_relations'], list(cfg['unseen_graph_types']))
+    assert check_split(res, cfg['answers_column']) == []
+    # and rebuilding the split from the records with the recorded rules gives the same questions
+    again = build_split(recs, SplitConfig(**{**cfg, 'unseen_graph_types': tuple(cfg['unseen_graph_types'])}))
+    assert check_split(again, cfg['answers_column']) == []
+    assert sorted(again.train['id']) == sorted(train['id']) and sorted(again.test['id']) == sorted(test['id'])
+    assert set(train['test_type'].map(tuple)) == {('training',)}
+    assert all(gtsqa.is_complex_type(t) for t in cfg['unseen_graph_types'])
+    assert info['unseen_graph_types_rule'] == 'auto'
+    card = p.card.read_text()
+    assert '## Split rules' in card and ('NOT satisfied' in card) == bool(info['unsatisfied'])
+
+
+_BUILDER = textwrap.dedent('''
+    import json, os, sys, time
+    from kgqa_nb import gtsqa
+    root, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    real = gtsqa._generate
+    def counted(folder, gen, concurrency=None):
+        with open(log, 'a') as f: f.write(f'{os.getpid()}\\n')
+        time.sleep(1.0)  # widen the window in which the other process must wait
+        return real(folder, gen, concurrency)
+    gtsqa._generate = counted
+    p = gtsqa.ensure_dataset(n_target=n, root=root)
+    print(json.dumps([str(p.train), str(p.test)]))
+''')
+
+
+def test_parallel_processes_build_once(tmp_path):
+    log = tmp_path / 'builds.log'
+    env = {**os.environ, 'KGQA_PROGRESS': '0'}
+    procs = [subprocess.Popen([sys.executable, '-c', _BUILDER, str(tmp_path), str(log), str(N)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (o, e) in zip(procs, outs): assert p.returncode == 0, e[-2000:]
+    assert len(log.read_text().split()) == 1, 'both processes ran the generation pipeline'
+    paths = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    assert paths[0] == paths[1]
+    assert Path(paths[0][0]).read_text() and Path(paths[0][1]).exists()
+
+
+def test_a_killed_lock_holder_frees_the_lock(tmp_path):
+    folder = tmp_path / 'locked'
+    holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
+        import time
+        from kgqa_nb.gtsqa import folder_lock
+        with folder_lock({str(folder)!r}):
+            print('locked', flush=True); time.sleep(600)
+    ''')], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        with pytest.raises(gtsqa.DatasetLockTimeout):
+            with gtsqa.folder_lock(folder, timeout=0.5): pass
+    finally:
+        holder.send_signal(signal.SIGKILL); holder.wait()
+    with gtsqa.folder_lock(folder, timeout=5): pass
+
+
+def test_bad_parameters_are_named(tmp_path):
+    with pytest.raises(TypeError, match='not the string'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, unseen_graph_types='(1)')
+    with pytest.raises(TypeError, match='either a SplitConfig'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, split=SplitConfig(), id_per_type=3)
+    with pytest.raises(TypeError, match='unknown generation parameters'): gtsqa.generation_params(kg='toyworld', n_questions=3)
+    with pytest.raises(ValueError, match='unknown source'): gtsqa.load_source('nope')
+
+
+def test_published_gtsqa_missing_fails_clearly(monkeypatch, tmp_path):
+    monkeypatch.setenv('KGQA_DATA', str(tmp_path))  # an empty data dir: no gtsqa/ folder
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    with pytest.raises(FileNotFoundError, match='GTSQA'): gtsqa.load_source('gtsqa')
+
+
+def test_load_source_generated_matches_the_files(tmp_path):
+    src = gtsqa.load_source('generated', n_target=N, root=tmp_path)
+    assert src.name == 'generated' and 'offline' in src.llm_backend and src.kg.startswith('toyworld')
+    pd.testing.assert_frame_equal(src.train, read_jsonl(src.paths.train))
+    assert len(src.all) == len(src.train) + len(src.test)
