@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c002
 from __future__ import annotations
-import hashlib, json, os, platform, random, subprocess, sys, time, urllib.request
+import hashlib, json, os, platform, random, subprocess, sys, threading, time, urllib.request
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'paths', 'user_cache_dir', 'data_dir', 'ckpt_dir',
            'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device', 'git_state',
            'package_versions', 'hardware', 'redact', 'provenance', 'artifact_dirs', 'write_table', 'write_provenance',
-           'save_figure', 'progress', 'Timer']
+           'save_figure', 'progress', 'Timer', 'JsonlCache']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -212,3 +212,50 @@ class Timer:
     "Context manager measuring wall time in seconds (`.s`)."
     def __enter__(self): self.t0 = time.perf_counter(); return self
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
+
+# %% ../nbs/00_core.ipynb #c034
+class JsonlCache:
+    "Append-only JSON-lines cache of records keyed by `record['key']`; safe across threads and processes."
+    def __init__(self, path,  # the .jsonl file (created on first write)
+                 slim=None):  # record -> what to keep in memory (default: the whole record)
+        self.path, self.slim = Path(path), slim or (lambda r: r)
+        self._lock, self._entries, self._offset, self.bad_lines = threading.Lock(), {}, 0, 0
+        self.refresh()
+
+    def refresh(self):
+        "Read the records appended since the last read; skip corrupt lines, leave an unfinished last line for later."
+        with self._lock: self._refresh()
+
+    def _refresh(self):
+        if not self.path.exists(): return
+        with open(self.path, 'rb') as f:
+            f.seek(self._offset); data = f.read()
+        end = data.rfind(b'\n')
+        if end < 0: return
+        for line in data[:end].split(b'\n'):
+            if not line.strip(): continue
+            try: rec = json.loads(line); self._entries[rec['key']] = self.slim(rec)
+            except (ValueError, KeyError, TypeError, AttributeError): self.bad_lines += 1
+        self._offset += end + 1
+
+    def __len__(self): return len(self._entries)
+    def __contains__(self, key): return self.get(key) is not None
+
+    def get(self, key: str):
+        "The record stored under `key`, or None (re-reading the file first, for records other processes appended)."
+        with self._lock:
+            if key not in self._entries: self._refresh()
+            return self._entries.get(key)
+
+    def put(self, record: dict):
+        "Append one record (a dict with a 'key') as a single atomic line."
+        line = (json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=False) + '\n').encode()
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b'\n': line = b'\n' + line  # a crash left half a line: end it
+                if os.write(fd, line) != len(line): raise OSError(f"short write to {self.path} (disk full?)")
+            finally: os.close(fd)
+            self._entries[record['key']] = self.slim(record)

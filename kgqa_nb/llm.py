@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fastcore.basics import patch
 
-from .core import progress, user_cache_dir
+from .core import JsonlCache, progress, user_cache_dir
 
 # %% auto #0
 __all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'LLMError', 'CacheMissError', 'OfflineModelError', 'ChatResult',
@@ -175,55 +175,11 @@ def _slim(rec: dict) -> dict:
     "What a lookup needs from a record; the request (prompts can be ~100k tokens) stays in the file only."
     return {k: rec[k] for k in ('key', 'response', 'usage', 'model', 'created') if k in rec}
 
-class ResponseCache:
-    "Append-only JSON-lines cache of chat replies keyed by request hash; safe across threads and processes."
-    def __init__(self, path):  # the .jsonl file (created on first write)
-        self.path = Path(path)
-        self._lock, self._entries, self._offset, self.bad_lines = threading.Lock(), {}, 0, 0
-        self.refresh()
+class ResponseCache(JsonlCache):
+    "Chat-reply cache: a `JsonlCache` that keeps only the reply, usage and model in memory."
+    def __init__(self, path): super().__init__(path, slim=_slim)
 
-    def refresh(self):
-        "Read the records appended since the last read; skip corrupt lines, leave an unfinished last line for later."
-        with self._lock: self._refresh()
-
-    def _refresh(self):
-        if not self.path.exists(): return
-        with open(self.path, 'rb') as f:
-            f.seek(self._offset); data = f.read()
-        end = data.rfind(b'\n')
-        if end < 0: return
-        for line in data[:end].split(b'\n'):
-            if not line.strip(): continue
-            try: rec = json.loads(line); self._entries[rec['key']] = _slim(rec)
-            except (ValueError, KeyError, TypeError, AttributeError): self.bad_lines += 1
-        self._offset += end + 1
-
-    def __len__(self): return len(self._entries)
-    def __contains__(self, key): return self.get(key) is not None
-
-# %% ../nbs/04_llm.ipynb #c030
-@patch
-def get(self: ResponseCache, key: str):
-    "The record stored under `key`, or None (re-reading the file first, for records other processes appended)."
-    with self._lock:
-        if key not in self._entries: self._refresh()
-        return self._entries.get(key)
-
-@patch
-def put(self: ResponseCache, record: dict):
-    "Append one record (a dict with a 'key') as a single atomic line."
-    line = (json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=False) + '\n').encode()
-    with self._lock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b'\n': line = b'\n' + line  # a crash left half a line: end it
-            if os.write(fd, line) != len(line): raise OSError(f"short write to {self.path} (disk full?)")
-        finally: os.close(fd)
-        self._entries[record['key']] = _slim(record)
-
-# %% ../nbs/04_llm.ipynb #c033
+# %% ../nbs/04_llm.ipynb #c032
 _FAULT_RE = re.compile(r'^(ok|timeout|garbage|nochoices|drop|[45]\d\d(:\d+(\.\d+)?)?)$')
 
 def chat_completion(model: str, text: str, prompt_tokens: int, completion_tokens: int, finish_reason='stop') -> dict:
@@ -256,7 +212,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     def handle_error(self, request, client_address): pass  # clients that hang up on a held request are expected
 
-# %% ../nbs/04_llm.ipynb #c034
+# %% ../nbs/04_llm.ipynb #c033
 class OfflineChatServer:
     "Local OpenAI-compatible chat server answering with `offline_reply`, with scripted fault injection."
     def __init__(self, port: int = 0,  # 0 = any free port
@@ -278,7 +234,7 @@ class OfflineChatServer:
     def __exit__(self, *a): self.stop()
     def __repr__(self): return f'OfflineChatServer({self.url}, requests={len(self.requests)}, faults left={len(self.faults)})'
 
-# %% ../nbs/04_llm.ipynb #c036
+# %% ../nbs/04_llm.ipynb #c035
 @patch
 def start(self: OfflineChatServer):
     "Bind and serve from a background thread; returns the server."
@@ -307,7 +263,7 @@ def serve_forever(self: OfflineChatServer):
     except KeyboardInterrupt: pass
     finally: self.stop()
 
-# %% ../nbs/04_llm.ipynb #c037
+# %% ../nbs/04_llm.ipynb #c036
 @patch
 def _handle_chat(self: OfflineChatServer, h: _Handler):
     if h.path.rstrip('/') != '/v1/chat/completions': return h._send(404, _error_body(f'no route {h.path}', 'not_found'))
@@ -342,7 +298,7 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
     finally:
         with self._lock: self.inflight -= 1
 
-# %% ../nbs/04_llm.ipynb #c041
+# %% ../nbs/04_llm.ipynb #c040
 _BACKENDS, _CACHE_MODES = ('offline', 'openai'), ('readwrite', 'replay', 'off')
 def _retryable_status(status: int) -> bool: return status == 429 or status >= 500
 
@@ -390,7 +346,7 @@ class LLMClient:
     def cache_path(self): return self._cache.path if self._cache else None
     def __repr__(self): return f'LLMClient({self.describe()}, cache_mode={self.cache_mode!r}, cache={self.cache_path})'
 
-# %% ../nbs/04_llm.ipynb #c042
+# %% ../nbs/04_llm.ipynb #c041
 def _strip_userinfo(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit(p._replace(netloc=p.hostname + (f':{p.port}' if p.port else ''))) if p.username or p.password else url
@@ -401,7 +357,7 @@ def describe(self: LLMClient) -> str:
     if self.backend == 'offline': return f'offline:{self.model}'
     return f"openai:{self.model}@{_strip_userinfo(self.base_url or 'https://api.openai.com/v1')}"
 
-# %% ../nbs/04_llm.ipynb #c045
+# %% ../nbs/04_llm.ipynb #c044
 @patch
 def build_request(self: LLMClient, messages, **overrides) -> dict:
     "The full request for `messages` with this client's settings and per-call `overrides`."
@@ -416,7 +372,7 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c048
+# %% ../nbs/04_llm.ipynb #c047
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -429,7 +385,7 @@ def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c050
+# %% ../nbs/04_llm.ipynb #c049
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
@@ -457,7 +413,7 @@ def _retry_after(headers) -> float | None:
         except ValueError: continue  # an HTTP-date: fall back to our own backoff
     return None
 
-# %% ../nbs/04_llm.ipynb #c052
+# %% ../nbs/04_llm.ipynb #c051
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -486,7 +442,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c053
+# %% ../nbs/04_llm.ipynb #c052
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server, retrying transient failures at most `max_retries` times."
@@ -516,7 +472,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             return ChatResult(text, False, usage, model or self.model, key, attempt + 1, finish)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c055
+# %% ../nbs/04_llm.ipynb #c054
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -549,7 +505,7 @@ def chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
         self._cache.put(rec)
         return res
 
-# %% ../nbs/04_llm.ipynb #c057
+# %% ../nbs/04_llm.ipynb #c056
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label

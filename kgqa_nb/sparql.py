@@ -12,7 +12,7 @@ from pathlib import Path
 import pyoxigraph as ox
 from fastcore.basics import patch
 
-from .core import SECRET_HINTS
+from .core import SECRET_HINTS, JsonlCache
 from .kg import KnowledgeGraph, SPARQL_PREFIXES, WD, WDT
 
 # %% auto #0
@@ -426,25 +426,16 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
 # %% ../nbs/03_sparql.ipynb #c047
-class ResponseCache:
-    "Append-only JSON-lines record/replay cache of endpoint responses."
+class ResponseCache(JsonlCache):
+    "Record/replay cache of endpoint responses (a `core.JsonlCache`) with a mode: 'readwrite', 'replay' or 'off'."
     MODES = ('readwrite', 'replay', 'off')
     def __init__(self, path, mode: str = 'readwrite'):  # path: the .jsonl file; mode: 'readwrite' | 'replay' | 'off'
         if mode not in self.MODES: raise ValueError(f'cache mode must be one of {self.MODES}, not {mode!r}')
-        self.path, self.mode, self.lock, self.records = Path(path), mode, threading.Lock(), {}
-        if self.path.exists():
-            for line in self.path.read_text(encoding='utf-8').splitlines():
-                with contextlib.suppress(json.JSONDecodeError, KeyError):
-                    rec = json.loads(line); self.records[rec['key']] = rec
-    def __len__(self): return len(self.records)
-    def get(self, key: str): return None if self.mode == 'off' else self.records.get(key)
+        super().__init__(path); self.mode = mode
+    def get(self, key: str): return None if self.mode == 'off' else super().get(key)
     def put(self, key: str, rec: dict):
         if self.mode != 'readwrite': return
-        rec = dict(key=key, **rec, created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
-        with self.lock:
-            self.records[key] = rec
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, 'a', encoding='utf-8') as f: f.write(json.dumps(rec, ensure_ascii=False) + '\n')
+        super().put(dict(key=key, **rec, created=datetime.now(timezone.utc).isoformat(timespec='seconds')))
 
 # %% ../nbs/03_sparql.ipynb #c048
 def _default_user_agent() -> str:
