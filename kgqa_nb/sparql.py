@@ -20,8 +20,8 @@ __all__ = ['XSD', 'MAX_QUERY_CHARS', 'QUERY_FORMS', 'UPDATE_KEYWORDS', 'term_id'
            'QueryKindError', 'QuerySyntaxError', 'QueryTimeout', 'sparql_tokens', 'query_form', 'check_read_only',
            'normalize_query', 'declared_prefixes', 'SparqlStore', 'EndpointError', 'EndpointHTTPError',
            'EndpointQueryError', 'EndpointTimeout', 'EndpointUnreachable', 'MalformedResponse', 'CacheMissError',
-           'parse_results', 'OxigraphStore', 'SparqlServer', 'serve_sparql', 'public_endpoint', 'cache_key',
-           'ResponseCache', 'RemoteSparqlStore']
+           'parse_results', 'OxigraphStore', 'RdflibStore', 'SparqlServer', 'serve_sparql', 'public_endpoint',
+           'cache_key', 'ResponseCache', 'RemoteSparqlStore']
 
 # %% ../nbs/03_sparql.ipynb #c005
 XSD = 'http://www.w3.org/2001/XMLSchema#'
@@ -349,6 +349,33 @@ def _execute(self: OxigraphStore, query: str, form: str, timeout: float | None):
     return _run_threaded(lambda cancel: _materialize(self._raw(query), form, cancel), timeout)
 
 # %% ../nbs/03_sparql.ipynb #c043
+class RdflibStore(SparqlStore):
+    "An rdflib in-memory graph behind the `SparqlStore` interface (the baseline engine for benchmarks)."
+    def __init__(self, graph, name: str = ''):  # graph: an rdflib.Graph
+        self.graph, self.name = graph, name
+    def __len__(self): return len(self.graph)
+    def __repr__(self): return f'RdflibStore({self.name!r}: {len(self):,} triples)'
+
+    @classmethod
+    def from_kg(cls, kg: KnowledgeGraph, labels: bool = True, **kw):
+        "Load a `KnowledgeGraph` into an rdflib graph (Wikidata-style IRIs, like `OxigraphStore.from_kg`)."
+        import rdflib
+        g = rdflib.Graph()
+        g.parse(data=''.join(kg.iter_ntriples(labels)), format='nt')
+        return cls(g, name=kw.pop('name', kg.name))
+
+    def _bytes(self, query: str, form: str) -> bytes:
+        res = self.graph.query(query, initNs=self.prefixes)
+        return res.serialize(format='nt' if form in ('CONSTRUCT', 'DESCRIBE') else 'json')
+
+    def _execute(self, query: str, form: str, timeout: float | None):
+        ctype = 'application/n-triples'
+        if timeout is not None and hasattr(os, 'fork'): return parse_results(_run_forked(lambda: self._bytes(query, form), timeout), form, ctype)
+        try: body = self._bytes(query, form)
+        except Exception as e: raise QuerySyntaxError(f'{type(e).__name__}: {e}') from None
+        return parse_results(body, form, ctype)
+
+# %% ../nbs/03_sparql.ipynb #c046
 class _SparqlHandler(BaseHTTPRequestHandler):
     server_version = 'kgqa_nb-sparql/0.1'
     def log_message(self, *a): pass
@@ -412,7 +439,7 @@ def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', h
     try: yield srv
     finally: srv.stop()
 
-# %% ../nbs/03_sparql.ipynb #c045
+# %% ../nbs/03_sparql.ipynb #c048
 def public_endpoint(url: str) -> str:
     "The endpoint URL without user:password and without secret-looking query parameters (what may be stored)."
     u = urllib.parse.urlsplit(url)
@@ -425,7 +452,7 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     "sha256 of (public endpoint, normalised query, form): the record/replay cache key."
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
-# %% ../nbs/03_sparql.ipynb #c047
+# %% ../nbs/03_sparql.ipynb #c050
 class ResponseCache(JsonlCache):
     "Record/replay cache of endpoint responses (a `core.JsonlCache`) with a mode: 'readwrite', 'replay' or 'off'."
     MODES = ('readwrite', 'replay', 'off')
@@ -437,7 +464,7 @@ class ResponseCache(JsonlCache):
         if self.mode != 'readwrite': return
         super().put(dict(key=key, **rec, created=datetime.now(timezone.utc).isoformat(timespec='seconds')))
 
-# %% ../nbs/03_sparql.ipynb #c048
+# %% ../nbs/03_sparql.ipynb #c051
 def _default_user_agent() -> str:
     from importlib import metadata
     try: v = metadata.version('kgqa_nb')
@@ -466,7 +493,7 @@ class RemoteSparqlStore(SparqlStore):
         have = declared_prefixes(query)
         return ''.join(f'PREFIX {p}: <{iri}>\n' for p, iri in self.prefixes.items() if p not in have) + query
 
-# %% ../nbs/03_sparql.ipynb #c050
+# %% ../nbs/03_sparql.ipynb #c053
 def _retry_after(headers) -> float | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError): return float(headers.get('Retry-After'))
     return None
@@ -505,7 +532,7 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
         raise EndpointUnreachable(f'connection failed: {type(e).__name__}: {e}', ep) from None
     except SE.SPARQLWrapperException as e: raise EndpointError(f'SPARQLWrapper error: {str(e)[:300]}', ep) from None
 
-# %% ../nbs/03_sparql.ipynb #c051
+# %% ../nbs/03_sparql.ipynb #c054
 def _retryable(e: EndpointError) -> bool:
     return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and (e.status == 429 or (e.status or 0) >= 500))
 
