@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import artifact_dirs
+from .core import artifact_dirs, data_dir
 from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_jsonl, record_answers,
                              write_jsonl)
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
@@ -238,7 +238,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         except FileNotFoundError: raise
         except Exception as e:  # a failed download (no network) is reported as missing data
             raise FileNotFoundError(f'the published GTSQA files are missing and could not be downloaded ({type(e).__name__}: {e}); '
-                                    "put gtsqa/train.parquet and gtsqa/test.parquet under the data folder's gtsqa/") from None
+                                    f"put train.parquet and test.parquet (Hugging Face Graphcore/GTSQA, config gtsqa) in {data_dir('gtsqa') / 'gtsqa'}") from None
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name=source)
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
