@@ -156,6 +156,8 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     "Per-question and per-seed tables of the shortest-path analysis, and the question-graph paths (cached in `cache_dir`)."
     if convention not in CONVENTIONS: raise UnknownConventionError(f'unknown convention {convention!r}: use one of {CONVENTIONS}')
     if not len(records): raise ValueError('no records to analyse')
+    dup = records.id.astype(str)[records.id.astype(str).duplicated()]
+    if len(dup): raise ValueError(f'record ids must be unique (they name the question-graph files); repeated: {sorted(set(dup))[:5]}')
     meta = dict(fingerprint=records_fingerprint(records), kg=kg.name, kg_triples=kg.num_triples, seed=seed,
                 qgraphs=dict(sorted(qgraph_kwargs.items())))
     key = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
