@@ -24,3 +24,10 @@ def test_environment_yml_carries_the_same_pins():
     env = yaml.safe_load((paths.root / 'environment.yml').read_text())
     pip = next(d['pip'] for d in env['dependencies'] if isinstance(d, dict))
     assert req <= set(pip) and 'torch==2.13.0' in pip
+
+def test_readme_lists_every_artifact():
+    import yaml
+    readme = (paths.root / 'README.md').read_text()
+    man = yaml.safe_load((paths.root / 'params' / 'manifest.yaml').read_text())
+    missing = [n for n, spec in man.items() if f'`{n}`' not in readme or spec['notebook'] not in readme]
+    assert missing == [], f'README artifact table misses {missing}: run python tools/readme_table.py'

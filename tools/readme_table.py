@@ -1,0 +1,15 @@
+"""Print the README's artifact table from params/manifest.yaml (paste it into README.md; a test checks they agree)."""
+import yaml
+from pathlib import Path
+
+PAPER = {'kg_overview': 'all', 'ultra_ilpc_zero_shot': 'ULTRAG (ULTRA executor)'}
+
+def rows():
+    man = yaml.safe_load((Path(__file__).resolve().parents[1] / 'params' / 'manifest.yaml').read_text())
+    for name, spec in man.items():
+        outs = ', '.join(f'`{o}`' for o in spec['outputs'])
+        yield f"| `{name}` | {spec.get('description', '')} | {PAPER.get(name, 'SynthKGQA')} | `{spec['notebook']}` | {outs} |"
+
+if __name__ == '__main__':
+    print('| artifact | what | paper | notebook | outputs |\n|---|---|---|---|---|')
+    print('\n'.join(rows()))
