@@ -401,9 +401,11 @@ def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
     inc = {}
     for j, (h, _, t) in enumerate(triples):
         if h != t: inc.setdefault(h, []).append((j, t)); inc.setdefault(t, []).append((j, h))
-    order, used = [answer], []
+    order, used, into = [answer], [], {answer: False}  # into[v]: v is the tail of the triple that reached it
+    def ok(v, j):  # no intermediate that is the tail of both of its triples ("shares an occupation with ...")
+        return v == answer or not (into[v] and triples[j][2] == v)
     while len(used) < k:
-        ext = {v: [(j, u) for j, u in inc.get(v, []) if u not in order] for v in order}
+        ext = {v: [(j, u) for j, u in inc.get(v, []) if u not in into and ok(v, j)] for v in order}
         ext = {v: c for v, c in ext.items() if c}
         if not ext: break
         if shape == 'chain': pref = [order[-1]]
@@ -413,7 +415,7 @@ def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
         pool = [v for v in pref if v in ext] or list(ext)
         v = pool[rng.integers(len(pool))]
         j, u = ext[v][rng.integers(len(ext[v]))]
-        used.append(j); order.append(u)
+        used.append(j); order.append(u); into[u] = triples[j][2] == u
     return used
 
 def graph_answers(triples, tree, seeds) -> dict:
