@@ -381,6 +381,15 @@ RELATION_PHRASINGS = {
     'P1344': _P('person', 'event', 'an event that {x} took part in', 'took part in {x}', 'had {x} as a participant', 'Which event did {x} take part in?'),
     'P1346': _P('competition', 'person', 'the winner of {x}', 'was won by {x}', 'won {x}', 'Who won {x}?'),
     'P1001': _P('entity', 'place', 'the jurisdiction of {x}', 'applies to {x}', 'is the jurisdiction of {x}', 'Which jurisdiction does {x} apply to?'),
+    'P286': _P('team', 'person', 'the head coach of {x}', 'is coached by {x}', 'coaches {x}', 'Who is the head coach of {x}?'),
+    'P276': _P('event', 'place', 'the location of {x}', 'took place in {x}', 'is where {x} took place', 'Where did {x} take place?'),
+    'P272': _P('film', 'company', 'the production company of {x}', 'was made by the production company {x}', 'produced {x}', 'Which company produced {x}?'),
+    'P155': _P('work', 'work', 'the predecessor of {x}', 'comes after {x}', 'comes before {x}', 'What comes before {x}?'),
+    'P156': _P('work', 'work', 'the successor of {x}', 'comes before {x}', 'comes after {x}', 'What comes after {x}?'),
+    'P1830': _P('entity', 'property', 'a property of {x}', 'owns {x}', 'is owned by {x}', 'What does {x} own?'),
+    'P1027': _P('award', 'organization', 'the organization that confers {x}', 'is conferred by {x}', 'confers {x}', 'Which organization confers {x}?'),
+    'P184': _P('person', 'person', 'the doctoral advisor of {x}', 'had {x} as doctoral advisor', 'was the doctoral advisor of {x}', 'Who was the doctoral advisor of {x}?'),
+    'P185': _P('person', 'person', 'a doctoral student of {x}', 'was the doctoral advisor of {x}', 'was a doctoral student of {x}', 'Who was a doctoral student of {x}?'),
 }
 
 def relation_phrasing(rid: str,  # relation ID, e.g. 'P57'
