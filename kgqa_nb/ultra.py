@@ -18,9 +18,11 @@ from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, p
 from .kg import KnowledgeGraph, UnknownIdError
 
 # %% auto #0
-__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'UltraGraph',
+__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND', 'UltraGraph',
            'build_relation_graph', 'ultra_graph', 'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra',
-           'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra']
+           'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks',
+           'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'UltraQueryExecutor',
+           'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -104,7 +106,7 @@ class GeneralizedRelationalConv(nn.Module):
         agg = boundary.reshape(N, B * d).clone()
         step = max(1, chunk_size // B)
         for s in range(0, edge_index.shape[1], step):
-            src, dst, et = edge_index[0, s:s + step], edge_index[1, s:s + step], edge_type[s:s + step]
+            dst, src, et = edge_index[0, s:s + step], edge_index[1, s:s + step], edge_type[s:s + step]  # edge_index[1] -> edge_index[0]
             agg.index_add_(0, dst, xf.index_select(0, src) * rf.index_select(0, et))
         return F.relu(self.layer_norm(self.linear(torch.cat([x, agg.view(N, B, d)], -1))))
 
@@ -247,3 +249,166 @@ def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or
     try: model.load_state_dict(ultra_state_dict(path, verify=verify), strict=True)
     except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
+
+# %% ../nbs/18_ultra.ipynb #c040
+def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
+                  anchors: np.ndarray,  # (n,) anchor entity per query
+                  rels: np.ndarray,  # (n,) original relation per query
+                  direction: str = 'tail'):  # 'tail': answers t of (anchor, r, t); 'head': answers h of (h, r, anchor)
+    "(query row, answer entity) pairs of every known true answer of the queries."
+    f = np.asarray(filter_triples, dtype=np.int64)
+    if direction not in ('tail', 'head'): raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
+    a, ans = (f[:, 0], f[:, 2]) if direction == 'tail' else (f[:, 2], f[:, 0])
+    R = int(max(f[:, 1].max(initial=0), np.max(rels, initial=0))) + 1
+    key = a * R + f[:, 1]
+    order = np.argsort(key, kind='stable'); key, ans = key[order], ans[order]
+    q = np.asarray(anchors, np.int64) * R + np.asarray(rels, np.int64)
+    lo, hi = np.searchsorted(key, q, 'left'), np.searchsorted(key, q, 'right')
+    n = hi - lo
+    rows = np.repeat(np.arange(len(q)), n)
+    pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
+    return rows, ans[pos]
+
+# %% ../nbs/18_ultra.ipynb #c043
+def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
+                   target: torch.Tensor,  # (B,) index of the true answer
+                   filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
+                   filter_cols: torch.Tensor | None = None):  # entities of those pairs
+    "Rank of the target among unfiltered candidates, ties counted against it (1 = best)."
+    B = scores.shape[0]
+    pos = scores.gather(1, target.view(-1, 1))
+    keep = torch.ones_like(scores, dtype=torch.bool)
+    if filter_rows is not None: keep[filter_rows, filter_cols] = False
+    keep[torch.arange(B, device=scores.device), target] = False
+    return ((scores >= pos) & keep).sum(1) + 1
+
+# %% ../nbs/18_ultra.ipynb #c045
+def ranking_metrics(ranks) -> dict:
+    "MRR and Hits@1/3/10 of a set of ranks."
+    r = torch.as_tensor(ranks).double()
+    if r.numel() == 0: raise ValueError('no ranks to summarise')
+    return {'mrr': (1 / r).mean().item(), 'hits@1': (r <= 1).double().mean().item(), 'hits@3': (r <= 3).double().mean().item(),
+            'hits@10': (r <= 10).double().mean().item(), 'n_queries': r.numel()}
+
+# %% ../nbs/18_ultra.ipynb #c048
+@torch.no_grad()
+def link_prediction_ranks(model: Ultra, graph: UltraGraph,
+                          queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
+                          filter_triples: np.ndarray,  # (m, 3) all triples known true (for filtering)
+                          direction: str = 'tail',  # 'tail' or 'head'
+                          batch_size: int = 16,  # queries per forward pass
+                          show_progress: bool = False) -> np.ndarray:
+    "Filtered rank of every query's answer (the tail for 'tail', the head for 'head')."
+    q = np.asarray(queries, dtype=np.int64).reshape(-1, 3)
+    if len(q) and (q[:, [0, 2]].min() < 0 or q[:, [0, 2]].max() >= graph.num_nodes or q[:, 1].min() < 0 or q[:, 1].max() >= graph.num_relations // 2):
+        raise ValueError(f'query indices out of range for a graph of {graph.num_nodes} entities and {graph.num_relations // 2} relations')
+    anchor_col, target_col = (0, 2) if direction == 'tail' else (2, 0)
+    rows, cols = known_answers(filter_triples, q[:, anchor_col], q[:, 1], direction)
+    dev, out = graph.device, []
+    for s in progress(range(0, len(q), batch_size), disable=not show_progress, desc=f'{direction} queries'):
+        b = q[s:s + batch_size]
+        sel = (rows >= s) & (rows < s + len(b))
+        scores = model.predict(graph, torch.from_numpy(b[:, anchor_col]).to(dev), torch.from_numpy(b[:, 1]).to(dev), direction)
+        out.append(filtered_ranks(scores, torch.from_numpy(b[:, target_col]).to(dev), torch.from_numpy(rows[sel] - s).to(dev),
+                                  torch.from_numpy(cols[sel]).to(dev)).cpu())
+    return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
+
+# %% ../nbs/18_ultra.ipynb #c050
+def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
+                             queries: np.ndarray,  # (n, 3) test triples
+                             filter_triples: np.ndarray,  # (m, 3) every triple known true
+                             batch_size: int = 16,  # queries per forward pass
+                             show_progress: bool = False) -> dict:
+    "Filtered MRR/Hits@k for tail, head and both directions pooled (ULTRA's protocol), with the ranks."
+    ranks = {d: link_prediction_ranks(model, graph, queries, filter_triples, d, batch_size, show_progress) for d in ('tail', 'head')}
+    ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
+    return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
+
+# %% ../nbs/18_ultra.ipynb #c053
+from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
+
+FUZZY_AND = {
+    'product': lambda x, y: x * y,
+    'godel': torch.minimum,
+    'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
+}
+
+# %% ../nbs/18_ultra.ipynb #c054
+class UltraQueryExecutor:
+    "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
+    def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
+                 kg: KnowledgeGraph,  # the graph to execute on (its relation IDs resolve the query's relations)
+                 logic: str = 'product',  # fuzzy AND: 'product', 'godel' or 'lukasiewicz'
+                 threshold: float = 0.0):  # memberships <= threshold are zeroed before a projection
+        if logic not in FUZZY_AND: raise ValueError(f'unknown fuzzy logic {logic!r}; use one of {sorted(FUZZY_AND)}')
+        if not 0.0 <= threshold < 1.0: raise ValueError(f'threshold must be in [0, 1), not {threshold!r}')
+        self.model, self.kg, self.logic, self.threshold = model.eval(), kg, logic, float(threshold)
+        self.device = next(model.parameters()).device
+        self.graph = ultra_graph(kg, self.device)
+
+    @torch.no_grad()
+    def project(self, x: torch.Tensor,  # (V,) fuzzy set
+                r: int):  # relation type in [0, 2R): r + R is the inverse of r
+        "The fuzzy set (V,) reached from `x` along relation type `r`."
+        m, g = self.model, self.graph
+        rt = torch.tensor([r], device=self.device)
+        rel_reprs = m.relation_model(g, rt, m.chunk_size)  # (1, 2R, d)
+        q = rel_reprs[:, r]  # (1, d)
+        x = x.detach().to(self.device, torch.float32).view(-1)
+        if self.threshold > 0: x = torch.where(x <= self.threshold, torch.zeros_like(x), x)
+        init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
+        return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
+
+# %% ../nbs/18_ultra.ipynb #c056
+from fastcore.basics import patch
+
+@patch
+def _leaf(self: UltraQueryExecutor, e: Entity, leaf_sets):
+    V = self.kg.num_entities
+    s = (leaf_sets.get(e.id, leaf_sets.get(e)) if leaf_sets else None)
+    if s is None:
+        x = torch.zeros(V, device=self.device); x[self.kg.entity(e.id)] = 1.0
+        return x
+    s = torch.as_tensor(s, dtype=torch.float32, device=self.device)
+    if s.shape != (V,): raise ValueError(f'leaf set for {e.id} has shape {tuple(s.shape)}, expected ({V},)')
+    return s.clamp(0, 1)
+
+@patch
+def _run(self: UltraQueryExecutor, q, leaf_sets):
+    if isinstance(q, Entity): return self._leaf(q, leaf_sets)
+    if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), relation_index(self.kg, q.relation, q.inverse))
+    if isinstance(q, Intersection):
+        out = self._run(q.operands[0], leaf_sets)
+        for o in q.operands[1:]: out = FUZZY_AND[self.logic](out, self._run(o, leaf_sets))
+        return out
+    raise TypeError(f'not a Query: {type(q).__name__}')
+
+@patch
+def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
+            leaf_sets: dict | None = None,  # entity ID -> (V,) fuzzy set replacing that leaf's one-hot
+           ) -> torch.Tensor:
+    "(V,) membership scores in [0, 1] of every entity, on the CPU."
+    if isinstance(query, str): query = parse_query(query)
+    return self._run(query, leaf_sets).cpu()
+
+# %% ../nbs/18_ultra.ipynb #c062
+def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
+                         deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
+                         limit: int = 50):  # at most this many queries
+    "2-hop queries `e -> r1 -> r2` whose single true answer needs a deleted fact: [(Query, answer entity ID)]."
+    full = KnowledgeGraph(np.concatenate([kg.head, deleted.h.map(kg.entity_index).to_numpy()]),
+                          np.concatenate([kg.rel, deleted.r.map(kg.relation_index).to_numpy()]),
+                          np.concatenate([kg.tail, deleted.t.map(kg.entity_index).to_numpy()]),
+                          kg.entity_ids, kg.relation_ids, name=kg.name + '+deleted')
+    sym, sym_full, out = SymbolicExecutor(kg), SymbolicExecutor(full), []
+    for a_id, r2, b_id in deleted[['h', 'r', 't']].itertuples(index=False):
+        a = kg.entity(a_id)
+        for e, r1 in zip(kg.in_csr(a)[0].tolist(), kg.rel[kg.in_csr(a)[1]].tolist()):
+            first = Projection(Entity(kg.entity_ids[e]), kg.relation_ids[r1])
+            if sym.answers(first) != [a_id]: continue  # the first hop must lead to exactly the deleted fact's head
+            q = Projection(first, r2)
+            ans_full = np.flatnonzero(sym_full.execute(q).numpy())
+            if len(ans_full) == 1 and kg.entity_ids[ans_full[0]] == b_id and sym.execute(q)[kg.entity(b_id)] == 0:
+                out.append((q, b_id)); break
+        if len(out) >= limit: break
+    return out
