@@ -3,50 +3,20 @@
 embedded Oxigraph store and with an rdflib store (the reference validates on a local rdflib copy of its KG) in the
 same run. Both stores must accept the same candidates with the same records; the ratio is Oxigraph / rdflib.
 
-The store is a parameter (`store_factory(kg) -> SparqlStore`): kgqa_nb.sparql has no rdflib backend, so the rdflib
-baseline is a minimal `SparqlStore` adapter defined here."""
+The store is a parameter (`store_factory(kg) -> SparqlStore`): `kgqa_nb.sparql.OxigraphStore` vs `kgqa_nb.sparql.RdflibStore`,
+both with thread-isolated deadlines as the pipeline uses them."""
 import time
 
-import pyoxigraph as ox
-
-from kgqa_nb.kg import SPARQL_PREFIXES, load_codex_m
+from kgqa_nb.kg import load_codex_m
 from kgqa_nb.llm import offline_reply
-from kgqa_nb.sparql import OxigraphStore, SparqlStore, QuerySyntaxError
+from kgqa_nb.sparql import OxigraphStore, RdflibStore
 from kgqa_nb.synthkgqa import GenerationConfig, finish_record, plan_candidate
 from kgqa_nb.toyworld import make_toyworld
 from kgqa_nb.validate import FilterLog, validate_response
 
 
-def _ox_term(t):
-    import rdflib
-    if isinstance(t, rdflib.URIRef): return ox.NamedNode(str(t))
-    if isinstance(t, rdflib.BNode): return ox.BlankNode(str(t))
-    if isinstance(t, rdflib.Literal):
-        if t.language: return ox.Literal(str(t), language=t.language)
-        return ox.Literal(str(t), datatype=ox.NamedNode(str(t.datatype))) if t.datatype else ox.Literal(str(t))
-    raise TypeError(f'not an RDF term: {t!r}')
-
-
-class RdflibStore(SparqlStore):
-    "An in-memory rdflib graph behind the SparqlStore interface (no deadlines: rdflib cannot stop a query)."
-    def __init__(self, kg, labels: bool = False):
-        import rdflib
-        self.g = rdflib.Graph()
-        self.g.parse(data=''.join(kg.iter_ntriples(labels)), format='nt')
-    def _execute(self, query, form, timeout):
-        try: res = self.g.query(query, initNs=SPARQL_PREFIXES)
-        except Exception as e:
-            if type(e).__name__ == 'ParseException': raise QuerySyntaxError(str(e)) from None
-            raise
-        if form == 'ASK': return bool(res.askAnswer)
-        if form == 'SELECT':
-            names = [str(v) for v in res.vars]
-            return [{n: _ox_term(row[i]) for i, n in enumerate(names) if row[i] is not None} for row in res]
-        return [tuple(_ox_term(x) for x in t) for t in res.graph]
-
-
 def oxigraph_store(kg): return OxigraphStore.from_kg(kg, isolation='thread')
-def rdflib_store(kg): return RdflibStore(kg)
+def rdflib_store(kg): return RdflibStore.from_kg(kg, isolation='thread')  # same data as the Oxigraph store (labels too)
 
 
 def bench_pipeline(kg, store_factory, n_candidates: int, seed: int = 0) -> dict:

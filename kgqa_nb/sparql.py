@@ -349,10 +349,24 @@ def _execute(self: OxigraphStore, query: str, form: str, timeout: float | None):
     return _run_threaded(lambda cancel: _materialize(self._raw(query), form, cancel), timeout)
 
 # %% ../nbs/03_sparql.ipynb #c043
+def _ox_term(t):
+    "An rdflib term as the equivalent pyoxigraph term (so both engines return identical values)."
+    import rdflib
+    if isinstance(t, rdflib.URIRef): return ox.NamedNode(str(t))
+    if isinstance(t, rdflib.BNode): return ox.BlankNode(str(t))
+    if isinstance(t, rdflib.Literal):
+        if t.language: return ox.Literal(str(t), language=t.language)
+        return ox.Literal(str(t), datatype=ox.NamedNode(str(t.datatype))) if t.datatype else ox.Literal(str(t))
+    raise TypeError(f'not an RDF term: {t!r}')
+
 class RdflibStore(SparqlStore):
     "An rdflib in-memory graph behind the `SparqlStore` interface (the baseline engine for benchmarks)."
-    def __init__(self, graph, name: str = ''):  # graph: an rdflib.Graph
+    def __init__(self, graph,  # an rdflib.Graph
+                 isolation: str = 'auto',  # how deadlines are enforced, as for `OxigraphStore`: 'fork', 'thread' or 'auto'
+                 name: str = ''):
+        if isolation not in ('auto', 'fork', 'thread'): raise ValueError(f"isolation must be 'auto', 'fork' or 'thread', not {isolation!r}")
         self.graph, self.name = graph, name
+        self.isolation = ('fork' if hasattr(os, 'fork') else 'thread') if isolation == 'auto' else isolation
     def __len__(self): return len(self.graph)
     def __repr__(self): return f'RdflibStore({self.name!r}: {len(self):,} triples)'
 
@@ -362,18 +376,28 @@ class RdflibStore(SparqlStore):
         import rdflib
         g = rdflib.Graph()
         g.parse(data=''.join(kg.iter_ntriples(labels)), format='nt')
-        return cls(g, name=kw.pop('name', kg.name))
+        return cls(g, name=kw.pop('name', kg.name), **kw)
 
-    def _bytes(self, query: str, form: str) -> bytes:
-        res = self.graph.query(query, initNs=self.prefixes)
-        return res.serialize(format='nt' if form in ('CONSTRUCT', 'DESCRIBE') else 'json')
+    def _query(self, query: str):
+        try: return self.graph.query(query, initNs=self.prefixes)
+        except Exception as e:
+            if type(e).__name__ == 'ParseException': raise QuerySyntaxError(f'{e} in query: {query[:200]!r}') from None
+            raise
+
+    def _materialize(self, query: str, form: str, cancel=None):
+        res = self._query(query)
+        if form == 'ASK': return bool(res.askAnswer)
+        if form == 'SELECT':
+            names = [str(v) for v in res.vars]
+            return [{n: _ox_term(row[i]) for i, n in enumerate(names) if row[i] is not None} for row in res]
+        return [tuple(_ox_term(x) for x in t) for t in res.graph]
 
     def _execute(self, query: str, form: str, timeout: float | None):
-        ctype = 'application/n-triples'
-        if timeout is not None and hasattr(os, 'fork'): return parse_results(_run_forked(lambda: self._bytes(query, form), timeout), form, ctype)
-        try: body = self._bytes(query, form)
-        except Exception as e: raise QuerySyntaxError(f'{type(e).__name__}: {e}') from None
-        return parse_results(body, form, ctype)
+        if timeout is None: return self._materialize(query, form)
+        if self.isolation == 'fork':
+            body = lambda: self._query(query).serialize(format='nt' if form in ('CONSTRUCT', 'DESCRIBE') else 'json')
+            return parse_results(_run_forked(body, timeout), form, 'application/n-triples')
+        return _run_threaded(lambda cancel: self._materialize(query, form, cancel), timeout)
 
 # %% ../nbs/03_sparql.ipynb #c046
 class _SparqlHandler(BaseHTTPRequestHandler):
