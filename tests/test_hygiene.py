@@ -31,3 +31,20 @@ def test_readme_lists_every_artifact():
     man = yaml.safe_load((paths.root / 'params' / 'manifest.yaml').read_text())
     missing = [n for n, spec in man.items() if f'`{n}`' not in readme or spec['notebook'] not in readme]
     assert missing == [], f'README artifact table misses {missing}: run python tools/readme_table.py'
+
+def test_imports_flow_downward():
+    "A chapter imports (at module level) only chapters that come before it in notebook order."
+    import ast, re
+    nb_of = {}
+    for py in (paths.root / 'kgqa_nb').glob('*.py'):
+        m = re.search(r'\.\./nbs/([^\s#]+\.ipynb)', py.read_text())
+        if m: nb_of[py.stem] = m[1]
+    bad = []
+    for mod, nb in nb_of.items():
+        tree = ast.parse((paths.root / 'kgqa_nb' / f'{mod}.py').read_text())
+        for node in tree.body:
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else [a.name for a in getattr(node, 'names', [])] if isinstance(node, ast.Import) else []
+            for n in names:
+                dep = n.split('.')[1] if n.startswith('kgqa_nb.') else None
+                if dep in nb_of and nb_of[dep] >= nb: bad.append(f'{mod} ({nb}) imports {dep} ({nb_of[dep]})')
+    assert bad == []
