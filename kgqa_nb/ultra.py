@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_ultra.ipynb #c002
 from __future__ import annotations
-import math
+import math, warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +17,14 @@ from torch.nn import functional as F
 from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
 from .kg import KnowledgeGraph, UnknownIdError
 
+warnings.filterwarnings('ignore', message='Sparse CSR tensor support is in beta')  # CSR products are used read-only here
+
 # %% auto #0
 __all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND', 'UltraGraph',
-           'build_relation_graph', 'ultra_graph', 'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra',
-           'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks',
-           'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'UltraQueryExecutor',
-           'missing_fact_queries']
+           'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency',
+           'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'CheckpointError', 'checkpoint_path',
+           'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks', 'ranking_metrics',
+           'link_prediction_ranks', 'evaluate_link_prediction', 'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -39,6 +41,16 @@ class UltraGraph:
     def num_edges(self) -> int: return self.edge_index.shape[1]
     @property
     def device(self): return self.edge_index.device
+    @property
+    def adj(self):
+        "The fact graph grouped for message passing (built once)."
+        if '_adj' not in self.__dict__: self.__dict__['_adj'] = relational_adjacency(self.edge_index, self.edge_type, self.num_nodes)
+        return self.__dict__['_adj']
+    @property
+    def rel_adj(self):
+        "The relation graph grouped for message passing (built once)."
+        if '_rel_adj' not in self.__dict__: self.__dict__['_rel_adj'] = relational_adjacency(self.rel_edge_index, self.rel_edge_type, self.num_relations)
+        return self.__dict__['_rel_adj']
     def to(self, device):
         "A copy of the graph on `device`."
         return UltraGraph(self.edge_index.to(device), self.edge_type.to(device), self.num_nodes, self.num_relations,
@@ -53,7 +65,7 @@ REL_EDGE_TYPES = ('h2h', 't2t', 'h2t', 't2h')
 def _incidence(nodes, edge_type, num_nodes, num_relations):
     pairs = torch.unique(nodes * num_relations + edge_type)  # deduplicated (entity, relation) pairs
     idx = torch.stack([pairs // num_relations, pairs % num_relations])
-    return torch.sparse_coo_tensor(idx, torch.ones(len(pairs), device=nodes.device), (num_nodes, num_relations)).coalesce()
+    return torch.sparse_coo_tensor(idx, torch.ones(len(pairs), device=nodes.device), (num_nodes, num_relations), check_invariants=False).coalesce()
 
 def build_relation_graph(edge_index: torch.Tensor,  # (2, E) fact-graph edges, inverses included
                          edge_type: torch.Tensor,  # (E,) relation type of each edge
@@ -82,6 +94,30 @@ def ultra_graph(kg: KnowledgeGraph,  # the KG to message-pass over
 # %% ../nbs/18_ultra.ipynb #c016
 DEFAULT_CHUNK = 1 << 20  # messages (edges x batch) materialised at once: 2^20 x 64 floats = 256 MiB
 
+@dataclass
+class RelationalAdjacency:
+    "Edges grouped by (target, type): CSR rows over P pairs, each pair's target node and relation type."
+    crow: torch.Tensor  # (P+1,) int64 CSR row pointers
+    col: torch.Tensor  # (nnz,) int64 source node of each (pair, source) entry
+    val: torch.Tensor  # (nnz,) float32 number of parallel edges
+    pair_dst: torch.Tensor  # (P,) int64 node receiving the pair's messages
+    pair_type: torch.Tensor  # (P,) int64 relation type of the pair
+    num_nodes: int
+
+def relational_adjacency(edge_index: torch.Tensor,  # (2, E) stored edges; messages flow edge_index[1] -> edge_index[0]
+                         edge_type: torch.Tensor,  # (E,)
+                         num_nodes: int) -> RelationalAdjacency:
+    "Group edges by (receiving node, type) for DistMult message passing."
+    dst, src = edge_index[0], edge_index[1]
+    T = int(edge_type.max()) + 1 if len(edge_type) else 1
+    pairs, inv = torch.unique(dst * T + edge_type, return_inverse=True)
+    entries, counts = torch.unique(inv * num_nodes + src, return_counts=True)  # sorted by (pair, source)
+    rows = entries // num_nodes
+    crow = torch.zeros(len(pairs) + 1, dtype=torch.long, device=dst.device)
+    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=len(pairs)), 0)
+    return RelationalAdjacency(crow, entries % num_nodes, counts.float(), pairs // T, pairs % T, num_nodes)
+
+# %% ../nbs/18_ultra.ipynb #c018
 class GeneralizedRelationalConv(nn.Module):
     "NBFNet layer: DistMult messages summed with the boundary, Linear on [old state, aggregate], LayerNorm, ReLU."
     def __init__(self, dim: int = 64,  # hidden size (input = output)
@@ -96,21 +132,25 @@ class GeneralizedRelationalConv(nn.Module):
 
     def forward(self, x: torch.Tensor,  # (N, B, d) node states
                 boundary: torch.Tensor,  # (N, B, d) boundary condition, added as a self-message
-                edge_index: torch.Tensor,  # (2, E) messages flow edge_index[0] -> edge_index[1]
-                edge_type: torch.Tensor,  # (E,) index into `relation`
+                adj: RelationalAdjacency,  # the graph, grouped by (target, type)
                 relation: torch.Tensor,  # (T, B, d) relation vectors per batch element
-                chunk_size: int = DEFAULT_CHUNK):  # max messages (edges x batch) materialised at once
+                chunk_size: int = DEFAULT_CHUNK):  # max messages (pairs x batch) materialised at once
         "New node states (N, B, d)."
         N, B, d = x.shape
         xf, rf = x.reshape(N, B * d), relation.reshape(relation.shape[0], B * d)
         agg = boundary.reshape(N, B * d).clone()
-        step = max(1, chunk_size // B)
-        for s in range(0, edge_index.shape[1], step):
-            dst, src, et = edge_index[0, s:s + step], edge_index[1, s:s + step], edge_type[s:s + step]  # edge_index[1] -> edge_index[0]
-            agg.index_add_(0, dst, xf.index_select(0, src) * rf.index_select(0, et))
+        step, P = max(1, chunk_size // B), len(adj.pair_dst)
+        for s in range(0, P, step):
+            e = min(P, s + step); lo, hi = int(adj.crow[s]), int(adj.crow[e])
+            S = torch.sparse_csr_tensor(adj.crow[s:e + 1] - lo, adj.col[lo:hi], adj.val[lo:hi], (e - s, N))
+            msg = torch.sparse.mm(S, xf)  # (pairs, B*d): sum of the sources' states per (target, type)
+            msg.mul_(rf.index_select(0, adj.pair_type[s:e]))
+            D = torch.sparse_csr_tensor(torch.cat([adj.crow.new_zeros(1), torch.cumsum(torch.bincount(adj.pair_dst[s:e], minlength=N), 0)]),
+                                        torch.arange(e - s, device=xf.device), torch.ones(e - s, device=xf.device), (N, e - s))
+            agg += torch.sparse.mm(D, msg)  # pairs are sorted by target: a CSR sum into their targets
         return F.relu(self.layer_norm(self.linear(torch.cat([x, agg.view(N, B, d)], -1))))
 
-# %% ../nbs/18_ultra.ipynb #c020
+# %% ../nbs/18_ultra.ipynb #c022
 class RelNBFNet(nn.Module):
     "NBFNet over the relation graph: query-conditioned representations of all 2R relation types."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -128,10 +168,10 @@ class RelNBFNet(nn.Module):
         h = boundary
         for layer in self.layers:
             rel = layer.relation.weight.unsqueeze(1).expand(-1, B, -1)
-            h = layer(h, boundary, graph.rel_edge_index, graph.rel_edge_type, rel, chunk_size) + h
+            h = layer(h, boundary, graph.rel_adj, rel, chunk_size) + h
         return h.transpose(0, 1)
 
-# %% ../nbs/18_ultra.ipynb #c022
+# %% ../nbs/18_ultra.ipynb #c024
 class EntityNBFNet(nn.Module):
     "NBFNet over the fact graph, with per-layer projections of the conditioned relation vectors, and a score MLP."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -149,7 +189,7 @@ class EntityNBFNet(nn.Module):
         h = init
         for layer in self.layers:
             rel = layer.relation_projection(rel_reprs).transpose(0, 1)  # (2R, B, d)
-            h = layer(h, init, graph.edge_index, graph.edge_type, rel, chunk_size) + h
+            h = layer(h, init, graph.adj, rel, chunk_size) + h
         feat = torch.cat([h, query.unsqueeze(0).expand(h.shape[0], -1, -1)], -1)
         return self.mlp(feat).squeeze(-1).t()
 
@@ -165,7 +205,7 @@ class EntityNBFNet(nn.Module):
         init[h_index, ar] = query
         return self.propagate(graph, init, rel_reprs, query, chunk_size)
 
-# %% ../nbs/18_ultra.ipynb #c024
+# %% ../nbs/18_ultra.ipynb #c026
 class Ultra(nn.Module):
     "ULTRA: a relation NBFNet conditioned on the query relation feeding an entity NBFNet; parameter names match the checkpoints."
     def __init__(self, dim: int = 64, num_layers: int = 6,
@@ -192,7 +232,7 @@ class Ultra(nn.Module):
         if direction == 'head': return self(graph, anchor, relation + graph.num_relations // 2, rel_query=relation)
         raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
 
-# %% ../nbs/18_ultra.ipynb #c028
+# %% ../nbs/18_ultra.ipynb #c030
 ULTRA_CHECKPOINTS = {  # name -> sha256 and the sum of all parameters (a cheap fingerprint of the loaded weights)
     'ultra_3g': dict(sha256='fdedc01b0045fc089d2ad5da08569466b7b221691fe978a18e91082bbb133c18', param_sum=314.0047),
     'ultra_4g': dict(sha256='48a046e708adf5632d87c30eacae01f5f51466b2301effdc2cb42358d22854e0', param_sum=271.6183),
@@ -205,7 +245,7 @@ KEY_PREFIXES = ('model.model.',)  # UltraQuery -> RelationProjection -> Ultra ne
 class CheckpointError(ValueError):
     "A checkpoint file that is not one of the known ULTRA checkpoints, or whose weights do not fit the model."
 
-# %% ../nbs/18_ultra.ipynb #c030
+# %% ../nbs/18_ultra.ipynb #c032
 def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
                     url: str | None = None):  # download source (default: the ULTRA GitHub repository)
     "Local path of a named checkpoint, downloading (sha256-verified) into the user cache when absent."
@@ -215,7 +255,7 @@ def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
     dest = user_cache_dir() / 'ckpts' / 'ultra' / f'{name}.pth'
     return download((url or ULTRA_CKPT_URL).format(name=name), dest, sha256=ULTRA_CHECKPOINTS[name]['sha256'])
 
-# %% ../nbs/18_ultra.ipynb #c033
+# %% ../nbs/18_ultra.ipynb #c035
 def ultra_state_dict(path,  # a .pth file
                      verify: bool = True):  # require the sha256 of a known checkpoint
     "The model state_dict of a checkpoint file, with UltraQuery's key prefix stripped."
@@ -238,7 +278,7 @@ def ultra_state_dict(path,  # a .pth file
         out[k] = v
     return out
 
-# %% ../nbs/18_ultra.ipynb #c034
+# %% ../nbs/18_ultra.ipynb #c036
 def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or a path to a .pth file
                device: str = 'cpu',  # 'auto', 'cpu', 'cuda', 'cuda:N'
                verify: bool = True,  # require a known sha256
@@ -250,7 +290,7 @@ def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or
     except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
 
-# %% ../nbs/18_ultra.ipynb #c040
+# %% ../nbs/18_ultra.ipynb #c042
 def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
                   anchors: np.ndarray,  # (n,) anchor entity per query
                   rels: np.ndarray,  # (n,) original relation per query
@@ -269,7 +309,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c043
+# %% ../nbs/18_ultra.ipynb #c045
 def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
@@ -282,7 +322,7 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
     keep[torch.arange(B, device=scores.device), target] = False
     return ((scores >= pos) & keep).sum(1) + 1
 
-# %% ../nbs/18_ultra.ipynb #c045
+# %% ../nbs/18_ultra.ipynb #c047
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks."
     r = torch.as_tensor(ranks).double()
@@ -290,7 +330,7 @@ def ranking_metrics(ranks) -> dict:
     return {'mrr': (1 / r).mean().item(), 'hits@1': (r <= 1).double().mean().item(), 'hits@3': (r <= 3).double().mean().item(),
             'hits@10': (r <= 10).double().mean().item(), 'n_queries': r.numel()}
 
-# %% ../nbs/18_ultra.ipynb #c048
+# %% ../nbs/18_ultra.ipynb #c050
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -313,7 +353,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c050
+# %% ../nbs/18_ultra.ipynb #c052
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -324,7 +364,7 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c053
+# %% ../nbs/18_ultra.ipynb #c055
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -333,7 +373,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c054
+# %% ../nbs/18_ultra.ipynb #c056
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -359,7 +399,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c056
+# %% ../nbs/18_ultra.ipynb #c058
 from fastcore.basics import patch
 
 @patch
@@ -391,7 +431,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c062
+# %% ../nbs/18_ultra.ipynb #c064
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

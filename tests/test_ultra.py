@@ -1,0 +1,131 @@
+"""ULTRA / UltraQuery reimplementation: checkpoints (digests, parameter sums, download, corruption), message passing
+against a per-edge reference, the relation graph against its definition, neural vs symbolic execution on the toy world,
+and (KGQA_SLOW=1) the full ILPC2022-small zero-shot parity with the original code's numbers."""
+import os, shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kgqa_nb import ultra
+from kgqa_nb.ultra import (ULTRA_CHECKPOINTS, CheckpointError, GeneralizedRelationalConv, REL_EDGE_TYPES, UltraQueryExecutor,
+                           build_relation_graph, checkpoint_path, evaluate_link_prediction, filtered_ranks, load_ultra,
+                           missing_fact_queries, ultra_graph)
+
+SLOW = os.environ.get('KGQA_SLOW') == '1'
+
+
+@pytest.mark.parametrize('name', sorted(ULTRA_CHECKPOINTS))
+def test_checkpoint_parameter_sums(name):
+    sd = load_ultra(name).state_dict()
+    assert len(sd) == 82 and sum(v.numel() for v in sd.values()) == 168_705
+    assert abs(sum(v.double().sum().item() for v in sd.values()) - ULTRA_CHECKPOINTS[name]['param_sum']) < 1e-3
+
+
+def _flip_byte(path, at=5000):
+    with open(path, 'r+b') as f:
+        f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x01]))
+
+
+def test_corrupt_copy_refused(tmp_path):
+    bad = tmp_path / 'ultra_4g.pth'
+    shutil.copy(checkpoint_path('ultra_4g'), bad); bad.chmod(0o644)
+    _flip_byte(bad)
+    with pytest.raises(CheckpointError, match='corrupt or not the published ultra_4g'): load_ultra(bad)
+    renamed = tmp_path / 'whatever.pth'
+    shutil.copy(checkpoint_path('ultra_4g'), renamed)
+    assert sum(v.sum().item() for v in load_ultra(renamed).state_dict().values()) == pytest.approx(271.6183, abs=1e-3)
+
+
+def test_download_when_absent(tmp_path, monkeypatch):
+    "An absent checkpoint is fetched into the user cache (file:// stands in for GitHub) and verified; a bad source is refused."
+    src = tmp_path / 'mirror'; src.mkdir()
+    shutil.copy(checkpoint_path('ultra_3g'), src / 'ultra_3g.pth')
+    shutil.copy(checkpoint_path('ultra_4g'), src / 'ultra_4g.pth'); (src / 'ultra_4g.pth').chmod(0o644); _flip_byte(src / 'ultra_4g.pth')
+    monkeypatch.setenv('KGQA_CKPTS', str(tmp_path / 'empty'))
+    monkeypatch.setenv('KGQA_CACHE', str(tmp_path / 'cache'))
+    url = src.as_uri() + '/{name}.pth'
+    p = checkpoint_path('ultra_3g', url=url)
+    assert p == tmp_path / 'cache' / 'ckpts' / 'ultra' / 'ultra_3g.pth' and p.exists()
+    assert checkpoint_path('ultra_3g', url='file:///nonexistent/{name}.pth') == p  # now cached: no download
+    with pytest.raises(ValueError, match='checksum mismatch'): checkpoint_path('ultra_4g', url=url)
+    assert not (tmp_path / 'cache' / 'ckpts' / 'ultra' / 'ultra_4g.pth').exists()
+
+
+def test_ultraquery_key_map():
+    sd = ultra.ultra_state_dict(checkpoint_path('ultraquery'))
+    raw = torch.load(checkpoint_path('ultraquery'), map_location='cpu', weights_only=True)['model']
+    assert all(k.startswith('model.model.') for k in raw) and set(sd) == {k.removeprefix('model.model.') for k in raw}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 40), st.integers(1, 4), st.integers(1, 3), st.integers(1, 64), st.integers(0, 2**31 - 1))
+def test_layer_matches_per_edge_reference(n, e, t, b, chunk, seed):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    layer = GeneralizedRelationalConv(4, t)
+    x, bd = torch.randn(n, b, 4, generator=g), torch.randn(n, b, 4, generator=g)
+    ei, et = torch.randint(0, n, (2, e), generator=g), torch.randint(0, t, (e,), generator=g)
+    rel = torch.randn(t, b, 4, generator=g)
+    agg = bd.clone()
+    for (v, u), r in zip(ei.t().tolist(), et.tolist()): agg[v] += x[u] * rel[r]  # kernel convention: edge_index[1] -> [0]
+    ref = torch.relu(layer.layer_norm(layer.linear(torch.cat([x, agg], -1))))
+    adj = ultra.relational_adjacency(ei, et, n)
+    with torch.no_grad(): torch.testing.assert_close(layer(x, bd, adj, rel, chunk_size=chunk), ref, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 15), st.integers(1, 30), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_relation_graph_definition(n, e, R, seed):
+    g = torch.Generator().manual_seed(seed)
+    h, t, r = torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g), torch.randint(0, R, (e,), generator=g)
+    ei, et = torch.stack([torch.cat([h, t]), torch.cat([t, h])]), torch.cat([r, r + R])
+    rei, ret = build_relation_graph(ei, et, n, 2 * R)
+    ends = {'h': [set() for _ in range(2 * R)], 't': [set() for _ in range(2 * R)]}
+    for (a, b), k in zip(ei.t().tolist(), et.tolist()): ends['h'][k].add(a); ends['t'][k].add(b)
+    want = {(i, j, k) for k, nm in enumerate(REL_EDGE_TYPES) for i in range(2 * R) for j in range(2 * R) if ends[nm[0]][i] & ends[nm[2]][j]}
+    got = [(i, j, k) for (i, j), k in zip(rei.t().tolist(), ret.tolist())]
+    assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_filtered_ranks_ties_count_against():
+    s = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert filtered_ranks(s, torch.tensor([0])).tolist() == [3]
+    assert filtered_ranks(s, torch.tensor([0]), torch.tensor([0]), torch.tensor([1])).tolist() == [2]
+
+
+def test_bad_queries_are_errors():
+    from kgqa_nb.kg import load_ilpc2022
+    sp = load_ilpc2022()
+    G = ultra_graph(sp.graph)
+    with pytest.raises(ValueError, match='out of range'):
+        evaluate_link_prediction(load_ultra('ultra_3g'), G, np.array([[0, 999, 1]]), sp.test)
+
+
+def test_neural_beats_symbolic_on_missing_fact():
+    from kgqa_nb.dsl import SymbolicExecutor
+    from kgqa_nb.toyworld import make_toyworld
+    kg, deleted = make_toyworld(seed=0, scale=1.0, missing_fraction=0.05, return_deleted=True)
+    ex, sym = UltraQueryExecutor(load_ultra('ultraquery'), kg), SymbolicExecutor(kg)
+    hits = 0
+    for q, ans in missing_fact_queries(kg, deleted, limit=10):
+        assert sym.execute(q)[kg.entity(ans)] == 0  # the symbolic executor cannot reach it
+        s = ex.execute(q)
+        assert s.shape == (kg.num_entities,) and 0 <= s.min() and s.max() <= 1
+        hits += int(s.argmax()) == kg.entity(ans)
+    assert hits >= 1
+
+
+@pytest.mark.skipif(not SLOW, reason='full ILPC2022-small evaluation: minutes on 2 CPU cores (set KGQA_SLOW=1)')
+@pytest.mark.parametrize('name,ref', [('ultra_3g', dict(mrr=0.2959, h1=0.2183, h3=0.3325, h10=0.4412)),
+                                      ('ultra_4g', dict(mrr=0.2946, h1=0.2150, h3=0.3296, h10=0.4473))])
+def test_ilpc_small_parity(name, ref):
+    from kgqa_nb.kg import load_ilpc2022
+    sp = load_ilpc2022()
+    G = ultra_graph(sp.graph, 'cuda' if torch.cuda.is_available() else 'cpu')
+    m = load_ultra(name, device=G.device)
+    res = evaluate_link_prediction(m, G, sp.test, np.concatenate([sp.graph.triples, sp.valid, sp.test]), batch_size=16)['both']
+    for k, r in (('mrr', 'mrr'), ('hits@1', 'h1'), ('hits@3', 'h3'), ('hits@10', 'h10')):
+        assert abs(res[k] - ref[r]) <= 0.005, (k, res[k], ref[r])
