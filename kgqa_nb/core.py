@@ -214,6 +214,9 @@ class Timer:
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
 
 # %% ../nbs/00_core.ipynb #c034
+try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
+except ImportError: fcntl = None
+
 class JsonlCache:
     "Append-only JSON-lines cache of records keyed by `record['key']`; safe across threads and processes."
     def __init__(self, path,  # the .jsonl file (created on first write)
@@ -254,6 +257,7 @@ class JsonlCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                if fcntl: fcntl.flock(fd, fcntl.LOCK_EX)  # another process may be mid-write: its size is visible before its last byte
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b'\n': line = b'\n' + line  # a crash left half a line: end it
                 if os.write(fd, line) != len(line): raise OSError(f"short write to {self.path} (disk full?)")
