@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 # %% auto #0
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'paths', 'user_cache_dir', 'data_dir', 'ckpt_dir',
            'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device', 'git_state',
-           'package_versions', 'hardware', 'redact', 'provenance', 'artifact_dirs', 'write_table', 'write_provenance',
-           'save_figure', 'progress', 'Timer', 'JsonlCache']
+           'package_versions', 'hardware', 'redact', 'provenance', 'ReasonError', 'artifact_dirs', 'write_table',
+           'write_provenance', 'save_figure', 'progress', 'Timer', 'JsonlCache']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -168,6 +168,13 @@ def provenance(params: dict | None = None,  # the notebook's parameters
                           argv=sys.argv, packages=package_versions(), hardware=hardware(), **extra))
 
 # %% ../nbs/00_core.ipynb #c025
+class ReasonError(ValueError):
+    "Input rejected for a named reason: `.reason` (machine-readable) and `.detail` (for people)."
+    def __init__(self, reason: str, detail: str = ''):
+        self.reason, self.detail = reason, detail
+        super().__init__(f'{reason}: {detail}' if detail else reason)
+
+# %% ../nbs/00_core.ipynb #c028
 def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
     "The (results, figures) folders an artifact notebook writes to, created if missing."
     base = Path(out_dir) if out_dir else paths.scratch
@@ -200,20 +207,20 @@ def save_figure(fig,  # a matplotlib Figure
     write_provenance(path, **prov)
     return path
 
-# %% ../nbs/00_core.ipynb #c028
+# %% ../nbs/00_core.ipynb #c031
 def progress(it=None, **kw):
     "A tqdm progress bar that honours `KGQA_PROGRESS=0`."
     kw.setdefault('disable', os.environ.get('KGQA_PROGRESS', '1') == '0')
     kw.setdefault('dynamic_ncols', True)
     return tqdm(it, **kw)
 
-# %% ../nbs/00_core.ipynb #c031
+# %% ../nbs/00_core.ipynb #c034
 class Timer:
     "Context manager measuring wall time in seconds (`.s`)."
     def __enter__(self): self.t0 = time.perf_counter(); return self
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
 
-# %% ../nbs/00_core.ipynb #c034
+# %% ../nbs/00_core.ipynb #c037
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
 except ImportError: fcntl = None
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .core import ReasonError
 from .llm import register_offline_model
 
 # %% auto #0
@@ -179,11 +180,10 @@ def parse_graph_text(text: str) -> list[tuple[str, str, str]]:
     return [tuple(f[j:j + 3]) for j in range(0, len(f), 3)]
 
 # %% ../nbs/06_generate.ipynb #c022
-class ParseError(ValueError):
+class ParseError(ReasonError):
     "A reply that cannot be read as a datapoint; `reason` is a short machine-readable cause, e.g. 'missing_field:Answer'."
     def __init__(self, reason: str, detail: str = '', text: str = ''):
-        self.reason, self.detail, self.text = reason, detail, text
-        super().__init__(f'{reason}: {detail}' if detail else reason)
+        super().__init__(reason, detail); self.text = text
 
 @dataclass
 class ParsedDatapoint:

@@ -8,6 +8,8 @@ import itertools, re
 from collections import deque
 from typing import Hashable, Iterable, NamedTuple
 
+from .core import ReasonError
+
 # %% auto #0
 __all__ = ['GTSQA_TEMPLATES', 'DUTT_IDS', 'REJECTION_REASONS', 'template_edges', 'IsomorphismError', 'AnswerTree', 'answer_tree',
            'tree_code', 'IsoResult', 'classify_answer_subgraph', 'NameTree', 'tree_from_name', 'colored_trees',
@@ -64,11 +66,8 @@ def template_edges(name: str) -> tuple[list, list, str]:
 REJECTION_REASONS = ('empty', 'no_seeds', 'answer_is_seed', 'answer_not_in_graph', 'seed_not_in_graph',
                      'cyclic', 'disconnected', 'hanging_branch')
 
-class IsomorphismError(ValueError):
+class IsomorphismError(ReasonError):
     "An answer subgraph that breaks a data-quality rule; `.reason` is one of `REJECTION_REASONS`."
-    def __init__(self, reason: str, detail: str = ''):
-        self.reason, self.detail = reason, detail
-        super().__init__(f'{reason}: {detail}' if detail else reason)
 
 # %% ../nbs/08_isomorphism.ipynb #c011
 class AnswerTree(NamedTuple):

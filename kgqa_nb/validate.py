@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .core import ReasonError
 from .kg import KnowledgeGraph, UnknownIdError, normalize_label, parse_item, SPARQL_PREFIXES, WD, WDT
 from .sparql import (SparqlError, QuerySyntaxError, QueryTimeout, UnsafeQueryError, check_read_only,
                             sparql_tokens, term_id)
@@ -36,11 +37,8 @@ def reason_family(reason: str) -> str:
     return str(reason).split(':', 1)[0]
 
 # %% ../nbs/08a_validate.ipynb #c009
-class QueryShapeError(ValueError):
+class QueryShapeError(ReasonError):
     "A query outside the supported shapes; `.reason` is 'sparql_syntax', 'sparql_unsupported' or 'sparql_projection'."
-    def __init__(self, reason: str, detail: str = ''):
-        self.reason, self.detail = reason, detail
-        super().__init__(f'{reason}: {detail}' if detail else reason)
 
 class QueryShape(NamedTuple):
     "The parts of a SELECT query that validation needs."
