@@ -62,7 +62,10 @@ def notebook_parameters(nb_path) -> list:
             raise ValueError(f'{nb_path}: parameters must be written `name: type = value  # help`, got: {ast.get_source_segment(src, node)!r}')
         line = lines[node.lineno - 1]
         m = re.search(r'#\s*(.*)$', line[node.end_col_offset:] if node.end_lineno == node.lineno else lines[node.end_lineno - 1])
-        out.append(Param(node.target.id, ast.unparse(node.annotation), ast.literal_eval(node.value) if node.value else None, m[1].strip() if m else ''))
+        help_ = m[1].strip() if m else ''
+        if re.search(r'[=\'"]', help_):
+            raise ValueError(f'{nb_path}: the help comment of {node.target.id!r} contains = or a quote, which papermill cannot parse: {help_!r}')
+        out.append(Param(node.target.id, ast.unparse(node.annotation), ast.literal_eval(node.value) if node.value else None, help_))
     return out
 
 # %% ../nbs/40_rerun.ipynb #c012
