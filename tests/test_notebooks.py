@@ -63,3 +63,14 @@ def test_harness_runs_an_artifact_into_scratch(tmp_path):
 def test_cli_help_runs():
     out = subprocess.run([sys.executable, '-m', 'kgqa_nb.cli', '--help'], capture_output=True, text=True)
     assert out.returncode == 0 and 'rerun' in out.stdout
+
+
+@pytest.mark.parametrize('nb', sorted(paths.nbs.glob('*.ipynb')), ids=lambda p: p.stem)
+def test_chapter_layout(nb):
+    "House style: an H1 title first; library chapters add a `> subtitle` and put `#| default_exp` in the second cell."
+    cells = json.loads(nb.read_text())['cells']
+    src = [''.join(c['source']) for c in cells]
+    assert cells[0]['cell_type'] == 'markdown' and src[0].startswith('# '), 'first cell must be the H1 title'
+    if any(re.match(r'#\|\s*default_exp', s) for s in src):
+        assert re.search(r'^> ', src[0], re.M), 'library chapters carry a one-line > subtitle under the title'
+        assert re.match(r'#\|\s*default_exp', src[1]), '#| default_exp goes in the second cell'
