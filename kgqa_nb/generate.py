@@ -563,6 +563,12 @@ def _ids_and_labels(triples_text):
         ids.append((hi, ri, ti))
     return ids, labels, rel_labels
 
+def _prompt_graph(messages: list[dict], pattern: str):
+    "The sampled graph's distinct text triples and the prompt parameter matched by `pattern` (([], param) when unreadable)."
+    graph, param = _last_graph(messages, pattern)
+    try: return list(dict.fromkeys(parse_graph_text(graph))), param
+    except ValueError: return [], param
+
 def _split_label(item: str):
     m = _ANCHOR_RE.search(item[item.rfind('('):])
     return item[:item.rfind('(')].strip(), m[1].upper()
@@ -570,9 +576,7 @@ def _split_label(item: str):
 @register_offline_model('synthkgqa-datapoint', matches=lambda ms: prompt_kind(ms) == 'datapoint')
 def offline_datapoint_model(messages: list[dict]) -> str:
     "Deterministic offline generator: reads k and the graph from the prompt and replies with a five-field datapoint."
-    graph, k = _last_graph(messages, r'^\s*k\s*=\s*(\d+)')
-    try: triples_text = list(dict.fromkeys(parse_graph_text(graph)))
-    except ValueError: triples_text = []
+    triples_text, k = _prompt_graph(messages, r'^\s*k\s*=\s*(\d+)')
     if not triples_text or k is None: return 'I could not read a graph and a number of triples in the request, so I cannot write a question.'
     rng = _prompt_rng(messages)
     ids, labels, rel_labels = _ids_and_labels(triples_text)
@@ -631,9 +635,7 @@ def _not_exists_question(ids, labels, rel_labels, rng):
 @register_offline_model('synthkgqa-aggregation', matches=lambda ms: prompt_kind(ms) == 'aggregation')
 def offline_aggregation_model(messages: list[dict]) -> str:
     "Deterministic offline model for aggregation prompts: COUNT, or FILTER NOT EXISTS when the graph allows it."
-    graph, op = _last_graph(messages, r'^\s*Operator:\s*(.+?)\s*$')
-    try: triples_text = list(dict.fromkeys(parse_graph_text(graph)))
-    except ValueError: triples_text = []
+    triples_text, op = _prompt_graph(messages, r'^\s*Operator:\s*(.+?)\s*$')
     if not triples_text or op is None: return 'I could not read a graph and an operator in the request.'
     rng = _prompt_rng(messages)
     ids, labels, rel_labels = _ids_and_labels(triples_text)
