@@ -5,6 +5,7 @@
 # %% ../nbs/00_core.ipynb #c002
 from __future__ import annotations
 import hashlib, json, os, platform, random, subprocess, sys, threading, time, urllib.request
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -16,8 +17,9 @@ from tqdm.auto import tqdm
 # %% auto #0
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'paths', 'user_cache_dir', 'data_dir', 'ckpt_dir',
            'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device', 'git_state',
-           'package_versions', 'hardware', 'redact', 'provenance', 'ReasonError', 'artifact_dirs', 'write_table',
-           'write_provenance', 'save_figure', 'progress', 'Timer', 'JsonlCache']
+           'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError', 'artifact_dirs',
+           'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'folder_lock',
+           'write_text_atomic', 'JsonlCache']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -144,11 +146,13 @@ def hardware() -> dict:
     return hw
 
 # %% ../nbs/00_core.ipynb #c022
-def _jsonable(o):
-    if isinstance(o, dict): return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple, set)): return [_jsonable(v) for v in o]
+def jsonable(o):
+    "`o` with numpy values, arrays, tuples, sets and paths made JSON-ready (NaN becomes None, unknown objects their repr)."
+    if isinstance(o, dict): return {str(k): jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set, np.ndarray)): return [jsonable(v) for v in o]
     if isinstance(o, Path): return str(o)
-    if isinstance(o, np.generic): return o.item()
+    if isinstance(o, np.generic): o = o.item()
+    if isinstance(o, float) and o != o: return None
     return o if isinstance(o, (str, int, float, bool, type(None))) else repr(o)
 
 SECRET_HINTS = ('key', 'token', 'secret', 'password')
@@ -163,7 +167,7 @@ def provenance(params: dict | None = None,  # the notebook's parameters
                llm_backend: str | None = None,  # e.g. 'offline', or 'openai:gpt-4.1@https://…'
                **extra):  # anything else worth recording (artifact name, profile, timings)
     "A provenance record for a result file."
-    return _jsonable(dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(),
+    return jsonable(dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(),
                           params=redact(params or {}), seed=seed, kg=kg, llm_backend=llm_backend,
                           argv=sys.argv, packages=package_versions(), hardware=hardware(), **extra))
 
@@ -221,6 +225,36 @@ class Timer:
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
 
 # %% ../nbs/00_core.ipynb #c037
+class LockTimeout(TimeoutError):
+    "Another process held a folder lock for longer than we were willing to wait."
+
+@contextmanager
+def folder_lock(folder,  # the folder to lock (created if missing)
+                timeout: float | None = None,  # seconds to wait for the lock; None waits for ever
+                poll: float = 0.2):  # seconds between attempts while waiting
+    "Hold an exclusive `fcntl.flock` on `<folder>/.lock` for the duration of the `with` block."
+    import fcntl
+    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / '.lock', os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
+            except BlockingIOError:
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    raise LockTimeout(f'{folder} is locked by another build for more than {timeout} s') from None
+                time.sleep(poll)
+        yield folder
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+def write_text_atomic(path, text: str) -> Path:
+    "Write `text` to `path` through a temporary file and a rename."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + '.tmp'); tmp.write_text(text); tmp.replace(path)
+    return path
+
+# %% ../nbs/00_core.ipynb #c040
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
 except ImportError: fcntl = None
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import data_dir, download, provenance
+from .core import data_dir, download, jsonable, provenance
 from .kg import parse_item
 
 # %% auto #0
@@ -68,16 +68,9 @@ def write_jsonl(records, path) -> Path:
     rows = records.to_dict('records') if isinstance(records, pd.DataFrame) else list(records)
     tmp = path.with_suffix(path.suffix + '.tmp')
     with open(tmp, 'w') as f:
-        for r in rows: f.write(json.dumps(_jsonable(r), ensure_ascii=False) + '\n')
+        for r in rows: f.write(json.dumps(jsonable(r), ensure_ascii=False) + '\n')
     tmp.replace(path)
     return path
-
-def _jsonable(o):
-    if isinstance(o, dict): return {k: _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple, np.ndarray)): return [_jsonable(v) for v in o]
-    if isinstance(o, np.generic): return o.item()
-    if isinstance(o, float) and np.isnan(o): return None
-    return o
 
 def read_jsonl(path) -> pd.DataFrame:
     "Read a JSONL dataset (a truncated last line from an interrupted writer is skipped with a warning)."

@@ -4,27 +4,26 @@
 
 # %% ../nbs/10b_gtsqa.ipynb #c002
 from __future__ import annotations
-import fcntl, hashlib, json, os, time
+import hashlib, json, os, time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import artifact_dirs, data_dir
+from .core import LockTimeout, artifact_dirs, data_dir, folder_lock, write_text_atomic
 from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_jsonl, record_answers,
                              write_jsonl)
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
 from .kg import parse_item
 
 # %% auto #0
-__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'TEST_CATEGORIES', 'params_key', 'DatasetLockTimeout', 'folder_lock',
-           'type_shape', 'is_complex_type', 'choose_unseen_graph_types', 'split_config_for', 'generation_params',
-           'DatasetPaths', 'ensure_dataset', 'Source', 'load_source', 'test_category', 'isomorphism_type_table',
-           'relation_frequency', 'count_distributions', 'subgraph_sizes', 'size_distributions', 'minimal_type_matrix',
-           'read_filter_log', 'generation_table']
+__all__ = ['DatasetLockTimeout', 'GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'TEST_CATEGORIES', 'params_key', 'type_shape',
+           'is_complex_type', 'choose_unseen_graph_types', 'split_config_for', 'generation_params', 'DatasetPaths',
+           'ensure_dataset', 'Source', 'load_source', 'test_category', 'isomorphism_type_table', 'relation_frequency',
+           'count_distributions', 'subgraph_sizes', 'size_distributions', 'minimal_type_matrix', 'read_filter_log',
+           'generation_table']
 
 # %% ../nbs/10b_gtsqa.ipynb #c006
 def params_key(params: dict,  # JSON-serialisable parameters
@@ -34,27 +33,7 @@ def params_key(params: dict,  # JSON-serialisable parameters
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
 # %% ../nbs/10b_gtsqa.ipynb #c009
-class DatasetLockTimeout(TimeoutError):
-    "Another process held the dataset lock for longer than we were willing to wait."
-
-@contextmanager
-def folder_lock(folder,  # the folder to lock (created if missing)
-                timeout: float | None = None,  # seconds to wait for the lock; None waits for ever
-                poll: float = 0.2):  # seconds between attempts while waiting
-    "Hold an exclusive `fcntl.flock` on `<folder>/.lock` for the duration of the `with` block."
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / '.lock', os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        t0 = time.monotonic()
-        while True:
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
-            except BlockingIOError:
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    raise DatasetLockTimeout(f'{folder} is locked by another build for more than {timeout} s') from None
-                time.sleep(poll)
-        yield folder
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+DatasetLockTimeout = LockTimeout  # the lock and its error live in core (`core.folder_lock`); kept under this name here
 
 # %% ../nbs/10b_gtsqa.ipynb #c013
 def type_shape(name: str) -> dict:
@@ -138,9 +117,6 @@ def _llm_description(summary: dict, gen: dict) -> str:
     if not g: return gen['backend'] + (f":{gen['model']}" if gen.get('model') else '')
     return g if p in (None, g) else f'{g} (paraphrases: {p})'
 
-def _atomic_text(path: Path, text: str):
-    tmp = path.with_name(path.name + '.tmp'); tmp.write_text(text); tmp.replace(path)
-
 # %% ../nbs/10b_gtsqa.ipynb #c026
 def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, split: SplitConfig | None,
                  split_overrides: dict) -> DatasetPaths:
@@ -160,14 +136,14 @@ def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, 
     info = dict(generation=gen, split_config=asdict(cfg), unseen_graph_types_rule='auto' if auto else 'given',
                 unseen_relations=res.unseen_relations, dropped=res.dropped, unsatisfied=res.unsatisfied,
                 cells=res.cells.to_dict('records') if res.cells is not None else [], n_train=len(res.train), n_test=len(res.test))
-    _atomic_text(p.split, json.dumps(info, indent=1, default=str) + '\n')
+    write_text_atomic(p.split, json.dumps(info, indent=1, default=str) + '\n')
     notes = (f"Unseen graph types were {'chosen automatically (complex types with a full test cell, see kgqa_nb.gtsqa)' if auto else 'given'}: "
              f"{ugt or 'none'}. Generation run: {gen_dir}.")
     acceptance = {k: summary[k] for k in ('candidates', 'accepted', 'acceptance_rate') if k in summary} or None
     card = dataset_card(f"GTSQA-style dataset on {gen['kg']}", {'Train': res.train, 'Test': res.test}, kg=gen['kg'],
                         llm_backend=_llm_description(summary, gen), acceptance=acceptance, split_cfg=cfg,
                         split_result=res, notes=notes)
-    _atomic_text(p.card, card)
+    write_text_atomic(p.card, card)
     return p
 
 # %% ../nbs/10b_gtsqa.ipynb #c027
@@ -201,10 +177,10 @@ def ensure_dataset(kg: str = 'toyworld',  # KG name for kgqa_nb.kg.load_kg
             if not marker.exists():  # a parallel builder may have finished while we waited
                 if not (gen_dir / 'generation.json').exists():  # a finished run is not resumed (that would rewrite its files)
                     summary = _generate(gen_dir, gen, concurrency)
-                    _atomic_text(gen_dir / 'generation.json', json.dumps(dict(params=gen, records=summary.get('records')), indent=1) + '\n')
+                    write_text_atomic(gen_dir / 'generation.json', json.dumps(dict(params=gen, records=summary.get('records')), indent=1) + '\n')
                 split_dir.mkdir(parents=True, exist_ok=True)
                 p = _write_split(gen_dir, split_dir, gen, unseen_graph_types, split, split_overrides)
-                _atomic_text(marker, json.dumps(dict(generation=gen, split=sp), indent=1, default=str) + '\n')
+                write_text_atomic(marker, json.dumps(dict(generation=gen, split=sp), indent=1, default=str) + '\n')
     return _dataset_paths(gen_dir, split_dir)
 
 # %% ../nbs/10b_gtsqa.ipynb #c035

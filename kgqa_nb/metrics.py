@@ -55,10 +55,10 @@ def set_prf(pred, gold) -> tuple:
 
 # %% ../nbs/13_metrics.ipynb #c015
 def filtered_rank(scores: np.ndarray, target: int, filtered=()) -> int:
-    "1 + number of candidates, other than `target` and the `filtered` ones, scoring strictly higher than the target."
+    "1 + number of candidates, other than `target` and the `filtered` ones, scoring at least as high as the target."
     scores = np.asarray(scores, dtype=float)
     if not 0 <= target < len(scores): raise IndexError(f'target {target} outside 0..{len(scores) - 1}')
-    higher = scores > scores[target]
+    higher = scores >= scores[target]; higher[target] = False
     if len(filtered): higher[np.asarray(list(filtered), dtype=np.int64)] = False
     return int(higher.sum()) + 1
 

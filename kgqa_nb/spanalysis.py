@@ -4,14 +4,13 @@
 
 # %% ../nbs/12b_spanalysis.ipynb #c002
 from __future__ import annotations
-import fcntl, hashlib, json, re
-from contextlib import contextmanager
+import hashlib, json, re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import progress
+from .core import folder_lock, progress
 from .kg import KnowledgeGraph, parse_item
 from .paths import CONVENTIONS, UnknownConventionError, path_statistics, shortest_path_labels
 from .qgraphs import QuestionGraph, build_question_graphs, load_question_graph, random_tree_question
@@ -21,8 +20,8 @@ from .minimality import seed_paths, subset_query
 
 # %% auto #0
 __all__ = ['SOURCES', 'AnswerNodeError', 'local_view', 'question_path_stats', 'sp_mask', 'tree_records', 'load_analysis_kg',
-           'load_records', 'locked', 'records_fingerprint', 'analyse_dataset', 'table6', 'fig9_shortcuts',
-           'fig9_parallel_paths', 'gold_answers', 'reader_hits', 'fig4_table']
+           'load_records', 'records_fingerprint', 'analyse_dataset', 'table6', 'fig9_shortcuts', 'fig9_parallel_paths',
+           'gold_answers', 'reader_hits', 'fig4_table']
 
 # %% ../nbs/12b_spanalysis.ipynb #c006
 class AnswerNodeError(ValueError):
@@ -118,15 +117,6 @@ def load_records(source: str,  # 'generated' | 'gtsqa' | 'random-trees'
     return out
 
 # %% ../nbs/12b_spanalysis.ipynb #c032
-@contextmanager
-def locked(folder):
-    "Hold an exclusive lock on `folder/.lock` (blocking) while the block runs."
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / '.lock', 'w') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield folder
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
-
 def _plain(v):
     if isinstance(v, (list, tuple, np.ndarray)): return [_plain(x) for x in v]
     return None if v is None or (isinstance(v, float) and np.isnan(v)) else v if isinstance(v, (str, bool)) else str(v)
@@ -164,7 +154,7 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     cache_dir = Path(cache_dir) / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', kg.name)}-{key}"  # one folder per dataset and graph settings
     meta['convention'] = convention
     qf, sf, mf = (cache_dir / f'{n}-{convention}.{ext}' for n, ext in (('questions', 'csv'), ('seeds', 'csv'), ('meta', 'json')))
-    with locked(cache_dir):
+    with folder_lock(cache_dir):
         paths = build_question_graphs(kg, records, cache_dir / 'qgraphs', seed=seed, **qgraph_kwargs)
         if mf.exists() and json.loads(mf.read_text()) == json.loads(json.dumps(meta)):
             return pd.read_csv(qf, dtype={'id': str}), pd.read_csv(sf, dtype={'id': str}), paths

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import git_state, package_versions, progress, PKG_DIR
+from .core import git_state, package_versions, progress, write_text_atomic, PKG_DIR
 from .kg import KnowledgeGraph, load_kg
 from .toyworld import kg_fingerprint
 from .sparql import OxigraphStore
@@ -144,7 +144,7 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
     elif (out / 'outcomes.jsonl').exists():
         raise ManifestMismatch(f'{out} has outcomes.jsonl but no manifest.json: not a run folder this code can resume')
     else:
-        tmp = mpath.with_suffix('.tmp'); tmp.write_text(json.dumps(manifest, indent=1) + '\n'); tmp.replace(mpath)
+        write_text_atomic(mpath, json.dumps(manifest, indent=1) + '\n')
     return out
 
 # %% ../nbs/10a_synthkgqa.ipynb #c030
@@ -294,7 +294,7 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
                    prompt_tokens=tot('prompt_tokens'), completion_tokens=tot('completion_tokens'), llm_calls=tot('calls'),
                    cache_hits=tot('cache_hits'), cost_usd=None if any(c is None for c in costs) else round(sum(costs), 6),
                    seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
-    tmp = spath.with_suffix('.tmp'); tmp.write_text(json.dumps(summary, indent=1) + '\n'); tmp.replace(spath)
+    write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
     if records:
         card = dataset_card(f'SynthKGQA on {kg.name}', {'all': pd.DataFrame(records)}, kg.name, gen.describe(),
                             acceptance={'candidates': flog.total, 'accepted': flog.accepted,

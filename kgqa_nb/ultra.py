@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
 from .kg import KnowledgeGraph, UnknownIdError
+from . import metrics
 
 warnings.filterwarnings('ignore', message='Sparse CSR tensor support is in beta')  # CSR products are used read-only here
 
@@ -324,11 +325,10 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
 
 # %% ../nbs/18_ultra.ipynb #c047
 def ranking_metrics(ranks) -> dict:
-    "MRR and Hits@1/3/10 of a set of ranks."
-    r = torch.as_tensor(ranks).double()
-    if r.numel() == 0: raise ValueError('no ranks to summarise')
-    return {'mrr': (1 / r).mean().item(), 'hits@1': (r <= 1).double().mean().item(), 'hits@3': (r <= 3).double().mean().item(),
-            'hits@10': (r <= 10).double().mean().item(), 'n_queries': r.numel()}
+    "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
+    r = torch.as_tensor(ranks).double().cpu().numpy()
+    if r.size == 0: raise ValueError('no ranks to summarise')
+    return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
 # %% ../nbs/18_ultra.ipynb #c050
 @torch.no_grad()
