@@ -3,7 +3,7 @@ Results go to benchmarks/results/<topic>.json with a provenance record (machine,
 import argparse, importlib.util, json, sys, traceback
 from pathlib import Path
 
-from kgqa_nb.core import Timer, paths, provenance
+from kgqa_nb.core import Timer, project_dirs, provenance
 
 HERE = Path(__file__).resolve().parent
 
@@ -15,7 +15,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     files = sorted(HERE.glob('bench_*.py'))
     if a.only: files = [f for f in files if f.stem[6:] in a.only]
-    out = Path(a.out) if a.out else (paths.scratch / 'bench' if a.quick else HERE / 'results'); out.mkdir(parents=True, exist_ok=True); failed = []
+    out = Path(a.out) if a.out else (project_dirs.scratch / 'bench' if a.quick else HERE / 'results'); out.mkdir(parents=True, exist_ok=True); failed = []
     for f in files:
         topic = f.stem[6:]
         spec = importlib.util.spec_from_file_location(f.stem, f); mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)

@@ -15,17 +15,18 @@ import yaml
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'paths', 'user_cache_dir', 'data_dir', 'ckpt_dir',
-           'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device', 'git_state',
-           'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError', 'artifact_dirs',
-           'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'folder_lock',
-           'write_text_atomic', 'JsonlCache']
+__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir', 'data_dir',
+           'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device',
+           'git_state', 'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError',
+           'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout',
+           'folder_lock', 'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError',
+           'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
 ROOT = PKG_DIR.parent  # the repository (an editable install keeps the package inside it)
 
-class paths:
+class project_dirs:
     "Folders of the project, all derived from `ROOT`."
     root = ROOT
     nbs = ROOT / 'nbs'
@@ -88,8 +89,8 @@ def download(url: str,  # where to fetch from
 def load_profile(profile: str = 'smoke'):  # profile name in params/ or a path to a YAML file
     "Read a parameter profile: {artifact: {param: value}}, with an optional `defaults` section."
     p = Path(profile)
-    if not p.suffix: p = paths.params / f'{profile}.yaml'
-    if not p.exists(): raise FileNotFoundError(f"no parameter profile {p}; known: {sorted(x.stem for x in paths.params.glob('*.yaml'))}")
+    if not p.suffix: p = project_dirs.params / f'{profile}.yaml'
+    if not p.exists(): raise FileNotFoundError(f"no parameter profile {p}; known: {sorted(x.stem for x in project_dirs.params.glob('*.yaml'))}")
     return yaml.safe_load(p.read_text()) or {}
 
 def profile_params(profile: str, artifact: str) -> dict:
@@ -181,7 +182,7 @@ class ReasonError(ValueError):
 # %% ../nbs/00_core.ipynb #c028
 def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
     "The (results, figures) folders an artifact notebook writes to, created if missing."
-    base = Path(out_dir) if out_dir else paths.scratch
+    base = Path(out_dir) if out_dir else project_dirs.scratch
     res, fig = base / 'results', base / 'figures'
     res.mkdir(parents=True, exist_ok=True); fig.mkdir(parents=True, exist_ok=True)
     return res, fig
@@ -304,3 +305,92 @@ class JsonlCache:
                 if os.write(fd, line) != len(line): raise OSError(f"short write to {self.path} (disk full?)")
             finally: os.close(fd)
             self._entries[record['key']] = self.slim(record)
+
+# %% ../nbs/00_core.ipynb #c043
+class CacheMissError(LookupError):
+    "A request is not in a replay-only cache (`mode='replay'` never calls the model or the endpoint)."
+
+CACHE_MODES = ('readwrite', 'replay', 'off')
+
+class ReplayCache(JsonlCache):
+    "A `JsonlCache` with a replay mode: 'readwrite' (record misses), 'replay' (a miss is an error) or 'off'."
+    def __init__(self, path,  # the .jsonl file (created on first write)
+                 mode: str = 'readwrite',  # 'readwrite' | 'replay' | 'off'
+                 slim=None):  # record -> what to keep in memory
+        if mode not in CACHE_MODES: raise ValueError(f'unknown cache mode {mode!r}: use one of {CACHE_MODES}')
+        self.mode = mode
+        super().__init__(path, slim)
+
+    def refresh(self):
+        if self.mode != 'off': super().refresh()
+
+    def lookup(self, key: str,  # the request's key
+               what: str = 'this request'):  # what was asked, for the miss message
+        "The record under `key`; None on a miss (or when off); `CacheMissError` on a miss in replay mode."
+        if self.mode == 'off': return None
+        rec = self.get(key)
+        if rec is None and self.mode == 'replay':
+            raise CacheMissError(f"{what} (key {key[:12]}) is not in {self.path}; cache mode 'replay' never calls the model "
+                                 f"or endpoint: point the cache at a folder that holds it, or use mode 'readwrite'")
+        return rec
+
+    def record(self, record: dict):
+        "Store a fresh answer (a dict with a 'key'), unless the cache is off."
+        if self.mode != 'off': self.put(record)
+
+# %% ../nbs/00_core.ipynb #c046
+class MalformedFileError(ReasonError):
+    "A data or log file that cannot be read: `.path` and `.line` say where (line numbers start at 1)."
+    def __init__(self, path, line: int | None, detail: str):
+        self.path, self.line = Path(path), line
+        super().__init__('malformed_file', f"{path}{f':{line}' if line else ''}: {detail}")
+
+class JsonlWarning(UserWarning):
+    "A damaged line in the middle of a JSON-lines file (its record is skipped and should be redone)."
+
+def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
+               on_bad: str = 'warn',  # a bad line before the last: 'warn' (skip it, with its line number) | 'raise' | 'skip'
+               repair: bool = False) -> list:  # cut a torn last line off the file
+    "The JSON objects of a JSON-lines file; a torn last line is dropped, a bad line elsewhere is reported by number."
+    import warnings
+    path = Path(path)
+    if not path.exists(): return []
+    data = path.read_bytes()
+    lines = data.split(b'\n')
+    tail = lines.pop()  # text after the last newline: empty, or a line cut short by a crash
+    if tail.strip():
+        try: json.loads(tail); lines.append(tail); tail = b''  # a complete last record without its newline
+        except ValueError:
+            if repair:
+                with open(path, 'r+b') as f: f.truncate(len(data) - len(tail))
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip(): continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict): raise ValueError(f'expected a JSON object, got {type(rec).__name__}')
+        except ValueError as e:
+            if on_bad == 'raise': raise MalformedFileError(path, i, f'not a JSON object ({e})') from None
+            if on_bad == 'warn': warnings.warn(f'{path}:{i}: damaged line skipped; its record will be redone', JsonlWarning, stacklevel=2)
+            continue
+        out.append(rec)
+    return out
+
+# %% ../nbs/00_core.ipynb #c049
+def params_key(params: dict,  # JSON-serialisable parameters
+               n: int = 12) -> str:  # hex digits kept
+    "A short, order-independent hash of a parameter dict."
+    blob = json.dumps(jsonable(params), sort_keys=True, separators=(',', ':'))
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+def keyed_folder(base,  # parent folder
+                 prefix: str,  # readable part of the name, e.g. the KG name
+                 params: dict,  # everything that determines the folder's content
+                 n: int = 12) -> Path:  # hex digits of the key
+    "`<base>/<prefix>-<key>`, created, with `params.json` recording what the key stands for."
+    import re
+    folder = Path(base) / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', prefix)}-{params_key(params, n)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    pj = folder / 'params.json'
+    if not pj.exists(): write_text_atomic(pj, json.dumps(jsonable(params), sort_keys=True, indent=1) + '\n')
+    return folder

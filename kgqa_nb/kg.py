@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_kg.ipynb #c002
 from __future__ import annotations
-import gzip, json, re
+import gzip, hashlib, json, re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,8 +16,9 @@ from .core import data_dir
 
 # %% auto #0
 __all__ = ['WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'KG_REGISTRY', 'format_item', 'parse_item',
-           'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'read_tsv', 'read_ntriples', 'read_synth_kgqa',
-           'codex_labels', 'load_codex_m', 'LinkPredictionSplit', 'load_ilpc2022', 'load_metaqa_kb', 'load_kg']
+           'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'kg_fingerprint', 'read_tsv', 'read_ntriples',
+           'read_synth_kgqa', 'codex_labels', 'load_codex_m', 'LinkPredictionSplit', 'load_ilpc2022', 'load_metaqa_kb',
+           'load_kg']
 
 # %% ../nbs/01_kg.ipynb #c005
 _TEXT_RE = re.compile(r'^\s*(?P<label>.*?)\s*\(\s*(?P<id>[A-Za-z]{1,3}-?\d+)\s*\)\s*$', re.S)
@@ -299,6 +300,15 @@ def summary(self: KnowledgeGraph, percentiles=(50, 90, 99, 99.9)) -> dict:
     return out
 
 # %% ../nbs/01_kg.ipynb #c034
+def kg_fingerprint(kg: KnowledgeGraph) -> str:
+    "sha256 over a KG's edge arrays, IDs, labels and descriptions (equal fingerprints = identical KGs)."
+    h = hashlib.sha256()
+    for a in (kg.head, kg.rel, kg.tail): h.update(np.ascontiguousarray(a, '<i8').tobytes())
+    for xs in (kg.entity_ids, kg.relation_ids, kg.entity_labels, kg.relation_labels, kg.entity_descriptions or [], kg.relation_descriptions or []):
+        h.update('\x1f'.join(xs).encode()); h.update(b'\x1e')
+    return h.hexdigest()
+
+# %% ../nbs/01_kg.ipynb #c037
 def _meta_frame(ids, labels, descs):
     return pd.DataFrame(dict(id=ids, label=labels, description=descs if descs is not None else [''] * len(ids)))
 
@@ -325,7 +335,7 @@ def read_tsv(folder, name: str | None = None) -> KnowledgeGraph:
     return KnowledgeGraph.from_id_triples(tri, meta['entities'][0], meta['relations'][0], meta['entities'][1], meta['relations'][1],
                                           extra_entities=extra, name=name or folder.name)
 
-# %% ../nbs/01_kg.ipynb #c037
+# %% ../nbs/01_kg.ipynb #c040
 WD = 'http://www.wikidata.org/entity/'
 WDT = 'http://www.wikidata.org/prop/direct/'
 RDFS_LABEL = 'http://www.w3.org/2000/01/rdf-schema#label'
@@ -373,7 +383,7 @@ def read_ntriples(path, name: str | None = None) -> KnowledgeGraph:
     extra = [k for k in extra if k not in rel_ids]
     return KnowledgeGraph.from_id_triples(triples, labels, labels, descs, descs, extra_entities=extra, name=name or path.stem)
 
-# %% ../nbs/01_kg.ipynb #c040
+# %% ../nbs/01_kg.ipynb #c043
 @patch
 def to_synth_kgqa(self: KnowledgeGraph, folder):
     "Write the synth-kgqa `--kg-path` layout (edge_ids, relation_types, labels, IDs, descriptions as .npy)."
@@ -398,7 +408,7 @@ def read_synth_kgqa(folder, name: str | None = None) -> KnowledgeGraph:
                           list(rid) if rid is not None else [f'R{i}' for i in range(R)], None if nlab is None else list(nlab),
                           None if rlab is None else list(rlab), None if ndesc is None else list(ndesc), name=name or folder.name)
 
-# %% ../nbs/01_kg.ipynb #c043
+# %% ../nbs/01_kg.ipynb #c046
 def _read_id_triples(*files) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f, sep='\t', header=None, names=['h', 'r', 't'], dtype=str, quoting=3) for f in files], ignore_index=True)
 
@@ -432,7 +442,7 @@ def load_codex_m(labelled_only: bool = True,  # keep only triples whose two ends
                                           {p: v.get('description', '') for p, v in rels.items()},
                                           name='codex-m' + ('' if labelled_only else '(all)'))
 
-# %% ../nbs/01_kg.ipynb #c045
+# %% ../nbs/01_kg.ipynb #c048
 @dataclass
 class LinkPredictionSplit:
     "A graph to message-pass over plus query triples (as index arrays over the graph's entities/relations)."
@@ -456,7 +466,7 @@ def load_ilpc2022(size: str = 'small', root=None) -> LinkPredictionSplit:
     if missing: raise UnknownIdError(f'query relations absent from the inference graph: {sorted(missing)[:5]}')
     return LinkPredictionSplit(kg, _index_triples(kg, va), _index_triples(kg, te), name=f'ilpc2022-{size}')
 
-# %% ../nbs/01_kg.ipynb #c047
+# %% ../nbs/01_kg.ipynb #c050
 def load_metaqa_kb(root=None) -> KnowledgeGraph:
     "The MetaQA movie KB (train+dev+test triple files merged) with entity and relation text."
     root = Path(root) if root else data_dir()
@@ -468,7 +478,7 @@ def load_metaqa_kb(root=None) -> KnowledgeGraph:
     ents, rels = rd('entity2text.txt'), rd('relation2text.txt')
     return KnowledgeGraph.from_id_triples(tri, dict(zip('M' + ents[0], ents[1])), dict(zip('R' + rels[0], rels[1])), name='metaqa')
 
-# %% ../nbs/01_kg.ipynb #c051
+# %% ../nbs/01_kg.ipynb #c054
 KG_REGISTRY = {
     'toyworld': 'kgqa_nb.toyworld:make_toyworld',
     'codex-m': 'kgqa_nb.kg:load_codex_m',

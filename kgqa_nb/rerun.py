@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from .core import Timer, data_dir, load_profile, paths, profile_params, provenance
+from .core import Timer, data_dir, load_profile, project_dirs, profile_params, provenance
 
 # %% auto #0
 __all__ = ['Artifact', 'load_manifest', 'Param', 'parameters_cells', 'notebook_parameters', 'unmet_needs', 'ArtifactError',
@@ -28,12 +28,12 @@ class Artifact:
 
 def load_manifest(path=None) -> dict:
     "Artifacts declared in `params/manifest.yaml`, by name."
-    path = Path(path) if path else paths.params / 'manifest.yaml'
+    path = Path(path) if path else project_dirs.params / 'manifest.yaml'
     raw = yaml.safe_load(path.read_text()) or {}
     out = {}
     for name, spec in raw.items():
         if not isinstance(spec, dict) or 'notebook' not in spec: raise ValueError(f'manifest entry {name!r} needs a notebook')
-        out[name] = Artifact(name, paths.root / spec['notebook'], list(spec.get('outputs') or []), list(spec.get('needs') or []),
+        out[name] = Artifact(name, project_dirs.root / spec['notebook'], list(spec.get('outputs') or []), list(spec.get('needs') or []),
                              spec.get('description', ''))
     return out
 
@@ -90,7 +90,7 @@ class ArtifactError(RuntimeError):
 
 def output_root(profile: str) -> Path:
     "Where a profile's outputs go: the repository for `publish: true` profiles, else `_smoke/<profile>`."
-    return paths.root if load_profile(profile).get('publish') else paths.scratch / Path(profile).stem
+    return project_dirs.root if load_profile(profile).get('publish') else project_dirs.scratch / Path(profile).stem
 
 def resolve_params(art: Artifact, profile: str, out_root: Path, overrides: dict | None = None) -> dict:
     "Profile parameters for `art` plus `out_dir`, checked against what the notebook declares."
@@ -109,11 +109,11 @@ def run_artifact(art: Artifact, profile: str = 'smoke', overrides: dict | None =
     with Timer() as t:
         try:
             pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
-                                cwd=str(paths.nbs), progress_bar=False, log_output=False)
+                                cwd=str(project_dirs.nbs), progress_bar=False, log_output=False)
         except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
-    rec = provenance(params, profile=profile, artifact=art.name, notebook=str(art.notebook.relative_to(paths.root)),
+    rec = provenance(params, profile=profile, artifact=art.name, notebook=str(art.notebook.relative_to(project_dirs.root)),
                      outputs=art.outputs, seconds=round(t.s, 1))
     (executed.with_suffix('.provenance.json')).write_text(json.dumps(rec, indent=1) + '\n')
     return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(out_root / o) for o in art.outputs])
@@ -147,7 +147,7 @@ def rerun_cli(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.list:
         for n, art in load_manifest().items():
-            print(f'{n}: {art.notebook.relative_to(paths.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(art.needs)}]' if art.needs else ''))
+            print(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(art.needs)}]' if art.needs else ''))
             for p in notebook_parameters(art.notebook): print(f'    {p.name}: {p.type} = {p.default!r}  # {p.help}')
         return 0
     recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error)

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .core import git_state, package_versions, progress, write_text_atomic, PKG_DIR
-from .kg import KnowledgeGraph, load_kg
-from .toyworld import kg_fingerprint
+from .kg import KnowledgeGraph, kg_fingerprint, load_kg
 from .sparql import OxigraphStore
 from .llm import LLMClient, LLMError
 from .sampling import SampledSubgraph, sample_seed_subgraph, subgraph_text

@@ -9,13 +9,13 @@ import hashlib, string
 import numpy as np
 import pandas as pd
 
-from .kg import KnowledgeGraph
+from .kg import KnowledgeGraph, kg_fingerprint
 
 # %% auto #0
 __all__ = ['RELATIONS', 'INVERSE_OF', 'STRUCTURAL_RELATIONS', 'TOYWORLD_QID_BASE', 'CLASSES', 'GENDERS', 'GIVEN_M', 'GIVEN_F',
            'FAMILY', 'FAMILY_PRE', 'FAMILY_SUF', 'PLACE_PRE', 'PLACE_MID', 'PLACE_SYL', 'CITY_SUF', 'COUNTRY_SUF',
            'PROVINCE_SUF', 'ADJ', 'NOUN', 'VERB', 'SPORTS', 'FILM_GENRES', 'MUSIC_GENRES', 'INSTRUMENTS', 'WALKS',
-           'OCCUPATIONS', 'make_toyworld', 'missing_inverses', 'kg_fingerprint']
+           'OCCUPATIONS', 'make_toyworld', 'missing_inverses']
 
 # %% ../nbs/02_toyworld.ipynb #c006
 RELATIONS = {  # PID -> (English label as on Wikidata, short description)
@@ -842,11 +842,3 @@ def missing_inverses(kg: KnowledgeGraph, inverse_of: dict = INVERSE_OF) -> np.nd
             if q in kg.relation_index: ok |= kg.has_triples(kg.tail[e], np.full(len(e), kg.relation(q)), kg.head[e])
         bad.append(e[~ok])
     return np.sort(np.concatenate(bad)) if bad else np.zeros(0, np.int64)
-
-def kg_fingerprint(kg: KnowledgeGraph) -> str:
-    "sha256 over a KG's edge arrays, IDs, labels and descriptions (equal fingerprints = identical KGs)."
-    h = hashlib.sha256()
-    for a in (kg.head, kg.rel, kg.tail): h.update(np.ascontiguousarray(a, '<i8').tobytes())
-    for xs in (kg.entity_ids, kg.relation_ids, kg.entity_labels, kg.relation_labels, kg.entity_descriptions or [], kg.relation_descriptions or []):
-        h.update('\x1f'.join(xs).encode()); h.update(b'\x1e')
-    return h.hexdigest()

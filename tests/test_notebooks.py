@@ -7,11 +7,11 @@ import papermill as pm
 import pytest
 import yaml
 
-from kgqa_nb.core import load_profile, paths
+from kgqa_nb.core import load_profile, project_dirs
 from kgqa_nb.rerun import load_manifest, notebook_parameters, parameters_cells, run_artifact
 
 MANIFEST = load_manifest()
-ARTIFACT_NBS = sorted(p for p in paths.nbs.glob('*.ipynb') if re.match(r'[5-9]\d_', p.name))
+ARTIFACT_NBS = sorted(p for p in project_dirs.nbs.glob('*.ipynb') if re.match(r'[5-9]\d_', p.name))
 
 
 def test_every_artifact_notebook_is_in_the_manifest():
@@ -43,7 +43,7 @@ def test_profiles_only_set_declared_parameters(profile):
 
 def test_library_notebooks_export_one_module_each():
     seen = {}
-    for nb in paths.nbs.glob('*.ipynb'):
+    for nb in project_dirs.nbs.glob('*.ipynb'):
         for c in json.loads(nb.read_text())['cells']:
             m = re.match(r'#\|\s*default_exp\s+(\S+)', ''.join(c['source']))
             if m:
@@ -65,7 +65,7 @@ def test_cli_help_runs():
     assert out.returncode == 0 and 'rerun' in out.stdout
 
 
-@pytest.mark.parametrize('nb', sorted(paths.nbs.glob('*.ipynb')), ids=lambda p: p.stem)
+@pytest.mark.parametrize('nb', sorted(project_dirs.nbs.glob('*.ipynb')), ids=lambda p: p.stem)
 def test_chapter_layout(nb):
     "House style: an H1 title first; library chapters add a `> subtitle` and put `#| default_exp` in the second cell."
     cells = json.loads(nb.read_text())['cells']
