@@ -103,7 +103,7 @@ def load_records(source: str,  # 'generated' | 'gtsqa' | 'random-trees'
         df = tree_records(kg, n_questions or 100, seed).assign(split='test')
         df = df if 'test' in splits else df.iloc[:0]
         df.attrs.update(kg=kg.name, llm_backend=None, source=source); return df
-    from kgqa_nb.gtsqa import load_source  # the dataset chapter (10b)
+    from kgqa_nb.datasources import load_source  # the dataset chapter (10b)
     kw = dict(kg=kg if isinstance(kg, str) else kg.name, n_target=n_questions, seed=seed, backend=backend, model=model,
               base_url=base_url) if source == 'generated' else {}
     src = load_source(source, **kw)

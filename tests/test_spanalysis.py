@@ -158,7 +158,7 @@ def test_dataset_cache_reuse_and_invalidation(toy, tmp_path):
 def _generated_records():
     try: return load_records('generated', 'toyworld', 40, split='all')
     except (ImportError, NotImplementedError) as e:
-        pytest.skip(f'the generation chapter (kgqa_nb.gtsqa) cannot build a dataset here: {type(e).__name__}: {e}')
+        pytest.skip(f'the generation chapter (kgqa_nb.datasources) cannot build a dataset here: {type(e).__name__}: {e}')
 
 
 @pytest.mark.parametrize('source', ['random-trees', 'generated'])

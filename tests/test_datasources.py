@@ -1,4 +1,4 @@
-"""ensure_dataset: caching (a second call builds nothing), the folder lock (parallel processes build once, a killed holder
+"""datasources.ensure_dataset: caching (a second call builds nothing), the folder lock (parallel processes build once, a killed holder
 frees it), the zero-shot split rules on a generated dataset, and clear errors for missing published data."""
 import json, os, signal, subprocess, sys, textwrap, time
 from pathlib import Path
@@ -6,32 +6,32 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kgqa_nb import gtsqa
+from kgqa_nb import datasources
 from kgqa_nb.dataset import SplitConfig, SplitResult, build_split, check_split, read_jsonl
 
 N = 60  # small generated datasets (a few seconds each on toyworld with the offline model)
 
 
-def _mtimes(p: gtsqa.DatasetPaths) -> dict:
+def _mtimes(p: datasources.DatasetPaths) -> dict:
     return {f: f.stat().st_mtime_ns for f in (p.train, p.test, p.records, p.card, p.summary, p.split)}
 
 
 def test_second_call_reuses_everything(tmp_path, monkeypatch):
-    p = gtsqa.ensure_dataset(n_target=N, root=tmp_path)
+    p = datasources.ensure_dataset(n_target=N, root=tmp_path)
     before = _mtimes(p)
     def boom(*a, **k): raise AssertionError('the pipeline ran again')
-    monkeypatch.setattr(gtsqa, '_generate', boom)
-    monkeypatch.setattr(gtsqa, '_write_split', boom)
-    p2 = gtsqa.ensure_dataset(n_target=N, root=tmp_path)
+    monkeypatch.setattr(datasources, '_generate', boom)
+    monkeypatch.setattr(datasources, '_write_split', boom)
+    p2 = datasources.ensure_dataset(n_target=N, root=tmp_path)
     assert p2 == p and _mtimes(p2) == before
     # a different split rule reuses the generation run but must cut a new split (which we forbade above)
-    with pytest.raises(AssertionError, match='ran again'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, unseen_relation_share=0.2)
+    with pytest.raises(AssertionError, match='ran again'): datasources.ensure_dataset(n_target=N, root=tmp_path, unseen_relation_share=0.2)
     # a different generation parameter gets its own folder
-    with pytest.raises(AssertionError, match='ran again'): gtsqa.ensure_dataset(n_target=N, seed=1, root=tmp_path)
+    with pytest.raises(AssertionError, match='ran again'): datasources.ensure_dataset(n_target=N, seed=1, root=tmp_path)
 
 
 def test_split_files_obey_the_zero_shot_rules(tmp_path):
-    p = gtsqa.ensure_dataset(n_target=200, root=tmp_path)
+    p = datasources.ensure_dataset(n_target=200, root=tmp_path)
     info = json.loads(p.split.read_text())
     train, test, recs = read_jsonl(p.train), read_jsonl(p.test), read_jsonl(p.records)
     assert len(train) > 0 and len(test) > 0 and len(train) + len(test) <= len(recs)
@@ -44,7 +44,7 @@ def test_split_files_obey_the_zero_shot_rules(tmp_path):
     assert check_split(again, cfg['answers_column']) == []
     assert sorted(again.train['id']) == sorted(train['id']) and sorted(again.test['id']) == sorted(test['id'])
     assert set(train['test_type'].map(tuple)) == {('training',)}
-    assert all(gtsqa.is_complex_type(t) for t in cfg['unseen_graph_types'])
+    assert all(datasources.is_complex_type(t) for t in cfg['unseen_graph_types'])
     assert info['unseen_graph_types_rule'] == 'auto'
     card = p.card.read_text()
     assert '## Split rules' in card and ('NOT satisfied' in card) == bool(info['unsatisfied'])
@@ -52,15 +52,15 @@ def test_split_files_obey_the_zero_shot_rules(tmp_path):
 
 _BUILDER = textwrap.dedent('''
     import json, os, sys, time
-    from kgqa_nb import gtsqa
+    from kgqa_nb import datasources
     root, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    real = gtsqa._generate
+    real = datasources._generate
     def counted(folder, gen, concurrency=None):
         with open(log, 'a') as f: f.write(f'{os.getpid()}\\n')
         time.sleep(1.0)  # widen the window in which the other process must wait
         return real(folder, gen, concurrency)
-    gtsqa._generate = counted
-    p = gtsqa.ensure_dataset(n_target=n, root=root)
+    datasources._generate = counted
+    p = datasources.ensure_dataset(n_target=n, root=root)
     print(json.dumps([str(p.train), str(p.test)]))
 ''')
 
@@ -82,34 +82,34 @@ def test_a_killed_lock_holder_frees_the_lock(tmp_path):
     folder = tmp_path / 'locked'
     holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
         import time
-        from kgqa_nb.gtsqa import folder_lock
+        from kgqa_nb.datasources import folder_lock
         with folder_lock({str(folder)!r}):
             print('locked', flush=True); time.sleep(600)
     ''')], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'locked'
-        with pytest.raises(gtsqa.DatasetLockTimeout):
-            with gtsqa.folder_lock(folder, timeout=0.5): pass
+        with pytest.raises(datasources.DatasetLockTimeout):
+            with datasources.folder_lock(folder, timeout=0.5): pass
     finally:
         holder.send_signal(signal.SIGKILL); holder.wait()
-    with gtsqa.folder_lock(folder, timeout=5): pass
+    with datasources.folder_lock(folder, timeout=5): pass
 
 
 def test_bad_parameters_are_named(tmp_path):
-    with pytest.raises(TypeError, match='not the string'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, unseen_graph_types='(1)')
-    with pytest.raises(TypeError, match='either a SplitConfig'): gtsqa.ensure_dataset(n_target=N, root=tmp_path, split=SplitConfig(), id_per_type=3)
-    with pytest.raises(TypeError, match='unknown generation parameters'): gtsqa.generation_params(kg='toyworld', n_questions=3)
-    with pytest.raises(ValueError, match='unknown source'): gtsqa.load_source('nope')
+    with pytest.raises(TypeError, match='not the string'): datasources.ensure_dataset(n_target=N, root=tmp_path, unseen_graph_types='(1)')
+    with pytest.raises(TypeError, match='either a SplitConfig'): datasources.ensure_dataset(n_target=N, root=tmp_path, split=SplitConfig(), id_per_type=3)
+    with pytest.raises(TypeError, match='unknown generation parameters'): datasources.generation_params(kg='toyworld', n_questions=3)
+    with pytest.raises(ValueError, match='unknown source'): datasources.load_source('nope')
 
 
 def test_published_gtsqa_missing_fails_clearly(monkeypatch, tmp_path):
     monkeypatch.setenv('KGQA_DATA', str(tmp_path))  # an empty data dir: no gtsqa/ folder
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    with pytest.raises(FileNotFoundError, match='GTSQA'): gtsqa.load_source('gtsqa')
+    with pytest.raises(FileNotFoundError, match='GTSQA'): datasources.load_source('gtsqa')
 
 
 def test_load_source_generated_matches_the_files(tmp_path):
-    src = gtsqa.load_source('generated', n_target=N, root=tmp_path)
+    src = datasources.load_source('generated', n_target=N, root=tmp_path)
     assert src.name == 'generated' and 'offline' in src.llm_backend and src.kg.startswith('toyworld')
     pd.testing.assert_frame_equal(src.train, read_jsonl(src.paths.train))
     assert len(src.all) == len(src.train) + len(src.test)
