@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, register_offline_model
-from .metrics import answer_hit
+from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError
 
 # %% auto #0
-__all__ = ['READER_MARKER', 'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader',
-           'is_hit']
+__all__ = ['READER_MARKER', 'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader']
 
 # %% ../nbs/16_readers.ipynb #c006
 def triple_lines(triples) -> str:
@@ -56,18 +55,16 @@ class LLMReader:
     def describe(self) -> str: return f'llm:{self.client.describe()}'
 
 # %% ../nbs/16_readers.ipynb #c013
-def _norm(s): return ' '.join(re.sub(r'[^0-9a-z]+', ' ', s.lower()).split())
-
 @register_offline_model('kgqa-reader', matches=lambda m: bool(m) and m[0].get('content', '').startswith(READER_MARKER))
 def _offline_reader(messages) -> str:
     user = messages[-1]['content']
     facts = re.findall(r'^\((.+?), (.+?), (.+?)\)$', user.split('Question:')[0], flags=re.M)
-    q = _norm(user.split('Question:')[-1])
+    q, n = normalize_answer(user.split('Question:')[-1]), normalize_answer
     hits = []
     for h, r, t in facts:
-        if _norm(r) and _norm(r) in q:
-            if _norm(h) and _norm(h) in q and t not in hits: hits.append(t)
-            elif _norm(t) and _norm(t) in q and h not in hits: hits.append(h)
+        if n(r) and n(r) in q:
+            if n(h) and n(h) in q and t not in hits: hits.append(t)
+            elif n(t) and n(t) in q and h not in hits: hits.append(h)
     return '\n'.join(f'ans: {a}' for a in hits) if hits else 'ans: not available'
 
 # %% ../nbs/16_readers.ipynb #c016
@@ -96,11 +93,3 @@ class QueryReader:
     def answer_many(self, questions, triples_lists, records) -> list:
         return [self.answer(q, t, r) for q, t, r in zip(questions, triples_lists, records)]
     def describe(self) -> str: return 'offline:query-reader'
-
-# %% ../nbs/16_readers.ipynb #c019
-def is_hit(pred, gold_ids, gold_labels) -> bool:
-    "A reader's answers hit the gold answers (exact ID match, or label match for free-text answers)."
-    pred = list(pred)
-    if not pred: return False
-    if set(pred) & set(gold_ids): return True
-    return answer_hit(pred, list(gold_labels))
