@@ -158,28 +158,49 @@ def paraphrase_prompt(question: str) -> list[dict]:
 ID_PATTERN = r'[A-Za-z]{1,3}\d+'
 _ANCHOR_RE = re.compile(r'\(\s*(' + ID_PATTERN + r')\s*\)')
 _SEP_CHARS = ' \t\r\n;,|-–—>→:()[]{}"\'`*'
+_CLOSERS = {'(': ')', '[': ']', '{': '}'}
+
+def _closes_opener(label: str, opener: str) -> bool:
+    "Whether `label` closes an `opener` it does not open (an extra closing bracket, or an odd number of '\"')."
+    if opener == '"': return label.count('"') % 2 == 1
+    depth = 0
+    for ch in label:
+        depth += (ch == opener) - (ch == _CLOSERS[opener])
+        if depth < 0: return True
+    return False
+
+def _strip_separator(seg: str) -> tuple[str, str]:
+    "(separator, label) of the text before an anchor; opening brackets or quotes the label closes stay in the label."
+    label = seg.lstrip(_SEP_CHARS)
+    sep = seg[:len(seg) - len(label)]
+    while sep and sep[-1] in '([{"' and _closes_opener(label, sep[-1]): sep, label = sep[:-1], sep[-1] + label
+    return sep, label
 
 def split_items(text: str) -> tuple[list, str]:
     "Anchor-split a text of 'Label (ID)' items: ([(separator, label, ID), ...], text left after the last anchor)."
     items, pos = [], 0
     for m in _ANCHOR_RE.finditer(text):
-        seg = text[pos:m.start()]
-        label = seg.lstrip(_SEP_CHARS)
-        sep = seg[:len(seg) - len(label)]
+        sep, label = _strip_separator(text[pos:m.start()])
         if sep.strip(_SEP_CHARS) == '' and re.match(r'(?i)and\s', label) and items: label = label[4:].lstrip()
         items.append((sep, ' '.join(label.split()), m[1].upper()))
         pos = m.end()
     return items, text[pos:]
 
-# %% ../nbs/06_generate.ipynb #c019
-def parse_graph_text(text: str) -> list[tuple[str, str, str]]:
-    "Triples ('Label (QID)', 'relation (PID)', 'Label (QID)') of a graph text; raises ValueError unless items come in threes."
-    items, rest = split_items(text)
-    if len(items) % 3 or rest.strip(_SEP_CHARS): raise ValueError(f'graph text does not consist of whole triples: {text[:80]!r}')
-    f = [f'{l} ({i})' for _, l, i in items]
-    return [tuple(f[j:j + 3]) for j in range(0, len(f), 3)]
+# %% ../nbs/06_generate.ipynb #c021
+_GRAPH_ANCHOR_RE = re.compile(r' \((' + ID_PATTERN + r')\)')
 
-# %% ../nbs/06_generate.ipynb #c022
+def parse_graph_text(text: str) -> list[tuple[str, str, str]]:
+    "Triples ('Label (QID)', 'relation (PID)', 'Label (QID)') of a graph text as `subgraph_text` writes it; ValueError otherwise."
+    items, start = [], 0
+    for m in _GRAPH_ANCHOR_RE.finditer(text):
+        nxt, tail = text[m.end():m.end() + 1], len(items) % 3 == 2
+        if nxt == (';' if tail else '-') or (nxt == '' and tail):
+            items.append(text[start:m.end()]); start = m.end() + 1
+    if not items or len(items) % 3 or start < len(text):
+        raise ValueError(f'graph text does not consist of whole "H (ID)-r (ID)-T (ID)" triples joined by ";": {text[:80]!r}')
+    return [tuple(items[j:j + 3]) for j in range(0, len(items), 3)]
+
+# %% ../nbs/06_generate.ipynb #c024
 class ParseError(ReasonError):
     "A reply that cannot be read as a datapoint; `reason` is a short machine-readable cause, e.g. 'missing_field:Answer'."
     def __init__(self, reason: str, detail: str = '', text: str = ''):
@@ -207,7 +228,7 @@ class ParsedDatapoint:
 
 def _id_of(item: str) -> str: return _ANCHOR_RE.findall(item)[-1].upper()
 
-# %% ../nbs/06_generate.ipynb #c024
+# %% ../nbs/06_generate.ipynb #c026
 _FIELD_NAMES = {'question': 'Question', 'nodes mentioned in the question': 'Nodes mentioned in the question',
                 'nodes mentioned': 'Nodes mentioned in the question', 'answer': 'Answer', 'triples used': 'Triples used',
                 'triples': 'Triples used', 'sparql query': 'SPARQL query', 'sparql': 'SPARQL query'}
@@ -228,7 +249,7 @@ def split_fields(text: str) -> dict:
         if name not in out: raise ParseError(f'missing_field:{name}', f'no line starting with "{name}:"', text)
     return out
 
-# %% ../nbs/06_generate.ipynb #c027
+# %% ../nbs/06_generate.ipynb #c029
 def _clean_text(v: str) -> str:
     v = ' '.join(v.replace('**', '').replace('__', '').split())
     return v.rstrip(',').strip().strip('"“”\'`').strip()
@@ -281,7 +302,7 @@ def _sparql(v: str, text: str) -> str:
     if not re.search(r'(?i)\bSELECT\b', q): raise ParseError('sparql_not_select', f'{q[:60]!r}', text)
     return q
 
-# %% ../nbs/06_generate.ipynb #c029
+# %% ../nbs/06_generate.ipynb #c031
 def parse_datapoint_response(text: str) -> ParsedDatapoint:
     "Read a generator reply into a ParsedDatapoint, or raise ParseError with a named reason."
     f = split_fields(text)
@@ -294,7 +315,7 @@ def parse_datapoint_response(text: str) -> ParsedDatapoint:
     if len(set(_id_of(a) for a in answers)) > 1: raise ParseError('multiple_answers', '; '.join(answers), text)
     return ParsedDatapoint(question, seeds, answers[0], _triples(f['Triples used'], text), _sparql(f['SPARQL query'], text))
 
-# %% ../nbs/06_generate.ipynb #c035
+# %% ../nbs/06_generate.ipynb #c037
 @dataclass(frozen=True)
 class RelationPhrasing:
     "How to talk about one relation: nouns for its ends and templates with a {x} slot for the other end."
@@ -398,7 +419,7 @@ def relation_phrasing(rid: str,  # relation ID, e.g. 'P57'
     if rid in RELATION_PHRASINGS: return RELATION_PHRASINGS[rid]
     return _P('entity', 'entity', f'the {label} of {{x}}', f'has {label} {{x}}', f'is the {label} of {{x}}', None)
 
-# %% ../nbs/06_generate.ipynb #c038
+# %% ../nbs/06_generate.ipynb #c040
 SHAPES = ('chain', 'star', 'fork', 'mixed')
 
 def _prompt_rng(messages) -> np.random.Generator:
@@ -477,7 +498,7 @@ def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list
         if tries <= 0: break
     return first_k or best
 
-# %% ../nbs/06_generate.ipynb #c041
+# %% ../nbs/06_generate.ipynb #c043
 _PERSON = {'person', 'actor', 'musician', 'politician', 'founder', 'participant'}
 
 def _wh(noun: str) -> str: return 'Who' if noun in _PERSON else f'Which {noun}'
@@ -523,7 +544,7 @@ class _TreeWriter:
         else: q = f'{_wh(self._noun_of(a, kids))} ' + _join_and([self.clause(a, j, c) for j, c in kids]) + '?'
         return q[0].upper() + q[1:]
 
-# %% ../nbs/06_generate.ipynb #c043
+# %% ../nbs/06_generate.ipynb #c045
 def tree_sparql(tree_triples, answer: str, seeds) -> str:
     "SELECT query for a tree of (h, r, t) ID triples: seeds as wd: constants, the answer as ?answer, others ?x1, ?x2, ..."
     seeds, dist, frontier = list(seeds), {s: 0 for s in seeds}, list(seeds)
@@ -548,7 +569,7 @@ def format_reply(question: str, seeds, answer: str, triples, sparql: str, style:
     name = (lambda f: f'**{f}:**') if style == 'bold' else (lambda f: f'{f}:')
     return '\n'.join(f'{name(f)} {v}' if not v.startswith('\n') else f'{name(f)}{v}' for f, v in zip(FIELDS, vals))
 
-# %% ../nbs/06_generate.ipynb #c046
+# %% ../nbs/06_generate.ipynb #c048
 def _last_graph(messages, param_re: str):
     text = messages[-1]['content']
     m = re.search(r'(?im)^\s*Graph:\s*(.*)\Z', text, re.S)
@@ -588,7 +609,7 @@ def offline_datapoint_model(messages: list[dict]) -> str:
     return format_reply(w.question(), [f'{labels[s]} ({s})' for s in seeds], f'{labels[answer]} ({answer})',
                         [triples_text[j] for j in used], tree_sparql(tree, answer, seeds), style)
 
-# %% ../nbs/06_generate.ipynb #c051
+# %% ../nbs/06_generate.ipynb #c053
 def _plural(noun: str) -> str:
     if noun == 'person': return 'people'
     if ' of ' in noun: first, _, rest = noun.partition(' '); return f'{_plural(first)} {rest}'
@@ -644,7 +665,7 @@ def offline_aggregation_model(messages: list[dict]) -> str:
     q = q[0].upper() + q[1:]
     return format_reply(q, [f'{labels[s]} ({s})' for s in seeds], f'{labels[ans]} ({ans})', [triples_text[j] for j in used], sparql)
 
-# %% ../nbs/06_generate.ipynb #c054
+# %% ../nbs/06_generate.ipynb #c056
 _SYNONYMS = [(r'\bwas directed by\b', 'was made by director'), (r'\bdirected\b', 'was the director of'),
              (r'\bdied in\b', 'passed away in'), (r'\bstars\b', 'features'),
              (r'\bappeared in\b', 'acted in'), (r'\bis located in\b', 'is situated in'), (r'\bis married to\b', 'is the spouse of'),

@@ -201,3 +201,79 @@ def test_prompt_argument_errors():
         aggregation_prompt('a (Q1)-r (P1)-b (Q2)', 'avg')
     with pytest.raises(ValueError, match='empty'):
         paraphrase_prompt('')
+
+
+# --- labels with brackets, hyphens and ' - ' inside round-trip (issue 10, item 2) ---------------------------------------
+import re
+
+from hypothesis import assume, given, settings, strategies as st
+
+from kgqa_nb.generate import _ANCHOR_RE, format_reply, parse_graph_text
+from kgqa_nb.kg import KnowledgeGraph, format_item
+from kgqa_nb.sampling import triple_string
+
+_IDS = st.from_regex(r'\A[QPM][1-9]\d{0,6}\Z')
+# any characters a label may hold, brackets, dashes and an ID-like parenthesis of its own included
+_RAW = st.text(alphabet='ab5 ()-;,"\'Q1é', min_size=1, max_size=16).map(str.strip).filter(bool)
+
+
+def _fits_graph_text(label: str) -> bool:
+    "The one thing the graph-text format cannot hold: a label containing ' (ID)-' or ' (ID);' itself."
+    return not re.search(r' \([A-Za-z]{1,3}\d+\)[-;]', label)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_RAW, _IDS, _RAW, _IDS, _RAW, _IDS), min_size=1, max_size=4))
+def test_graph_text_round_trips_any_label(rows):
+    triples = [(format_item(hl, hi), format_item(rl, ri), format_item(tl, ti)) for hl, hi, rl, ri, tl, ti in rows]
+    assume(all(_fits_graph_text(l) for row in rows for l in row[::2]))
+    text = ';'.join(triple_string(*t) for t in triples)  # what chapter 05 writes into a prompt
+    assert parse_graph_text(text) == triples
+
+
+def test_graph_text_leading_bracket_regression():
+    text = '(500) Days of Summer (Q154935)-country of origin (P495)-United States of America (Q30)'
+    assert parse_graph_text(text) == [('(500) Days of Summer (Q154935)', 'country of origin (P495)', 'United States of America (Q30)')]
+
+
+# labels as real KGs have them: words, hyphens, ' - ', commas, balanced brackets and quotes, a leading '(' or '"'
+_PIECES = ['Summer', 'Days of', 'Jean-Luc', 'x-', ' - ', '-', ', 1st Baronet', '(500)', '(Oder)', '"Weird Al"', '(film)', 'é', '2']
+_LABEL = st.lists(st.sampled_from(_PIECES), min_size=1, max_size=5).map(' '.join).map(str.strip).filter(
+    lambda l: l and l[0] not in '-,' and not re.match(r'(?i)and\s', l))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_LABEL, _IDS, _LABEL, _IDS, _LABEL, _IDS), min_size=1, max_size=3), st.sampled_from(['-', ' - ']))
+def test_reply_parser_round_trips_labels(rows, dash):
+    triples = [(format_item(hl, 'Q' + hi[1:]), format_item(rl, 'P' + ri[1:]), format_item(tl, 'Q' + ti[1:])) for hl, hi, rl, ri, tl, ti in rows]
+    assert not any(_ANCHOR_RE.search(l) for row in rows for l in row[::2])
+    seeds, answer = [triples[0][0]], triples[0][2]
+    text = format_reply('Which one?', seeds, answer, triples, 'SELECT ?answer WHERE { ?answer wdt:P1 wd:Q1 . }').replace(')-', ')' + dash)
+    d = parse_datapoint_response(text)
+    norm = lambda x: ' '.join(x.split())
+    assert d.triples_used == [tuple(map(norm, t)) for t in triples]
+    assert d.seed_entities == [norm(seeds[0])] and d.answer == norm(answer)
+
+
+def test_labels_with_brackets_survive_generation_and_validation():
+    from kgqa_nb.sparql import OxigraphStore
+    from kgqa_nb.sampling import SampledSubgraph
+    from kgqa_nb.validate import validate_response
+    labels = {'Q1': '(500) Days of Summer', 'Q2': 'United States - of America', 'Q3': 'Frankfurt (Oder)', 'Q4': 'Germany',
+              'Q5': '"Weird Al" Yankovic', 'Q6': 'Jean-Luc Godard', 'Q7': '(Untitled) - Part 2 (film)'}
+    triples = [('Q1', 'P495', 'Q2'), ('Q3', 'P17', 'Q4'), ('Q5', 'P27', 'Q2'), ('Q7', 'P57', 'Q6'), ('Q7', 'P495', 'Q4'),
+               ('Q1', 'P57', 'Q6')]
+    kg = KnowledgeGraph.from_id_triples(triples, entity_labels=labels, name='odd-labels',
+                                        relation_labels={'P495': 'country of origin', 'P17': 'country', 'P27': 'country of citizenship',
+                                                         'P57': 'director'})
+    store = OxigraphStore.from_kg(kg, isolation='thread')
+    reasons = []
+    for e in range(kg.num_triples):
+        for k in (1, 2):
+            sample = SampledSubgraph(np.arange(kg.num_entities), np.arange(kg.num_triples), 0) if k == 2 else \
+                SampledSubgraph(np.array([kg.head[e], kg.tail[e]]), np.array([e]), int(kg.head[e]))
+            msgs = datapoint_prompt(subgraph_text(kg, sample.edges), k)
+            _, v = validate_response(kg, store, sample, offline_datapoint_model(msgs))
+            reasons.append(v.reason)
+    assert not [r for r in reasons if r and (r.startswith('parse') or r in ('label_mismatch', 'unknown_entity'))], reasons
+    assert reasons.count(None) >= kg.num_triples
