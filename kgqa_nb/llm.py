@@ -14,20 +14,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fastcore.basics import patch
 
-from .core import JsonlCache, progress, user_cache_dir
+from .core import CACHE_MODES, ReplayCache, progress, read_jsonl, user_cache_dir
+from .sparql import bind_http_server, check_port, transient_status, unreachable_reason
+
+try: import fcntl  # advisory locks, so that ledger lines from several processes never interleave (POSIX)
+except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'LLMError', 'CacheMissError', 'OfflineModelError', 'ChatResult',
-           'check_messages', 'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens',
-           'model_price', 'api_cost', 'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply',
-           'triples_lookup_messages', 'ResponseCache', 'chat_completion', 'OfflineChatServer', 'LLMClient']
+__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
+           'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost',
+           'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages',
+           'ResponseCache', 'chat_completion', 'OfflineChatServer', 'LLMClient', 'read_ledger']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
-    "An LLM call failed for good: rejected request, retries used up, replay-mode cache miss, or no offline model."
-
-class CacheMissError(LLMError):
-    "The request is not in the cache and the client is in replay mode, which never calls a model."
+    "An LLM call failed for good: server unreachable, request rejected, retries used up, or no offline model."
 
 class OfflineModelError(LLMError):
     "No registered offline model, or more than one, claims the messages."
@@ -175,9 +176,11 @@ def _slim(rec: dict) -> dict:
     "What a lookup needs from a record; the request (prompts can be ~100k tokens) stays in the file only."
     return {k: rec[k] for k in ('key', 'response', 'usage', 'model', 'created') if k in rec}
 
-class ResponseCache(JsonlCache):
-    "Chat-reply cache: a `JsonlCache` that keeps only the reply, usage and model in memory."
-    def __init__(self, path): super().__init__(path, slim=_slim)
+class ResponseCache(ReplayCache):
+    "Chat-reply cache: a `core.ReplayCache` that keeps only the reply, usage and model in memory."
+    def __init__(self, path,  # the .jsonl file
+                 mode: str = 'readwrite'):  # 'readwrite' | 'replay' | 'off'
+        super().__init__(path, mode, slim=_slim)
 
 # %% ../nbs/04_llm.ipynb #c032
 _FAULT_RE = re.compile(r'^(ok|timeout|garbage|nochoices|drop|[45]\d\d(:\d+(\.\d+)?)?)$')
@@ -221,6 +224,7 @@ class OfflineChatServer:
                  hang_s: float = 2.0,  # how long a 'timeout' fault holds the request
                  delay_s: float = 0.0,  # added latency of every chat answer (to exercise concurrency)
                  api_key: str | None = None):  # when set, requests must carry 'Authorization: Bearer <api_key>'
+        check_port(port)
         faults = list(faults or [])
         bad = [f for f in faults if not _FAULT_RE.match(str(f))]
         if bad: raise ValueError(f"unknown faults {bad}; use 'ok', 'timeout', 'garbage', 'nochoices', 'drop', '429', '429:SECONDS' or an HTTP status")
@@ -239,7 +243,7 @@ class OfflineChatServer:
 def start(self: OfflineChatServer):
     "Bind and serve from a background thread; returns the server."
     if self._httpd is not None: return self
-    self._httpd = _Server((self.host, self.port), _Handler)
+    self._httpd = bind_http_server(_Server, self.host, self.port, _Handler)
     self._httpd.owner = self
     self.port = self._httpd.server_address[1]
     self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True)
@@ -299,8 +303,7 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         with self._lock: self.inflight -= 1
 
 # %% ../nbs/04_llm.ipynb #c040
-_BACKENDS, _CACHE_MODES = ('offline', 'openai'), ('readwrite', 'replay', 'off')
-def _retryable_status(status: int) -> bool: return status == 429 or status >= 500
+_BACKENDS = ('offline', 'openai')
 
 class LLMClient:
     "Chat with an offline model or an OpenAI-compatible server, through a record/replay cache, with retries and accounting."
@@ -313,7 +316,7 @@ class LLMClient:
                  temperature: float | None = 0.0,  # None leaves it to the server
                  max_tokens: int | None = 1024,  # reply length limit (sent as max_completion_tokens to reasoning models)
                  seed: int | None = 0,  # sampling seed, for servers that honour it
-                 max_retries: int = 5,  # retries after the first attempt, on 429 / 5xx / timeouts / connection errors / garbage
+                 max_retries: int = 5,  # retries of transient failures: 408, 429, 5xx but 501, timeouts, dropped connections, garbage
                  timeout: float = 60.0,  # seconds per HTTP attempt
                  concurrency: int = 8,  # worker threads of `chat_many`
                  price_per_mtok=None,  # (input, output[, cached input]) USD per million tokens; default MODEL_PRICES
@@ -321,9 +324,10 @@ class LLMClient:
                  generation: dict | None = None,  # further generation parameters sent with every request (top_p, stop, ...)
                  backoff_base: float = 1.0,  # seconds of the first backoff; doubles per retry
                  backoff_max: float = 30.0,  # cap of one backoff
-                 max_retry_after: float = 60.0):  # cap on a server's Retry-After
+                 max_retry_after: float = 60.0,  # cap on a server's Retry-After
+                 ledger=None):  # a .jsonl file that gets one durable line per call a model answered (None: no ledger)
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if cache_mode not in _CACHE_MODES: raise ValueError(f"cache_mode must be one of {_CACHE_MODES}, got {cache_mode!r}")
+        if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
         if max_retries < 0 or concurrency < 1: raise ValueError("max_retries must be >= 0 and concurrency >= 1")
         self.backend = backend
         self.model = model or os.environ.get('KGQA_LLM_MODEL') or ('kgqa-offline' if backend == 'offline' else None)
@@ -335,13 +339,16 @@ class LLMClient:
         self.backoff_base, self.backoff_max, self.max_retry_after = backoff_base, backoff_max, max_retry_after
         self.price = tuple(price_per_mtok) if price_per_mtok is not None else ((0., 0., 0.) if backend == 'offline' else model_price(self.model))
         if self.price is not None: api_cost(0, 0, self.price)  # validates the shape
-        self.cache_mode = 'off' if (cache is False or cache_dir is False) else cache_mode
-        self.cache_dir = None if self.cache_mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
-        self._cache = ResponseCache(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', self.model)}.jsonl") if self.cache_dir else None
-        self._lock, self._key_locks, self._oai = threading.Lock(), {}, None
+        mode = 'off' if (cache is False or cache_dir is False) else cache_mode
+        self.cache_dir = None if mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
+        self._cache = ResponseCache(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', self.model)}.jsonl", mode) if self.cache_dir else None
+        self.ledger = None if ledger is None else Path(ledger)
+        self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
         self._rng, self._sleep = random.Random(seed), time.sleep
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
 
+    @property
+    def cache_mode(self) -> str: return self._cache.mode if self._cache else 'off'
     @property
     def cache_path(self): return self._cache.path if self._cache else None
     def __repr__(self): return f'LLMClient({self.describe()}, cache_mode={self.cache_mode!r}, cache={self.cache_path})'
@@ -352,10 +359,14 @@ def _strip_userinfo(url: str) -> str:
     return urlunsplit(p._replace(netloc=p.hostname + (f':{p.port}' if p.port else ''))) if p.username or p.password else url
 
 @patch
+def server(self: LLMClient) -> str | None:
+    "The server's base URL without credentials (None for the offline backend)."
+    return None if self.backend == 'offline' else _strip_userinfo(self.base_url or 'https://api.openai.com/v1')
+
+@patch
 def describe(self: LLMClient) -> str:
     "Backend, model and server address for provenance records (never the key)."
-    if self.backend == 'offline': return f'offline:{self.model}'
-    return f"openai:{self.model}@{_strip_userinfo(self.base_url or 'https://api.openai.com/v1')}"
+    return f'offline:{self.model}' if self.backend == 'offline' else f'openai:{self.model}@{self.server()}'
 
 # %% ../nbs/04_llm.ipynb #c044
 @patch
@@ -443,26 +454,52 @@ def _backoff(self: LLMClient, retry: int) -> float:
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
 # %% ../nbs/04_llm.ipynb #c052
+_FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
+          401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
+          404: 'check base_url (it usually ends in /v1) and the model name',
+          422: 'the server refused a parameter of this request', 501: 'this server does not implement chat completions'}
+_SERVER_WIDE = (401, 403, 404, 405, 501)  # every later request to this server would get the same answer
+
+@patch
+def _give_up(self: LLMClient, why: str, server_wide: bool) -> LLMError:
+    "The `LLMError` for a failure that is not transient; a server-wide one marks the client dead for the other calls."
+    msg = f'{why}; not retried'
+    if server_wide: self._dead = msg
+    return LLMError(msg)
+
+@patch
+def _rejected(self: LLMClient, status: int, detail: str) -> LLMError:
+    fix = _FIXES.get(status, f'a {status} does not go away by itself')
+    return self._give_up(f'the LLM server at {self.server()} (model {self.model}) rejected the request with HTTP {status} '
+                         f'({detail[:300]}): {fix}', status in _SERVER_WIDE)
+
+@patch
+def _unreachable(self: LLMClient, why: str) -> LLMError:
+    return self._give_up(f'cannot reach the LLM server at {self.server()} ({why}): start it (the offline one: '
+                         f'`kgqa serve-offline --port N`) or fix base_url / $KGQA_LLM_BASE_URL', True)
+
+# %% ../nbs/04_llm.ipynb #c054
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server, retrying transient failures at most `max_retries` times."
     import openai
     client = self._openai(); kwargs = self._api_kwargs(request); last = delay = None
     for attempt in range(self.max_retries + 1):
-        if attempt: self._sleep(delay); self._count(retries=1)
-        self._count(api_calls=1)
+        if attempt: self._sleep(delay)
+        if self._dead: raise LLMError(self._dead)  # another call found the server gone: do not knock again
+        self._count(api_calls=1, retries=int(attempt > 0))
         try:
             raw = client.chat.completions.with_raw_response.create(**kwargs)
             text, finish, usage, model = _parse_completion(raw.http_response.text)
         except openai.APIStatusError as e:
             msg = (e.body or {}).get('message') if isinstance(e.body, dict) else None
-            if not _retryable_status(e.status_code):
-                raise LLMError(f"{self.describe()} rejected the request with HTTP {e.status_code}: {msg or e}; "
-                               f"not retried (a {e.status_code} does not go away by itself)") from None
+            if not transient_status(e.status_code): raise self._rejected(e.status_code, str(msg or e)) from None
             last, ra = f'HTTP {e.status_code}: {msg or e}', _retry_after(e.response.headers)
             delay = min(ra, self.max_retry_after) if ra is not None else self._backoff(attempt)
         except openai.APITimeoutError: last, delay = f'no answer within timeout={self.timeout}s', self._backoff(attempt)
-        except openai.APIConnectionError as e: last, delay = f'connection error: {e}', self._backoff(attempt)
+        except openai.APIConnectionError as e:
+            if why := unreachable_reason(e): raise self._unreachable(why) from None
+            last, delay = f'connection error: {e}', self._backoff(attempt)
         except _Garbage as e: last, delay = f'garbage response: {e}', self._backoff(attempt)
         else:
             if not usage['prompt_tokens'] and not usage['completion_tokens']:  # a server that reports no usage
@@ -472,40 +509,82 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             return ChatResult(text, False, usage, model or self.model, key, attempt + 1, finish)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c054
+# %% ../nbs/04_llm.ipynb #c056
+def _append_durably(path: Path, record: dict):
+    "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
+    data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if fcntl: fcntl.flock(fd, fcntl.LOCK_EX)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b'\n': data = b'\n' + data  # a crash tore the last line: close it off
+        if os.write(fd, data) != len(data): raise OSError(f'short write to {path} (disk full?)')
+        os.fsync(fd)
+    finally: os.close(fd)
+
+@patch
+def _log_call(self: LLMClient, res: ChatResult, seconds: float):
+    "Write one answered call's usage to the ledger."
+    u = res.usage
+    cost = None if self.price is None else round(api_cost(u['prompt_tokens'], u['completion_tokens'], self.price, u['cached_prompt_tokens']), 8)
+    _append_durably(self.ledger, dict(key=res.key, model=res.model, backend=self.backend, offline=self.backend == 'offline',
+                                      prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'],
+                                      cached_prompt_tokens=u['cached_prompt_tokens'], cost_usd=cost, attempts=res.attempts,
+                                      seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds')))
+
+# %% ../nbs/04_llm.ipynb #c057
+def _tally(rows: list) -> dict:
+    costs = [r.get('cost_usd') for r in rows]
+    out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
+    return dict(calls=len(rows), **out, cost_usd=None if None in costs else round(sum(costs), 6))
+
+def read_ledger(path) -> dict:
+    "Calls, tokens and cost (None if any call's price is unknown) in a usage ledger, overall and `by_model`."
+    rows, by = read_jsonl(path), {}
+    for r in rows: by.setdefault(str(r.get('model')), []).append(r)
+    return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
+                by_model={m: _tally(rs) for m, rs in sorted(by.items())})
+
+# %% ../nbs/04_llm.ipynb #c060
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
 
 @patch
-def _complete(self: LLMClient, request: dict, key: str) -> ChatResult:
-    return self._offline(request, key) if self.backend == 'offline' else self._call_openai(request, key)
+def _answer(self: LLMClient, request: dict, key: str) -> ChatResult:
+    "The backend's reply; its usage is in the ledger before this returns (so before the reply is cached)."
+    t0 = time.perf_counter()
+    res = self._offline(request, key) if self.backend == 'offline' else self._call_openai(request, key)
+    if self.ledger is not None: self._log_call(res, time.perf_counter() - t0)
+    return res
 
 @patch
-def chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
-    "One chat reply for `messages`; `overrides` change generation parameters for this call (temperature, max_tokens, ...)."
+def _chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
     request = self.build_request(messages, **overrides)
     key = request_key(request)
     self._count(calls=1)
-    if self._cache is None: return self._complete(request, key)
+    if self._cache is None: return self._answer(request, key)
     with self._key_lock(key):
-        rec = self._cache.get(key)
+        rec = self._cache.lookup(key, f"the chat request (first message {request['messages'][0]['content'][:60]!r})")
         if rec is not None:
             self._count(cache_hits=1)
             return ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], key, 0, rec['response'].get('finish_reason'))
-        if self.cache_mode == 'replay':
-            raise CacheMissError(f"request {key[:12]} (first message {request['messages'][0]['content'][:60]!r}) is not in "
-                                 f"{self._cache.path}; cache_mode='replay' never calls the model. Point cache_dir at the "
-                                 f"recorded cache, or use cache_mode='readwrite' with {self.describe()} reachable.")
-        res = self._complete(request, key)
+        res = self._answer(request, key)
         rec = dict(key=key, request=request, response=dict(text=res.text, finish_reason=res.finish_reason), usage=res.usage,
                    model=res.model, created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
         if self._api_key and len(self._api_key) >= 8 and self._api_key in canonical_json(rec):
             raise LLMError("refusing to cache a record that contains the API key (is the key inside a prompt?)")
-        self._cache.put(rec)
+        self._cache.record(rec)
         return res
 
-# %% ../nbs/04_llm.ipynb #c056
+@patch
+def chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
+    "One chat reply for `messages`; `overrides` change generation parameters for this call (temperature, max_tokens, ...)."
+    self._dead = None  # a new call looks again: the server may be up by now
+    return self._chat(messages, **overrides)
+
+# %% ../nbs/04_llm.ipynb #c062
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -514,10 +593,11 @@ def chat_many(self: LLMClient, batch,  # a list of message lists
     "Replies to many message lists, concurrently, in input order."
     batch = list(batch); out = [None] * len(batch)
     if not batch: return out
+    self._dead = None  # a new batch looks again; within it, the first call that finds the server dead stops the others
     ex = ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch)))
     try:
         with progress(total=len(batch), desc=desc) as bar:
-            futs = {ex.submit(self.chat, m, **overrides): i for i, m in enumerate(batch)}
+            futs = {ex.submit(self._chat, m, **overrides): i for i, m in enumerate(batch)}
             for f in as_completed(futs):
                 try: out[futs[f]] = f.result()
                 except Exception as e:

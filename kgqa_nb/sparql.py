@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_sparql.ipynb #c002
 from __future__ import annotations
-import contextlib, hashlib, http.client, json, os, pickle, re, select, signal, socket, threading, time, urllib.error, urllib.parse
+import contextlib, errno, hashlib, http.client, json, os, pickle, re, select, signal, socket, threading, time, urllib.error, urllib.parse
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,16 +12,16 @@ from pathlib import Path
 import pyoxigraph as ox
 from fastcore.basics import patch
 
-from .core import SECRET_HINTS, JsonlCache
+from .core import SECRET_HINTS, ReplayCache
 from .kg import KnowledgeGraph, SPARQL_PREFIXES, WD, WDT
 
 # %% auto #0
 __all__ = ['XSD', 'MAX_QUERY_CHARS', 'QUERY_FORMS', 'UPDATE_KEYWORDS', 'term_id', 'row_ids', 'SparqlError', 'UnsafeQueryError',
            'QueryKindError', 'QuerySyntaxError', 'QueryTimeout', 'sparql_tokens', 'query_form', 'check_read_only',
            'normalize_query', 'declared_prefixes', 'SparqlStore', 'EndpointError', 'EndpointHTTPError',
-           'EndpointQueryError', 'EndpointTimeout', 'EndpointUnreachable', 'MalformedResponse', 'CacheMissError',
-           'parse_results', 'OxigraphStore', 'RdflibStore', 'SparqlServer', 'serve_sparql', 'public_endpoint',
-           'cache_key', 'ResponseCache', 'RemoteSparqlStore']
+           'EndpointQueryError', 'EndpointTimeout', 'EndpointUnreachable', 'MalformedResponse', 'parse_results',
+           'transient_status', 'unreachable_reason', 'OxigraphStore', 'RdflibStore', 'ServerStartError', 'check_port',
+           'bind_http_server', 'SparqlServer', 'serve_sparql', 'public_endpoint', 'cache_key', 'RemoteSparqlStore']
 
 # %% ../nbs/03_sparql.ipynb #c005
 XSD = 'http://www.w3.org/2001/XMLSchema#'
@@ -198,13 +198,10 @@ class EndpointTimeout(EndpointError, QueryTimeout):
     "No answer from the endpoint within the timeout."
 
 class EndpointUnreachable(EndpointError):
-    "The endpoint could not be contacted (connection refused, DNS, TLS)."
+    "The endpoint could not be contacted (connection refused, unknown host, TLS, connection dropped): never retried."
 
 class MalformedResponse(EndpointError):
     "The endpoint's body is not valid SPARQL results / RDF."
-
-class CacheMissError(SparqlError, LookupError):
-    "Replay-only cache mode and the request is not in the cache."
 
 # %% ../nbs/03_sparql.ipynb #c024
 def _materialize(res, form: str, cancel: threading.Event | None = None):
@@ -240,6 +237,22 @@ def parse_results(body: bytes, form: str, content_type: str = '', endpoint: str 
         raise MalformedResponse(f'cannot parse the {form} response ({type(e).__name__}: {str(e)[:200]}); body starts {body[:80]!r}', endpoint) from None
 
 # %% ../nbs/03_sparql.ipynb #c027
+def transient_status(status: int) -> bool:
+    "Is an HTTP error status worth retrying? 408, 429 and 5xx are; 501, 505 and every other 4xx are not."
+    return status in (408, 429) or (500 <= status < 600 and status not in (501, 505))
+
+def unreachable_reason(err: BaseException) -> str | None:
+    "Why a connection failure means no server is there (refused, unknown host), searched along the exception chain; else None."
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ConnectionRefusedError): return 'connection refused: no server is listening there'
+        if isinstance(err, socket.gaierror) and err.errno == socket.EAI_NONAME: return 'unknown host name'
+        reason = getattr(err, 'reason', None)  # urllib's URLError keeps the socket error here
+        err = reason if isinstance(reason, BaseException) else (err.__cause__ or err.__context__)
+    return None
+
+# %% ../nbs/03_sparql.ipynb #c030
 class _IterReader:
     "A binary file-like view of an iterator of str chunks (what `bulk_load` reads from)."
     def __init__(self, it, batch: int = 2048): self.it, self.buf, self.pos, self.batch = iter(it), b'', 0, batch
@@ -291,7 +304,7 @@ class OxigraphStore(SparqlStore):
         try: return self.store.query(query, prefixes=self.prefixes)
         except SyntaxError as e: raise QuerySyntaxError(f'{e} in query: {query[:200]!r}') from None
 
-# %% ../nbs/03_sparql.ipynb #c031
+# %% ../nbs/03_sparql.ipynb #c034
 def _run_forked(fn, timeout: float) -> bytes:
     "Run `fn() -> bytes` in a forked child; return its bytes, or kill it at the deadline and raise `QueryTimeout`."
     deadline = time.monotonic() + timeout
@@ -341,14 +354,14 @@ def _run_threaded(fn, timeout: float):
     if 'e' in box: raise box['e']
     return box['v']
 
-# %% ../nbs/03_sparql.ipynb #c033
+# %% ../nbs/03_sparql.ipynb #c036
 @patch
 def _execute(self: OxigraphStore, query: str, form: str, timeout: float | None):
     if timeout is None: return _materialize(self._raw(query), form)
     if self.isolation == 'fork': return parse_results(_run_forked(lambda: _serialize(self._raw(query), form), timeout), form, 'application/n-triples')
     return _run_threaded(lambda cancel: _materialize(self._raw(query), form, cancel), timeout)
 
-# %% ../nbs/03_sparql.ipynb #c043
+# %% ../nbs/03_sparql.ipynb #c046
 def _ox_term(t):
     "An rdflib term as the equivalent pyoxigraph term (so both engines return identical values)."
     import rdflib
@@ -399,7 +412,30 @@ class RdflibStore(SparqlStore):
             return parse_results(_run_forked(body, timeout), form, 'application/n-triples')
         return _run_threaded(lambda cancel: self._materialize(query, form, cancel), timeout)
 
-# %% ../nbs/03_sparql.ipynb #c046
+# %% ../nbs/03_sparql.ipynb #c049
+class ServerStartError(OSError, ValueError):
+    "A local server cannot listen on the requested host and port (in use, out of range, not allowed)."
+
+def check_port(port) -> int:
+    "`port` if it is a TCP port number (0 = any free port), else a `ServerStartError`."
+    if isinstance(port, bool) or not isinstance(port, int): raise ServerStartError(f'port must be an integer, not {port!r}')
+    if not 0 <= port <= 65535: raise ServerStartError(f'port {port} is out of range 0-65535')
+    return port
+
+def bind_http_server(server_cls,  # an `http.server.HTTPServer` subclass
+                     host: str,  # the interface, e.g. '127.0.0.1'
+                     port: int,  # 0 = any free port
+                     handler):  # the request handler class
+    "`server_cls((host, port), handler)`, or one `ServerStartError` naming the port and why it cannot be used."
+    check_port(port)
+    try: return server_cls((host, port), handler)
+    except OSError as e:
+        why = {errno.EADDRINUSE: 'is already in use (stop the server there or pick another port)',
+               errno.EACCES: 'is not allowed for this user (ports below 1024 are reserved: pick a higher one)',
+               errno.EADDRNOTAVAIL: 'cannot be bound: the host is not an address of this machine'}
+        raise ServerStartError(f'port {port} on {host} {why.get(e.errno, f"cannot be used ({e.strerror or e})")}') from None
+
+# %% ../nbs/03_sparql.ipynb #c051
 class _SparqlHandler(BaseHTTPRequestHandler):
     server_version = 'kgqa_nb-sparql/0.1'
     def log_message(self, *a): pass
@@ -429,8 +465,7 @@ class _SparqlHandler(BaseHTTPRequestHandler):
             fault = srv.faults.pop(0) if srv.faults else srv.fault
         params = self._params()
         if fault == 'hang': srv.release.wait(srv.hang_s)
-        if fault == '500': return self._send(500, b'injected internal error')
-        if fault == '429': return self._send(429, b'slow down', headers=[('Retry-After', '0')])
+        if fault and fault.isdigit(): return self._send(int(fault), f'injected HTTP {fault}'.encode(), headers=[('Retry-After', '0')] if fault == '429' else [])
         if 'update' in params: return self._send(403, b'this endpoint is read-only')
         if len(params.get('query', [])) != 1: return self._send(400, b'exactly one query parameter expected')
         query = params['query'][0]
@@ -448,7 +483,7 @@ class SparqlServer:
     def __init__(self, store: OxigraphStore, host: str = '127.0.0.1', port: int = 0, hang_s: float = 10.0):
         self.store, self.requests, self.faults, self.fault, self.hang_s = store, 0, [], None, hang_s
         self.lock, self.release = threading.Lock(), threading.Event()
-        self.httpd = ThreadingHTTPServer((host, port), _SparqlHandler)
+        self.httpd = bind_http_server(ThreadingHTTPServer, host, port, _SparqlHandler)
         self.httpd.daemon_threads, self.httpd.owner = True, self
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name='sparql-server')
     @property
@@ -463,7 +498,7 @@ def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', h
     try: yield srv
     finally: srv.stop()
 
-# %% ../nbs/03_sparql.ipynb #c048
+# %% ../nbs/03_sparql.ipynb #c053
 def public_endpoint(url: str) -> str:
     "The endpoint URL without user:password and without secret-looking query parameters (what may be stored)."
     u = urllib.parse.urlsplit(url)
@@ -476,19 +511,7 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     "sha256 of (public endpoint, normalised query, form): the record/replay cache key."
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
-# %% ../nbs/03_sparql.ipynb #c050
-class ResponseCache(JsonlCache):
-    "Record/replay cache of endpoint responses (a `core.JsonlCache`) with a mode: 'readwrite', 'replay' or 'off'."
-    MODES = ('readwrite', 'replay', 'off')
-    def __init__(self, path, mode: str = 'readwrite'):  # path: the .jsonl file; mode: 'readwrite' | 'replay' | 'off'
-        if mode not in self.MODES: raise ValueError(f'cache mode must be one of {self.MODES}, not {mode!r}')
-        super().__init__(path); self.mode = mode
-    def get(self, key: str): return None if self.mode == 'off' else super().get(key)
-    def put(self, key: str, rec: dict):
-        if self.mode != 'readwrite': return
-        super().put(dict(key=key, **rec, created=datetime.now(timezone.utc).isoformat(timespec='seconds')))
-
-# %% ../nbs/03_sparql.ipynb #c051
+# %% ../nbs/03_sparql.ipynb #c055
 def _default_user_agent() -> str:
     from importlib import metadata
     try: v = metadata.version('kgqa_nb')
@@ -499,17 +522,17 @@ class RemoteSparqlStore(SparqlStore):
     "A SPARQL endpoint behind the `SparqlStore` interface, with retries and a record/replay cache."
     def __init__(self, endpoint: str,  # the endpoint URL, e.g. 'https://query.wikidata.org/sparql'
                  timeout: float = 30,  # seconds per request when a call passes none
-                 max_retries: int = 3,  # retries after a timeout, HTTP 429 or 5xx (so at most 1 + max_retries requests)
+                 max_retries: int = 3,  # retries of transient failures: timeouts, HTTP 408, 429, 5xx but 501 (at most 1 + max_retries requests)
                  backoff: float = 1.0,  # first wait in seconds; doubles each retry
                  max_backoff: float = 30.0,  # cap on any single wait (Retry-After included)
-                 cache=None,  # a `ResponseCache`, a .jsonl path (readwrite), or None (no cache)
+                 cache=None,  # a `core.ReplayCache`, a .jsonl path, or None (no cache)
                  cache_mode: str = 'readwrite',  # mode when `cache` is a path
                  user_agent: str | None = None,  # HTTP User-Agent; put your contact in it for public endpoints
                  post_above: int = 2000):  # send queries longer than this many characters with POST
         if not re.match(r'^https?://', endpoint or ''): raise ValueError(f'endpoint must be an http(s) URL, not {endpoint!r}')
         if max_retries < 0 or backoff < 0: raise ValueError('max_retries and backoff must be >= 0')
         self.endpoint, self.default_timeout, self.max_retries, self.backoff, self.max_backoff = endpoint, timeout, max_retries, backoff, max_backoff
-        self.cache = cache if isinstance(cache, ResponseCache) or cache is None else ResponseCache(cache, cache_mode)
+        self.cache = cache if isinstance(cache, ReplayCache) or cache is None else ReplayCache(cache, cache_mode)
         self.user_agent, self.post_above, self.requests_sent = user_agent or _default_user_agent(), post_above, 0
     def __repr__(self): return f'RemoteSparqlStore({public_endpoint(self.endpoint)!r}, cache={self.cache.mode if self.cache else None})'
 
@@ -517,7 +540,7 @@ class RemoteSparqlStore(SparqlStore):
         have = declared_prefixes(query)
         return ''.join(f'PREFIX {p}: <{iri}>\n' for p, iri in self.prefixes.items() if p not in have) + query
 
-# %% ../nbs/03_sparql.ipynb #c053
+# %% ../nbs/03_sparql.ipynb #c057
 def _retry_after(headers) -> float | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError): return float(headers.get('Retry-After'))
     return None
@@ -541,28 +564,30 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
     try:
         resp = w.query().response
         return resp.read(), resp.headers.get('Content-Type', '')
-    except SE.QueryBadFormed as e: raise EndpointQueryError(f'the endpoint rejected the query: {str(e)[:300]}', ep, 400) from None
-    except SE.EndPointNotFound: raise EndpointHTTPError('no SPARQL endpoint at this URL', ep, 404) from None
-    except SE.Unauthorized: raise EndpointHTTPError('not authorised', ep, 401) from None
-    except SE.URITooLong: raise EndpointHTTPError('query too long for GET', ep, 414) from None
+    except SE.QueryBadFormed as e: raise EndpointQueryError(f'the endpoint rejected the query (fix the query; not retried): {str(e)[:300]}', ep, 400) from None
+    except SE.EndPointNotFound: raise EndpointHTTPError('no SPARQL endpoint at this URL (check the URL; not retried)', ep, 404) from None
+    except SE.Unauthorized: raise EndpointHTTPError('not authorised (check the credentials in the URL; not retried)', ep, 401) from None
+    except SE.URITooLong: raise EndpointHTTPError('query too long for GET (lower post_above; not retried)', ep, 414) from None
     except SE.EndPointInternalError as e: raise EndpointHTTPError(f'internal server error: {str(e)[:200]}', ep, 500) from None
     except urllib.error.HTTPError as e:
-        err = EndpointHTTPError(f'HTTP error {e.code} {e.reason}', ep, e.code); err.retry_after = _retry_after(e.headers); raise err from None
+        hint = '' if transient_status(e.code) else ': the endpoint rejected the request (not retried)'
+        err = EndpointHTTPError(f'HTTP error {e.code} {e.reason}{hint}', ep, e.code); err.retry_after = _retry_after(e.headers); raise err from None
     except urllib.error.URLError as e:
         if isinstance(e.reason, (socket.timeout, TimeoutError)): raise EndpointTimeout(f'no answer within {timeout:g} s', ep) from None
-        raise EndpointUnreachable(f'cannot reach the endpoint: {e.reason}', ep) from None
+        why = unreachable_reason(e) or str(e.reason)
+        raise EndpointUnreachable(f'cannot reach the SPARQL endpoint ({why}); check the URL and that the server is running (not retried)', ep) from None
     except (socket.timeout, TimeoutError): raise EndpointTimeout(f'no answer within {timeout:g} s', ep) from None
     except (http.client.HTTPException, ConnectionError, OSError) as e:
-        raise EndpointUnreachable(f'connection failed: {type(e).__name__}: {e}', ep) from None
+        raise EndpointUnreachable(f'connection failed ({type(e).__name__}: {e}); check the URL and that the server is running (not retried)', ep) from None
     except SE.SPARQLWrapperException as e: raise EndpointError(f'SPARQLWrapper error: {str(e)[:300]}', ep) from None
 
-# %% ../nbs/03_sparql.ipynb #c054
+# %% ../nbs/03_sparql.ipynb #c058
 def _retryable(e: EndpointError) -> bool:
-    return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and (e.status == 429 or (e.status or 0) >= 500))
+    return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and transient_status(e.status or 0))
 
 @patch
 def _fetch(self: RemoteSparqlStore, query: str, form: str, timeout: float):
-    "`_fetch_once` with at most `max_retries` retries on timeouts, 429 and 5xx (exponential backoff)."
+    "`_fetch_once` with at most `max_retries` retries of transient failures (exponential backoff)."
     for attempt in range(self.max_retries + 1):
         try: return self._fetch_once(query, form, timeout)
         except EndpointError as e:
@@ -575,15 +600,12 @@ def _fetch(self: RemoteSparqlStore, query: str, form: str, timeout: float):
 
 @patch
 def _execute(self: RemoteSparqlStore, query: str, form: str, timeout: float | None):
-    key = cache_key(self.endpoint, query, form)
-    rec = self.cache.get(key) if self.cache else None
+    key, ep = cache_key(self.endpoint, query, form), public_endpoint(self.endpoint)
+    rec = self.cache.lookup(key, f'the {form} query {normalize_query(query)[:120]!r} at {ep}') if self.cache else None
     if rec is not None: return parse_results(rec['body'].encode('utf-8'), form, rec.get('content_type', ''), rec.get('endpoint', ''))
-    if self.cache is not None and self.cache.mode == 'replay':
-        raise CacheMissError(f'cache {self.cache.path} (replay-only) has no answer for this {form} query at {public_endpoint(self.endpoint)}: '
-                             f'{normalize_query(query)[:200]!r}')
     body, ctype = self._fetch(query, form, timeout or self.default_timeout)
-    out = parse_results(body, form, ctype, public_endpoint(self.endpoint))
+    out = parse_results(body, form, ctype, ep)
     if self.cache is not None:
-        self.cache.put(key, dict(endpoint=public_endpoint(self.endpoint), form=form, query=normalize_query(query),
-                                 content_type=ctype, body=body.decode('utf-8', 'replace')))
+        self.cache.record(dict(key=key, endpoint=ep, form=form, query=normalize_query(query), content_type=ctype,
+                               body=body.decode('utf-8', 'replace'), created=datetime.now(timezone.utc).isoformat(timespec='seconds')))
     return out

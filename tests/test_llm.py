@@ -1,13 +1,14 @@
 """The LLM client against a real local OpenAI-compatible server (OfflineChatServer): retries, record/replay, secrets, concurrency."""
-import json, subprocess, sys, textwrap
+import json, os, signal, socket, subprocess, sys, textwrap
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kgqa_nb.core import write_table
-from kgqa_nb.llm import (CacheMissError, ChatResult, LLMClient, LLMError, OfflineChatServer, OfflineModelError,
-                         ResponseCache, offline_reply, register_offline_model, request_key, triples_lookup_messages)
+from kgqa_nb.core import CacheMissError, write_table
+from kgqa_nb.llm import (ChatResult, LLMClient, LLMError, OfflineChatServer, OfflineModelError, ResponseCache,
+                         offline_reply, read_ledger, register_offline_model, request_key, triples_lookup_messages)
+from kgqa_nb.sparql import ServerStartError
 
 SECRET = 'sk-test-SECRET123'
 WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(60)] + [(f'City{i}', 'mayor', f'Person{i}') for i in range(60)]
@@ -116,11 +117,12 @@ def test_record_then_replay_with_server_stopped(tmp_path):
         assert (s['calls'], s['cache_hits'], s['api_calls'], s['prompt_tokens'], s['cost_usd']) == (6, 6, 0, 0, None)
     # a request that was never recorded: replay refuses clearly, readwrite tries the (dead) server and gives up
     c = LLMClient('openai', model='kgqa-offline', base_url=url, cache_dir=tmp_path / 'llm', cache_mode='replay')
-    with pytest.raises(CacheMissError, match="not in .*kgqa-offline.jsonl; cache_mode='replay' never calls"):
+    with pytest.raises(CacheMissError, match="not in .*kgqa-offline.jsonl; cache mode 'replay' never calls"):
         c.chat(q(50))
     c = LLMClient('openai', model='kgqa-offline', base_url=url, cache_dir=tmp_path / 'llm', max_retries=1, backoff_base=0.01)
-    with pytest.raises(LLMError, match='connection error'):
+    with pytest.raises(LLMError, match=f'cannot reach the LLM server at {url} .connection refused'):
         c.chat(q(50))
+    assert c.usage_summary()['api_calls'] == 1
 
 
 def test_key_excludes_base_url_and_api_key(tmp_path):
@@ -264,3 +266,143 @@ def test_cache_tolerates_truncated_last_line(tmp_path):
 def test_request_key_ignores_dict_order(params):
     req = dict(model='m', messages=[dict(role='user', content='x')], **params)
     assert request_key(req) == request_key(dict(reversed(list(req.items()))))
+
+
+# --- transient or not (issue 10, item 7) -------------------------------------------------------------------------------
+
+def closed_port_url():
+    "The URL of a port on 127.0.0.1 that nobody listens on (connection refused)."
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
+    return f'http://127.0.0.1:{port}/v1'
+
+
+@pytest.mark.parametrize('fault', ['400', '401', '403', '404', '422', '501', '505'])
+def test_not_transient_statuses_take_one_request(fault):
+    with OfflineChatServer(faults=[fault] * 10) as srv:
+        c = online(srv, max_retries=5)
+        with pytest.raises(LLMError, match=f'LLM server at {srv.url} .model kgqa-offline. rejected the request with HTTP {fault} .*not retried'):
+            c.chat(q(1))
+        assert len(srv.requests) == 1 and c.usage_summary()['retries'] == 0
+
+
+@pytest.mark.parametrize('fault', ['408', '429', '500', '502', '503', '504', 'timeout'])
+def test_transient_failures_take_max_retries_plus_one(fault):
+    with OfflineChatServer(faults=[fault] * 10, hang_s=1.0) as srv:
+        c = online(srv, max_retries=3, timeout=0.3)
+        with pytest.raises(LLMError, match='gave up after 4 attempts'):
+            c.chat(q(1))
+        assert len(srv.requests) == 4 and c.usage_summary()['retries'] == 3
+
+
+def test_refused_connection_fails_at_once_with_one_message():
+    url = closed_port_url()
+    c = LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=5, backoff_base=0.01)
+    with pytest.raises(LLMError) as e:
+        c.chat(q(1))
+    assert str(e.value) == (f'cannot reach the LLM server at {url} (connection refused: no server is listening there): '
+                            f'start it (the offline one: `kgqa serve-offline --port N`) or fix base_url / $KGQA_LLM_BASE_URL; not retried')
+    assert (c.usage_summary()['api_calls'], c.usage_summary()['retries']) == (1, 0)
+
+
+def test_dead_server_with_32_concurrent_calls_stops_the_batch():
+    url = closed_port_url()
+    c = LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=5, backoff_base=0.01, concurrency=8)
+    out = c.chat_many([q(i) for i in range(32)], return_exceptions=True)
+    assert all(isinstance(r, LLMError) and 'connection refused' in str(r) for r in out)
+    s = c.usage_summary()
+    assert s['calls'] == 32 and s['retries'] == 0
+    assert s['api_calls'] <= 8   # at most the calls already in flight knocked; the queued ones failed without a request
+    seq = LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, concurrency=1)
+    assert all(isinstance(r, LLMError) for r in seq.chat_many([q(i) for i in range(32)], return_exceptions=True))
+    assert seq.usage_summary()['api_calls'] == 1
+    with OfflineChatServer() as srv:   # the dead mark does not outlive the batch: a new call looks again
+        c.base_url = srv.url; c._oai = None
+        assert c.chat(q(1)).text == 'Country1'
+
+
+def test_server_wide_rejection_stops_the_batch_but_a_bad_request_does_not():
+    with OfflineChatServer(api_key=SECRET) as srv:   # wrong key: every request would get 401
+        c = online(srv, api_key='sk-wrong-key', concurrency=1)
+        out = c.chat_many([q(i) for i in range(10)], return_exceptions=True)
+        assert all('HTTP 401' in str(r) and 'check the API key' in str(r) for r in out) and len(srv.requests) == 1
+    with OfflineChatServer(faults=['400']) as srv:   # one bad request: the others still go
+        out = online(srv, concurrency=1).chat_many([q(i) for i in range(3)], return_exceptions=True)
+        assert isinstance(out[0], LLMError) and [r.text for r in out[1:]] == ['Country1', 'Country2'] and len(srv.requests) == 3
+
+
+# --- the usage ledger (issue 10, item 4) -------------------------------------------------------------------------------
+
+LEDGER_RUN = textwrap.dedent('''
+    import os, signal, sys
+    from kgqa_nb.llm import LLMClient, triples_lookup_messages
+    world = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(60)]
+    cache_dir, ledger, kill_at, when = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    c = LLMClient(cache_dir=cache_dir, ledger=ledger)
+    if kill_at >= 0:
+        put, n = c._cache.record, [0]
+        def record(rec):                       # SIGKILL this process around the cache write of call number kill_at
+            n[0] += 1
+            if n[0] == kill_at and when == 'before': os.kill(os.getpid(), signal.SIGKILL)
+            put(rec)
+            if n[0] == kill_at and when == 'after': os.kill(os.getpid(), signal.SIGKILL)
+        c._cache.record = record
+    for i in range(20): c.chat(triples_lookup_messages(world, (f'City{i}', 'country', '?')))
+''')
+
+
+def run_ledger(tmp, kill_at=-1, when='after'):
+    return subprocess.run([sys.executable, '-c', LEDGER_RUN, str(tmp / 'cache'), str(tmp / 'llm_calls.jsonl'), str(kill_at), when],
+                          timeout=120).returncode
+
+
+def test_ledger_survives_kill_and_resume(tmp_path):
+    full, killed, torn = tmp_path / 'full', tmp_path / 'killed', tmp_path / 'torn'
+    assert run_ledger(full) == 0
+    ref = read_ledger(full / 'llm_calls.jsonl')
+    assert ref['calls'] == 20 and ref['offline_calls'] == 20 and ref['prompt_tokens'] > 0 and ref['cost_usd'] == 0.0
+    assert set(ref['by_model']) == {'kgqa-offline'} and ref['by_model']['kgqa-offline']['calls'] == 20
+    # killed right after call 7 reached the cache: the resumed run replays 1-7 and counts nothing twice
+    assert run_ledger(killed, kill_at=7, when='after') == -signal.SIGKILL
+    assert read_ledger(killed / 'llm_calls.jsonl')['calls'] == 7
+    assert run_ledger(killed) == 0
+    got = read_ledger(killed / 'llm_calls.jsonl')
+    assert {k: got[k] for k in ('calls', 'prompt_tokens', 'completion_tokens', 'cost_usd')} == \
+           {k: ref[k] for k in ('calls', 'prompt_tokens', 'completion_tokens', 'cost_usd')}
+    # killed after call 7 was answered and logged but before its reply was cached: the call is made again on resume,
+    # so the ledger rightly holds it twice (two calls were made), and nothing is lost
+    assert run_ledger(torn, kill_at=7, when='before') == -signal.SIGKILL
+    assert read_ledger(torn / 'llm_calls.jsonl')['calls'] == 7
+    assert run_ledger(torn) == 0
+    lines = [json.loads(x) for x in (torn / 'llm_calls.jsonl').read_text().splitlines()]
+    keys = [x['key'] for x in lines]
+    assert len(lines) == 21 and len(set(keys)) == 20 and keys[6] == keys[7]
+    assert read_ledger(torn / 'llm_calls.jsonl')['prompt_tokens'] == ref['prompt_tokens'] + lines[6]['prompt_tokens']
+
+
+def test_ledger_records_answered_calls_only(tmp_path):
+    led = tmp_path / 'calls.jsonl'
+    with OfflineChatServer(faults=['500', 'ok']) as srv:
+        c = LLMClient('openai', model='gpt-4.1-mini', base_url=srv.url, cache_dir=tmp_path / 'llm', ledger=led, backoff_base=0.01)
+        c.chat_many([q(1), q(2), q(1)])                   # q(1) twice: one call, one cache hit
+        with pytest.raises(LLMError):
+            LLMClient('openai', model='gpt-4.1-mini', base_url=srv.url, cache=False, ledger=led).chat([dict(role='user', content='x')])
+    lines = [json.loads(x) for x in led.read_text().splitlines()]
+    assert len(lines) == 2 and {x['backend'] for x in lines} == {'openai'} and not any(x['offline'] for x in lines)
+    assert set(lines[0]) == {'key', 'model', 'backend', 'offline', 'prompt_tokens', 'completion_tokens', 'cached_prompt_tokens',
+                             'cost_usd', 'attempts', 'seconds', 'time'}
+    assert sorted(x['attempts'] for x in lines) == [1, 2]
+    s, t = c.usage_summary(), read_ledger(led)
+    assert (t['calls'], t['prompt_tokens'], t['completion_tokens']) == (2, s['prompt_tokens'], s['completion_tokens'])
+    assert t['cost_usd'] == pytest.approx(s['cost_usd'], abs=1e-6) and t['by_model']['gpt-4.1-mini']['calls'] == 2
+
+
+# --- the offline server's port (issue 10, item 8) ----------------------------------------------------------------------
+
+def test_server_port_errors_are_one_clear_line():
+    for port in (99999, -1, 65536):
+        with pytest.raises(ServerStartError, match=f'^port {port} is out of range 0-65535$'):
+            OfflineChatServer(port=port)
+    with OfflineChatServer() as srv:
+        with pytest.raises(ServerStartError, match=f'^port {srv.port} on 127.0.0.1 is already in use'):
+            OfflineChatServer(port=srv.port).start()
+    assert issubclass(ServerStartError, OSError) and issubclass(ServerStartError, ValueError)

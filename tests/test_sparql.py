@@ -1,6 +1,6 @@
 """SPARQL stores: the read-only guard against a hostile corpus (with proof of non-execution), RemoteSparqlStore against
 a real local endpoint with fault injection, the record/replay cache, and query deadlines."""
-import importlib.util, json, threading, time, urllib.error, urllib.parse, urllib.request
+import importlib.util, json, socket, threading, time, urllib.error, urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -9,9 +9,10 @@ import pyoxigraph as ox
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from kgqa_nb.core import CacheMissError, ReplayCache
 from kgqa_nb.kg import KnowledgeGraph, WD, WDT
-from kgqa_nb.sparql import (CacheMissError, EndpointHTTPError, EndpointQueryError, EndpointTimeout, EndpointUnreachable,
-                            MalformedResponse, OxigraphStore, QueryKindError, QueryTimeout, RemoteSparqlStore, ResponseCache,
+from kgqa_nb.sparql import (EndpointHTTPError, EndpointQueryError, EndpointTimeout, EndpointUnreachable, MalformedResponse,
+                            OxigraphStore, QueryKindError, QueryTimeout, RemoteSparqlStore, ServerStartError, SparqlServer,
                             UnsafeQueryError, check_read_only, serve_sparql, term_id)
 
 CORPUS = json.loads((Path(__file__).parent / 'hostile_queries.json').read_text())
@@ -256,16 +257,52 @@ def test_cache_record_replay(store, kg, tmp_path):
     text = path.read_text()
     assert 's3cret-pw' not in text and 'TOPSECRET' not in text and 'alice' not in text
     assert len(text.splitlines()) == len(qs) + 1
-    replay = RemoteSparqlStore(url, cache=ResponseCache(path, 'replay'))  # server is gone
+    replay = RemoteSparqlStore(url, cache=ReplayCache(path, 'replay'))  # server is gone
     assert [replay.select(q) for q in qs] + [replay.ask(f'ASK {{ wd:{e} ?p ?o }}')] == first
     assert replay.requests_sent == 0
-    with pytest.raises(CacheMissError, match='replay-only'): replay.select('SELECT * { ?s ?p ?o } LIMIT 7')
-    with pytest.raises(EndpointUnreachable): RemoteSparqlStore(url, timeout=2, max_retries=0, cache=ResponseCache(path, 'off')).select(qs[0])
+    with pytest.raises(CacheMissError, match="cache mode 'replay' never calls"): replay.select('SELECT * { ?s ?p ?o } LIMIT 7')
+    with pytest.raises(EndpointUnreachable): RemoteSparqlStore(url, timeout=2, max_retries=0, cache=ReplayCache(path, 'off')).select(qs[0])
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError): RemoteSparqlStore('ftp://x/sparql')
-    with pytest.raises(ValueError): ResponseCache('/tmp/x.jsonl', 'sometimes')
+    with pytest.raises(ValueError): RemoteSparqlStore('http://127.0.0.1:1/sparql', cache='/tmp/x.jsonl', cache_mode='sometimes')
     with pytest.raises(ValueError): OxigraphStore(ox.Store(), isolation='magic')
     with pytest.raises(ValueError): OxigraphStore(ox.Store()).select('SELECT * {}', timeout=-1)
     with pytest.raises(FileNotFoundError): OxigraphStore.open('/nonexistent/store')
+
+
+# --- transient or not (issue 10, item 7) -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('fault', ['400', '401', '403', '404', '501'])
+def test_endpoint_not_transient_statuses_take_one_request(store, fault):
+    with serve_sparql(store) as srv:
+        srv.fault = fault
+        remote = RemoteSparqlStore(srv.url, timeout=5, max_retries=3, backoff=0.01)
+        with pytest.raises(EndpointHTTPError) as e: remote.select('SELECT * { ?s ?p ?o } LIMIT 1')
+        assert e.value.status == int(fault) and srv.requests == 1 and 'not retried' in str(e.value) and srv.url in str(e.value)
+
+
+@pytest.mark.parametrize('fault', ['408', '429', '500', '502', '503', 'hang'])
+def test_endpoint_transient_failures_take_max_retries_plus_one(store, fault):
+    with serve_sparql(store, hang_s=2) as srv:
+        srv.fault = fault
+        remote = RemoteSparqlStore(srv.url, timeout=0.3, max_retries=3, backoff=0.01)
+        with pytest.raises(EndpointTimeout if fault == 'hang' else EndpointHTTPError): remote.select('SELECT * { ?s ?p ?o } LIMIT 1')
+        assert srv.requests == 4 and remote.requests_sent == 4
+
+
+def test_endpoint_refused_connection_fails_at_once():
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
+    url = f'http://127.0.0.1:{port}/sparql'
+    remote = RemoteSparqlStore(url, timeout=5, max_retries=5, backoff=0.01)
+    with pytest.raises(EndpointUnreachable, match=f'connection refused.*not retried.*endpoint {url}'):
+        remote.select('SELECT * { ?s ?p ?o }')
+    assert remote.requests_sent == 1
+
+
+def test_sparql_server_port_errors(store):
+    with serve_sparql(store) as srv:
+        port = int(srv.url.rsplit(':', 1)[1].split('/')[0])
+        with pytest.raises(ServerStartError, match=f'^port {port} on 127.0.0.1 is already in use'): SparqlServer(store, port=port)
+    with pytest.raises(ServerStartError, match='^port 99999 is out of range 0-65535$'): SparqlServer(store, port=99999)
