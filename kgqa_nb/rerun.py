@@ -4,17 +4,20 @@
 
 # %% ../nbs/40_rerun.ipynb #c002
 from __future__ import annotations
-import argparse, ast, json, os, re, sys
+import argparse, ast, difflib, json, os, re, shutil, sys, threading, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .core import Timer, data_dir, load_profile, project_dirs, profile_params, provenance
+from .core import Timer, data_dir, project_dirs, provenance
 
 # %% auto #0
-__all__ = ['Artifact', 'load_manifest', 'Param', 'parameters_cells', 'notebook_parameters', 'unmet_needs', 'ArtifactError',
-           'output_root', 'resolve_params', 'run_artifact', 'rerun', 'rerun_cli']
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'DATA_PARAMS', 'KG_FOLDERS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param',
+           'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'read_profile',
+           'check_profile', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root', 'publish_dirs',
+           'publish_outputs', 'ArtifactError', 'resolve_params', 'run_artifact', 'fmt_seconds', 'Heartbeat', 'rerun',
+           'UsageError', 'CLIParser', 'rerun_cli']
 
 # %% ../nbs/40_rerun.ipynb #c006
 @dataclass
@@ -23,7 +26,7 @@ class Artifact:
     name: str
     notebook: Path
     outputs: list = field(default_factory=list)  # paths relative to the output folder
-    needs: list = field(default_factory=list)  # 'gpu', 'llm', 'data:<folder>'
+    needs: list = field(default_factory=list)  # 'gpu', 'llm', 'data:<folder>' whatever the parameters
     description: str = ''
 
 def load_manifest(path=None) -> dict:
@@ -69,6 +72,115 @@ def notebook_parameters(nb_path) -> list:
     return out
 
 # %% ../nbs/40_rerun.ipynb #c012
+_PY_TYPES = {'int': (int,), 'float': (int, float), 'str': (str,), 'bool': (bool,), 'list': (list,), 'dict': (dict,)}
+
+def accepts(p: Param,  # the declared parameter
+            value) -> bool:  # a value from a profile
+    "Whether `value` fits the declared type of `p` (annotations other than int/float/str/bool/list/dict accept anything)."
+    types = _PY_TYPES.get(p.type.split('[')[0].strip())
+    if types is None: return True
+    if isinstance(value, bool) and bool not in types: return False
+    return isinstance(value, types)
+
+# %% ../nbs/40_rerun.ipynb #c015
+PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict}  # top-level keys that are not artifact sections
+
+class ProfileError(ValueError):
+    "A profile that names an unknown artifact or parameter, or gives a parameter a value of the wrong type."
+
+def profile_file(profile: str) -> Path:  # a profile name in params/ or a path to a YAML file
+    "The YAML file of a profile (an error naming the known profiles when there is none)."
+    p = Path(profile)
+    if not p.suffix: p = project_dirs.params / f'{profile}.yaml'
+    if not p.is_file():
+        known = sorted(x.stem for x in project_dirs.params.glob('*.yaml') if x.stem != 'manifest')
+        raise FileNotFoundError(f'no parameter profile {profile!r} ({p} does not exist); known profiles: {", ".join(known)}')
+    return p
+
+def _shown(p: Path) -> str:
+    "A path as messages show it: relative to the repository when inside it."
+    try: return str(p.resolve().relative_to(project_dirs.root))
+    except ValueError: return str(p)
+
+def read_profile(profile: str) -> dict:  # a profile name in params/ or a path to a YAML file
+    "The profile as a dict (YAML errors reported with file and line)."
+    p = profile_file(profile)
+    try: prof = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        raise ProfileError(f'{_shown(p)}{f":{mark.line + 1}" if mark else ""}: not valid YAML ({getattr(e, "problem", None) or e})') from None
+    if prof is None: return {}
+    if not isinstance(prof, dict): raise ProfileError(f'{_shown(p)}: a profile maps artifact names to parameters, got a {type(prof).__name__}')
+    return prof
+
+# %% ../nbs/40_rerun.ipynb #c017
+def _nearest(name: str, known) -> str:
+    "' (did you mean X?)' for the closest known name, else ''."
+    m = difflib.get_close_matches(name, list(known), n=1)
+    return f' (did you mean {m[0]!r}?)' if m else ''
+
+def check_profile(profile: str,  # a profile name in params/ or a path to a YAML file
+                  manifest: dict | None = None) -> dict:  # artifacts by name (default: `load_manifest()`)
+    "Every artifact's parameters under `profile`; refuses unknown sections, unknown parameters and ill-typed values."
+    manifest = manifest or load_manifest()
+    prof, where = read_profile(profile), _shown(profile_file(profile))
+    def fail(msg): raise ProfileError(f'{where}: {msg}')
+    for key, val in prof.items():
+        if key in PROFILE_KEYS:
+            if val is not None and not isinstance(val, PROFILE_KEYS[key]): fail(f'{key} must be a {PROFILE_KEYS[key].__name__}, got {val!r}')
+        elif key not in manifest: fail(f'section {key!r} is not an artifact of params/manifest.yaml{_nearest(key, manifest)}')
+        elif val is not None and not isinstance(val, dict): fail(f'section {key!r} must map parameter names to values, got {val!r}')
+    if prof.get('publish_dir') and not re.fullmatch(r'[A-Za-z0-9_-]+', prof['publish_dir']): fail(f'publish_dir must be a plain folder name, got {prof["publish_dir"]!r}')
+    declared = {n: {p.name: p for p in notebook_parameters(a.notebook)} for n, a in manifest.items()}
+    defaults = prof.get('defaults') or {}
+    for k in defaults:
+        if not any(k in d for d in declared.values()): fail(f'defaults.{k}: no artifact declares a parameter {k!r}')
+    out = {}
+    for name, decl in declared.items():
+        section = prof.get(name) or {}
+        for k in section:
+            if k not in decl: fail(f'{name}.{k}: the notebook declares no parameter {k!r}{_nearest(k, decl)}')
+            if k == 'out_dir': fail(f'{name}.out_dir: the harness chooses the output folder (see publish and publish_dir)')
+        params = {**{k: v for k, v in defaults.items() if k in decl}, **section}
+        for k, v in params.items():
+            if not accepts(decl[k], v): fail(f'{name if k in section else "defaults"}.{k}: expected {decl[k].type}, got {v!r} ({type(v).__name__})')
+        out[name] = params
+    return out
+
+# %% ../nbs/40_rerun.ipynb #c021
+def _cuda(v) -> bool: return str(v).startswith('cuda')
+
+NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter whose non-empty value meets the need instead)
+    ('llm', {'backend': {'openai'}}, 'base_url'),  # question generation through an OpenAI-compatible API
+    ('llm', {'reader': {'llm'}, 'reader_backend': {'openai'}}, 'reader_base_url'),  # an LLM reader behind an API
+    ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
+    ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
+)
+DATA_PARAMS = ('kg', 'dataset')  # parameters naming a KG or a split: a folder of the data dir, or a path
+KG_FOLDERS = {'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'metaqa': 'metaqa', 'ilpc2022-small': 'ilpc2022', 'ilpc2022-large': 'ilpc2022'}
+
+def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
+
+def param_needs(params: dict) -> list:
+    "Needs implied by an artifact's parameters (see `NEED_RULES`, `DATA_PARAMS`)."
+    out = [need for need, when, met_by in NEED_RULES
+           if all(k in params and _matches(params[k], v) for k, v in when.items()) and not (met_by and params.get(met_by))]
+    for k in DATA_PARAMS:
+        v = params.get(k)
+        if not isinstance(v, str) or not v: continue
+        if v in KG_FOLDERS: out += [f'data:{KG_FOLDERS[v]}'] if KG_FOLDERS[v] else []
+        elif '/' in v or v.startswith(('.', '~')): out.append(f'path:{v}')
+        else: out.append(f'data:{v}')
+    return out
+
+def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold always)
+                   params: dict) -> list:  # its parameters under the profile
+    "The manifest's needs plus those the parameters imply, without repeats."
+    return list(dict.fromkeys(list(art.needs) + param_needs(params)))
+
+# %% ../nbs/40_rerun.ipynb #c024
+LLM_ENV = ('KGQA_LLM_API_KEY', 'OPENAI_API_KEY', 'KGQA_LLM_BASE_URL')  # any one of them lets an LLM role reach a model
+
 def unmet_needs(needs) -> list:
     "Human-readable reasons why the given needs are not met on this machine (empty when all are)."
     why = []
@@ -77,80 +189,164 @@ def unmet_needs(needs) -> list:
             import torch
             if not torch.cuda.is_available(): why.append('needs a CUDA GPU')
         elif n == 'llm':
-            if not (os.environ.get('KGQA_LLM_BASE_URL') or os.environ.get('KGQA_LLM_API_KEY') or os.environ.get('OPENAI_API_KEY')):
-                why.append('needs an LLM endpoint (set KGQA_LLM_BASE_URL / KGQA_LLM_API_KEY)')
+            if not any(os.environ.get(k) for k in LLM_ENV): why.append('needs an LLM API key (KGQA_LLM_API_KEY/OPENAI_API_KEY or KGQA_LLM_BASE_URL)')
         elif n.startswith('data:'):
             if not data_dir(n[5:]).exists(): why.append(f'needs dataset {n[5:]!r} under {data_dir()}')
+        elif n.startswith('path:'):
+            if not Path(n[5:]).expanduser().exists(): why.append(f'needs {n[5:]} (not found)')
         else: why.append(f'unknown need {n!r}')
     return why
 
-# %% ../nbs/40_rerun.ipynb #c015
+# %% ../nbs/40_rerun.ipynb #c027
+def output_root(profile: str) -> Path:  # a profile name in params/ or a path to a YAML file
+    "The folder a profile's notebooks write into (their `out_dir`)."
+    prof = read_profile(profile)
+    if not prof.get('publish'): return project_dirs.scratch / Path(profile).stem
+    return project_dirs.results / 'runs' / prof['publish_dir'] if prof.get('publish_dir') else project_dirs.root
+
+def publish_dirs(profile: str):  # a profile name in params/ or a path to a YAML file
+    "The (results, figures) folders a published profile's outputs end in; None for an unpublished profile."
+    prof = read_profile(profile)
+    if not prof.get('publish'): return None
+    sub = prof.get('publish_dir') or ''
+    return project_dirs.results / sub, project_dirs.figures / sub
+
+# %% ../nbs/40_rerun.ipynb #c030
+def publish_outputs(art: Artifact,  # the artifact that ran
+                    work: Path,  # the folder it wrote into
+                    results: Path,  # where results/ files go
+                    figures: Path) -> list:  # where figures/ files go
+    "Copy an artifact's outputs (with same-named siblings) and its executed notebook from `work`; returns the copied outputs."
+    dests = {'results': Path(results), 'figures': Path(figures)}
+    copied = []
+    for o in list(art.outputs) + [f'results/executed/{art.name}.ipynb']:
+        rel = Path(o)
+        if rel.parts[0] not in dests: raise ArtifactError(f'{art.name}: output {o} is neither under results/ nor under figures/')
+        src = Path(work) / rel
+        dest = dests[rel.parts[0]].joinpath(*rel.parts[1:])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for s in sorted(src.parent.glob(src.stem + '.*')): shutil.copyfile(s, dest.parent / s.name)
+        if o in art.outputs: copied.append(dest)
+    return copied
+
+# %% ../nbs/40_rerun.ipynb #c033
 class ArtifactError(RuntimeError):
     "An artifact run that failed or did not write what the manifest promises."
 
-def output_root(profile: str) -> Path:
-    "Where a profile's outputs go: the repository for `publish: true` profiles, else `_smoke/<profile>`."
-    return project_dirs.root if load_profile(profile).get('publish') else project_dirs.scratch / Path(profile).stem
+def resolve_params(art: Artifact,  # the artifact to run
+                   profile: str,  # profile name or YAML path
+                   out_root: Path,  # the folder the notebook writes into
+                   overrides: dict | None = None) -> dict:  # parameters that replace the profile's
+    "Profile parameters for `art`, then `overrides` (checked like the profile's), then `out_dir`."
+    declared = {p.name: p for p in notebook_parameters(art.notebook)}
+    for k, v in (overrides or {}).items():
+        if k not in declared: raise ProfileError(f'{art.name}: no parameter {k!r} to override{_nearest(k, declared)}')
+        if not accepts(declared[k], v): raise ProfileError(f'{art.name}.{k}: expected {declared[k].type}, got {v!r} ({type(v).__name__})')
+    return {**check_profile(profile)[art.name], **(overrides or {}), 'out_dir': str(out_root)}
 
-def resolve_params(art: Artifact, profile: str, out_root: Path, overrides: dict | None = None) -> dict:
-    "Profile parameters for `art` plus `out_dir`, checked against what the notebook declares."
-    declared = {p.name for p in notebook_parameters(art.notebook)}
-    params = {**profile_params(profile, art.name), **(overrides or {}), 'out_dir': str(out_root)}
-    unknown = sorted(set(params) - declared)
-    if unknown: raise ArtifactError(f'{art.name}: profile {profile!r} sets parameters the notebook does not declare: {unknown}')
-    return params
-
-def run_artifact(art: Artifact, profile: str = 'smoke', overrides: dict | None = None, out_root=None) -> dict:
+def run_artifact(art: Artifact,  # the artifact to run
+                 profile: str = 'smoke',  # profile name or YAML path
+                 overrides: dict | None = None,  # parameters that replace the profile's
+                 out_root=None) -> dict:  # output folder (default: the profile's; given, nothing is published)
     "Execute one artifact notebook with papermill and verify its outputs; returns a run record."
     import papermill as pm
+    publish = publish_dirs(profile) if out_root is None else None
     out_root = Path(out_root) if out_root else output_root(profile)
     params = resolve_params(art, profile, out_root, overrides)
     executed = out_root / 'results' / 'executed' / f'{art.name}.ipynb'; executed.parent.mkdir(parents=True, exist_ok=True)
+    bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
     with Timer() as t:
         try:
             pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
-                                cwd=str(project_dirs.nbs), progress_bar=False, log_output=False)
+                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False)
         except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
     rec = provenance(params, profile=profile, artifact=art.name, notebook=str(art.notebook.relative_to(project_dirs.root)),
                      outputs=art.outputs, seconds=round(t.s, 1))
     (executed.with_suffix('.provenance.json')).write_text(json.dumps(rec, indent=1) + '\n')
-    return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(out_root / o) for o in art.outputs])
+    outputs = [out_root / o for o in art.outputs]
+    if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
+    return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs])
 
-# %% ../nbs/40_rerun.ipynb #c017
-def rerun(profile: str = 'smoke', only=None, keep_going: bool = True, out_root=None) -> list:
+# %% ../nbs/40_rerun.ipynb #c035
+def fmt_seconds(s: float) -> str:
+    "Elapsed time for people: '42s', '3m05s', '1h02m'."
+    s = int(round(s))
+    return f'{s}s' if s < 60 else f'{s // 60}m{s % 60:02d}s' if s < 3600 else f'{s // 3600}h{s % 3600 // 60:02d}m'
+
+class Heartbeat:
+    "Context manager printing '<label>: still running (<elapsed>)' every `every` seconds until the block ends."
+    def __init__(self, label: str,  # what is running, e.g. '[2/12] synthkgqa_dataset'
+                 every: float = 60.,  # seconds between lines
+                 log=None):  # callable taking a line (default: print to stderr)
+        self.label, self.every, self.log = label, every, log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self._stop = threading.Event()
+
+    def _beat(self):
+        while not self._stop.wait(self.every): self.log(f'{self.label}: still running ({fmt_seconds(time.perf_counter() - self.t0)})')
+
+    def __enter__(self):
+        self.t0 = time.perf_counter(); self._thread = threading.Thread(target=self._beat, daemon=True); self._thread.start()
+        return self
+
+    def __exit__(self, *a): self._stop.set(); self._thread.join()
+
+# %% ../nbs/40_rerun.ipynb #c038
+def rerun(profile: str = 'smoke',  # profile name or YAML path
+          only=None,  # artifact names (default: all in the manifest)
+          keep_going: bool = True,  # run the rest after a failure
+          out_root=None,  # output folder (default: the profile's)
+          log=None,  # callable taking a progress line (default: print to stderr)
+          heartbeat: float = 60.) -> list:  # seconds between 'still running' lines
     "Run every (or `only` the named) artifact under `profile`; returns one status record per artifact."
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     manifest = load_manifest()
     names = list(only) if only else list(manifest)
-    unknown = [n for n in names if n not in manifest]
-    if unknown: raise ArtifactError(f'unknown artifacts {unknown}; known: {sorted(manifest)}')
-    records = []
     for n in names:
-        art = manifest[n]
-        why = unmet_needs(art.needs)
-        if why: records.append(dict(artifact=n, status='skipped', reason='; '.join(why))); continue
-        try: records.append(run_artifact(art, profile, out_root=out_root))
+        if n not in manifest: raise ArtifactError(f'unknown artifact {n!r}{_nearest(n, manifest)}; `kgqa rerun --list` shows them all')
+    params = check_profile(profile, manifest)
+    records, t0 = [], time.perf_counter()
+    for i, n in enumerate(names, 1):
+        head = f'[{i}/{len(names)}] {n}'
+        why = unmet_needs(artifact_needs(manifest[n], params[n]))
+        if why:
+            records.append(dict(artifact=n, status='skipped', reason='; '.join(why))); log(f'{head}: skipped, {"; ".join(why)}'); continue
+        log(f'{head}: running')
+        try:
+            with Heartbeat(head, heartbeat, log): records.append(run_artifact(manifest[n], profile, out_root=out_root))
+            log(f'{head}: ok in {fmt_seconds(records[-1]["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})')
         except ArtifactError as e:
-            records.append(dict(artifact=n, status='failed', reason=str(e)))
+            records.append(dict(artifact=n, status='failed', reason=str(e))); log(f'{head}: FAILED, {str(e).splitlines()[0]}')
             if not keep_going: break
     return records
 
-# %% ../nbs/40_rerun.ipynb #c019
+# %% ../nbs/40_rerun.ipynb #c042
+class UsageError(ValueError):
+    "A command line that cannot be parsed."
+
+class CLIParser(argparse.ArgumentParser):
+    "An `argparse` parser whose errors raise `UsageError` (one line) instead of printing the usage and exiting."
+    def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
+
+# %% ../nbs/40_rerun.ipynb #c044
 def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
-    ap = argparse.ArgumentParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
-    ap.add_argument('--profile', default='smoke', help='params/<profile>.yaml or a path (smoke | paper)')
+    ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
+    ap.add_argument('--profile', default='smoke', help='params/<profile>.yaml or a path (smoke | companion | paper)')
     ap.add_argument('--only', nargs='*', help='artifact names (default: all in params/manifest.yaml)')
     ap.add_argument('--stop-on-error', action='store_true', help='stop at the first failing artifact')
-    ap.add_argument('--list', action='store_true', help='list artifacts with their parameters and exit')
+    ap.add_argument('--list', action='store_true', help='list artifacts with their parameters and their needs under --profile, and exit')
     a = ap.parse_args(argv)
     if a.list:
+        params = check_profile(a.profile)
         for n, art in load_manifest().items():
-            print(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(art.needs)}]' if art.needs else ''))
+            needs = artifact_needs(art, params[n])
+            print(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(needs)}]' if needs else ''))
             for p in notebook_parameters(art.notebook): print(f'    {p.name}: {p.type} = {p.default!r}  # {p.help}')
         return 0
     recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error)
-    for r in recs: print(f"{r['status']:>7}  {r['artifact']:<28} {r.get('seconds', '')}{'s' if 'seconds' in r else ''} {r.get('reason', '')}")
-    print(f"outputs under {output_root(a.profile)}")
+    for r in recs: print(f"{r['status']:>7}  {r['artifact']:<30} {fmt_seconds(r['seconds']) if 'seconds' in r else ''} {r.get('reason', '').splitlines()[0] if r.get('reason') else ''}")
+    pub = publish_dirs(a.profile)
+    print(f'outputs under {_shown(output_root(a.profile))}' + (f', published to {_shown(pub[0])}/ and {_shown(pub[1])}/' if pub else ''))
     return 1 if any(r['status'] == 'failed' for r in recs) else 0

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from kgqa_nb.core import load_profile, project_dirs
-from kgqa_nb.rerun import load_manifest, notebook_parameters, parameters_cells, run_artifact
+from kgqa_nb.rerun import check_profile, load_manifest, notebook_parameters, parameters_cells, run_artifact
 
 MANIFEST = load_manifest()
 ARTIFACT_NBS = sorted(p for p in project_dirs.nbs.glob('*.ipynb') if re.match(r'[5-9]\d_', p.name))
@@ -31,14 +31,24 @@ def test_artifact_has_one_typed_documented_parameters_cell(nb):
     for p in params: assert inferred[p.name]['help'], f'papermill could not read the help of {p.name}'
 
 
-@pytest.mark.parametrize('profile', ['smoke', 'paper'])
+PROFILES = sorted(p.stem for p in project_dirs.params.glob('*.yaml') if p.stem != 'manifest')
+
+
+@pytest.mark.parametrize('profile', PROFILES)
 def test_profiles_only_set_declared_parameters(profile):
-    prof = load_profile(profile)
-    for name, section in prof.items():
-        if name in ('publish', 'defaults'): continue
-        assert name in MANIFEST, f'{profile}.yaml names unknown artifact {name!r}'
-        declared = {p.name for p in notebook_parameters(MANIFEST[name].notebook)}
-        assert set(section or {}) <= declared, f'{profile}.yaml sets undeclared parameters of {name}'
+    "Every profile passes the harness's check: known artifacts, declared parameters, values of the declared type."
+    assert set(check_profile(profile)) == set(MANIFEST)
+
+
+def test_companion_profile_covers_every_artifact_on_codex_m_offline():
+    prof = load_profile('companion')
+    assert prof['publish'] is True and prof['publish_dir'] == 'companion'
+    assert set(MANIFEST) <= set(prof), f'companion.yaml misses {sorted(set(MANIFEST) - set(prof))}'
+    params = check_profile('companion')
+    for name, p in params.items():
+        if 'kg' in p: assert p['kg'] == 'codex-m', name
+        for role in ('backend', 'reader_backend'):
+            if role in p: assert p[role] == 'offline', (name, role)
 
 
 def test_library_notebooks_export_one_module_each():
