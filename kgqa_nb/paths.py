@@ -14,9 +14,9 @@ import scipy.sparse as sp
 from .kg import KnowledgeGraph, _csr
 
 # %% auto #0
-__all__ = ['CONVENTIONS', 'UnknownConventionError', 'convention_edges', 'EdgeGraph', 'edge_arrays', 'SPLabels',
-           'shortest_path_labels', 'shortest_path_metapaths', 'gt_sp_overlap', 'seed_path_stats', 'path_statistics',
-           'PPRConvergenceError', 'personalized_pagerank', 'seppr', 'top_k_nodes']
+__all__ = ['CONVENTIONS', 'PAIR_COLUMNS', 'SMALL_GRAPH', 'ENGINES', 'UnknownConventionError', 'convention_edges', 'EdgeGraph',
+           'edge_arrays', 'SPLabels', 'shortest_path_labels', 'shortest_path_metapaths', 'gt_sp_overlap',
+           'seed_path_stats', 'path_statistics', 'PPRConvergenceError', 'personalized_pagerank', 'seppr', 'top_k_nodes']
 
 # %% ../nbs/11_paths.ipynb #c006
 CONVENTIONS = ('synth-kgqa', 'rog', 'subgraphrag')
@@ -112,60 +112,151 @@ def _count_paths(u, v, d_from, start: int, end: int) -> int:
     return int(sigma[np.searchsorted(nodes, end)])
 
 # %% ../nbs/11_paths.ipynb #c019
+PAIR_COLUMNS = ('seed', 'answer', 'distance', 'n_paths', 'n_triples', 'direction')
+
 @dataclass
 class SPLabels:
     "Shortest seed–answer path labels of one question under one convention."
     mask: np.ndarray  # (E,) bool over the input triples: on some shortest seed–answer path
     n_paths: int  # number of shortest paths, summed over the (seed, answer) pairs
-    pairs: pd.DataFrame  # one row per pair: seed, answer, distance (-1 = no path), n_paths, n_triples, direction
+    rows: list  # one tuple per pair, fields as in `PAIR_COLUMNS` (distance -1 = no path)
     convention: str = 'synth-kgqa'
     @property
     def edges(self) -> np.ndarray:
         "Indices of the labelled triples."
         return np.flatnonzero(self.mask)
+    @property
+    def pairs(self) -> pd.DataFrame:
+        "One row per (seed, answer) pair: seed, answer, distance, n_paths, n_triples, direction."
+        return pd.DataFrame(self.rows, columns=list(PAIR_COLUMNS))
 
 def _as_nodes(x, n: int, what: str) -> np.ndarray:
     a = np.atleast_1d(np.asarray(x, np.int64))
     if len(a) and (a.min() < 0 or a.max() >= n): raise ValueError(f'{what} index out of range for {n} nodes: {a.tolist()}')
     return a
 
-# %% ../nbs/11_paths.ipynb #c020
+def _node_list(x, n: int, what: str) -> list:
+    "Distinct node indices of `x` (an int, a sequence or an array) in first-seen order, checked against `n`."
+    if isinstance(x, (int, np.integer)): a = [int(x)]
+    elif isinstance(x, np.ndarray): a = x.astype(np.int64, copy=False).ravel().tolist()
+    else: a = [int(v) for v in x]
+    a = list(dict.fromkeys(a))
+    if a and (min(a) < 0 or max(a) >= n): raise ValueError(f'{what} index out of range for {n} nodes: {a}')
+    return a
+
+# %% ../nbs/11_paths.ipynb #c021
+def _bfs_dict(adj: dict, x: int) -> dict:
+    "Hop distance from `x` of every node reachable through the adjacency dict."
+    dist, frontier, d = {x: 0}, [x], 0
+    while frontier:
+        d += 1; nxt = []
+        for u in frontier:
+            for v in adj.get(u, ()):
+                if v not in dist: dist[v] = d; nxt.append(v)
+        frontier = nxt
+    return dist
+
+def _dag_small(h, t, d_from: dict, d_to: dict, D: int, start: int, end: int, directed: bool):
+    "Path-triple positions of one search and its number of paths (DAG edges swept in layer order)."
+    if start == end: return [], 1
+    dag = []
+    for i, (a, b) in enumerate(zip(h, t)):
+        da, db = d_from.get(a), d_to.get(b)
+        if da is not None and db is not None and da + 1 + db == D: dag.append((da, a, b, i)); continue
+        if not directed:
+            da, db = d_from.get(b), d_to.get(a)
+            if da is not None and db is not None and da + 1 + db == D: dag.append((da, b, a, i))
+    dag.sort()
+    sigma = {start: 1}
+    for _, u, v, _ in dag: sigma[v] = sigma.get(v, 0) + sigma[u]
+    return [i for *_, i in dag], sigma.get(end, 0)
+
+def _pairs_small(h: list, t: list, seeds: list, answers: list, directed: bool):
+    "Per (seed, answer) pair: the kept searches as (name, distance, triple positions, n_paths), by dict BFS."
+    und, out, inn = {}, {}, {}
+    for a, b in zip(h, t):
+        if directed: out.setdefault(a, []).append(b); inn.setdefault(b, []).append(a)
+        else: und.setdefault(a, []).append(b); und.setdefault(b, []).append(a)
+    adj, bfs = dict(both=und, out=out, inn=inn), {}
+    def dist(x, way):
+        if (x, way) not in bfs: bfs[x, way] = _bfs_dict(adj[way], x)
+        return bfs[x, way]
+    for s in seeds:
+        for a in answers:
+            if not directed:
+                ds, da = dist(s, 'both'), dist(a, 'both'); D = ds.get(a, -1)
+                yield s, a, [('both', D, *_dag_small(h, t, ds, da, D, s, a, False))] if D >= 0 else []
+                continue
+            ways = [('q->a', dist(s, 'out'), dist(a, 'inn'), s, a), ('a->q', dist(a, 'out'), dist(s, 'inn'), a, s)]
+            found = [(name, d1.get(y, -1), d1, d2, x, y) for name, d1, d2, x, y in ways if y in d1]
+            if s == a: found = found[:1]  # the empty path is one path, not one per direction
+            best = min((f[1] for f in found), default=-1)
+            yield s, a, [(name, D, *_dag_small(h, t, d1, d2, D, x, y, True)) for name, D, d1, d2, x, y in found if D == best]
+
+# %% ../nbs/11_paths.ipynb #c023
+SMALL_GRAPH = 500  # triples up to which the plain-Python labeller is used (measured in benchmarks/bench_paths.py)
+ENGINES = ('auto', 'python', 'numpy')
+
+def _pairs_numpy(h: np.ndarray, t: np.ndarray, n: int, seeds: list, answers: list, directed: bool):
+    "Per (seed, answer) pair: the kept searches as (name, distance, triple positions, n_paths), by array BFS."
+    g, bfs = EdgeGraph(h, t, n), {}
+    def dist(x, direction):
+        if (x, direction) not in bfs: bfs[x, direction] = g.bfs_distances([x], direction=direction)
+        return bfs[x, direction]
+    def search(name, d1, d2, D, x, y):
+        if x == y: return (name, 0, np.zeros(0, np.int64), 1)
+        e, u, v = _pair_dag(h, t, d1, d2, D, directed)
+        return (name, D, e, _count_paths(u, v, d1, x, y))
+    for s in seeds:
+        for a in answers:
+            if not directed:
+                ds, da = dist(s, 'both'), dist(a, 'both'); D = int(ds[a])
+                yield s, a, [search('both', ds, da, D, s, a)] if D >= 0 else []
+                continue
+            ways = [('q->a', dist(s, 'out'), dist(a, 'in'), s, a), ('a->q', dist(a, 'out'), dist(s, 'in'), a, s)]
+            found = [(name, int(d1[y]), d1, d2, x, y) for name, d1, d2, x, y in ways if d1[y] >= 0]
+            if s == a: found = found[:1]  # the empty path is one path, not one per direction
+            best = min((f[1] for f in found), default=-1)
+            yield s, a, [search(name, d1, d2, D, x, y) for name, D, d1, d2, x, y in found if D == best]
+
+# %% ../nbs/11_paths.ipynb #c025
+def _convention_keep_small(h: list, t: list, convention: str) -> list:
+    "`convention_edges` for Python lists."
+    if convention == 'synth-kgqa': return list(range(len(h)))
+    last = {(min(a, b), max(a, b)) if convention == 'rog' else (a, b): i for i, (a, b) in enumerate(zip(h, t))}
+    return sorted(last.values())
+
 def shortest_path_labels(edges,  # KnowledgeGraph or (head, [rel,] tail) arrays: the question graph
                          seeds,  # seed (topic) entity indices
                          answers,  # answer entity indices
                          convention: str = 'synth-kgqa',  # 'synth-kgqa' | 'rog' | 'subgraphrag'
-                         num_nodes: int | None = None) -> SPLabels:  # node count (default: max index + 1)
+                         num_nodes: int | None = None,  # node count (default: max index + 1)
+                         engine: str = 'auto') -> SPLabels:  # 'python', 'numpy', or 'auto' (python up to SMALL_GRAPH triples)
     "Triples on shortest seed–answer paths and the number of such paths, by BFS distances (no path enumeration)."
     _check_convention(convention)
+    if engine not in ENGINES: raise ValueError(f'unknown engine {engine!r}: use one of {ENGINES}')
     h0, _, t0, n = edge_arrays(edges, num_nodes)
-    seeds, answers = _as_nodes(seeds, n, 'seed'), _as_nodes(answers, n, 'answer')
-    keep = convention_edges(h0, t0, convention); h, t = h0[keep], t0[keep]
-    g, directed = EdgeGraph(h, t, n), convention == 'subgraphrag'
-    bfs = {}
-    def dist(x, direction):
-        if (x, direction) not in bfs: bfs[x, direction] = g.bfs_distances([x], direction=direction)
-        return bfs[x, direction]
+    seeds, answers = _node_list(seeds, n, 'seed'), _node_list(answers, n, 'answer')
+    directed = convention == 'subgraphrag'
+    if engine == 'python' or (engine == 'auto' and len(h0) <= SMALL_GRAPH):
+        hl, tl = h0.tolist(), t0.tolist()
+        keep = _convention_keep_small(hl, tl, convention)
+        if len(keep) < len(hl): hl, tl = [hl[i] for i in keep], [tl[i] for i in keep]
+        else: keep = None  # every triple is an edge: positions are triple indices
+        pairs = _pairs_small(hl, tl, seeds, answers, directed)
+    else:
+        keep = convention_edges(h0, t0, convention)
+        pairs = _pairs_numpy(h0[keep], t0[keep], n, seeds, answers, directed)
     mask, total, rows = np.zeros(len(h0), bool), 0, []
-    for s in dict.fromkeys(seeds.tolist()):
-        for a in dict.fromkeys(answers.tolist()):
-            if not directed:
-                ds, da = dist(s, 'both'), dist(a, 'both')
-                cands = [('both', *_pair_dag(h, t, ds, da, int(ds[a]), False), ds, s, a, int(ds[a]))]
-            else:  # s -> a uses distances from s along out-edges and to a along in-edges; a -> s the reverse
-                f_from, f_to, b_from, b_to = dist(s, 'out'), dist(a, 'in'), dist(a, 'out'), dist(s, 'in')
-                Df, Db = int(f_from[a]), int(b_from[s])
-                cands = [(name, *_pair_dag(h, t, d1, d2, D, True), d1, x, y, D)
-                         for name, d1, d2, D, x, y in (('q->a', f_from, f_to, Df, s, a), ('a->q', b_from, b_to, Db, a, s)) if D >= 0]
-                if cands: cands = [c for c in cands if c[-1] == min(c[-1] for c in cands)]
-            cands = [c for c in cands if c[-1] >= 0]
-            n_p = sum(_count_paths(u, v, d1, x, y) for _, _, u, v, d1, x, y, _ in cands)
-            e = np.unique(np.concatenate([c[1] for c in cands])) if cands else np.zeros(0, np.int64)
-            mask[keep[e]] = True; total += n_p
-            rows.append(dict(seed=s, answer=a, distance=cands[0][-1] if cands else -1, n_paths=n_p, n_triples=len(e),
-                             direction='+'.join(c[0] for c in cands)))
-    return SPLabels(mask, total, pd.DataFrame(rows, columns=['seed', 'answer', 'distance', 'n_paths', 'n_triples', 'direction']), convention)
+    for s, a, found in pairs:
+        if len(found) == 2: e = np.union1d(np.asarray(found[0][2], np.int64), np.asarray(found[1][2], np.int64))
+        else: e = found[0][2] if found else []
+        if len(e): mask[e if keep is None else keep[e] if isinstance(keep, np.ndarray) else [keep[i] for i in e]] = True
+        n_p = sum(f[3] for f in found); total += n_p
+        rows.append((s, a, found[0][1] if found else -1, n_p, len(e), '+'.join(f[0] for f in found)))
+    return SPLabels(mask, total, rows, convention)
 
-# %% ../nbs/11_paths.ipynb #c030
+# %% ../nbs/11_paths.ipynb #c035
 def shortest_path_metapaths(edges,  # KnowledgeGraph or (head, rel, tail) arrays
                             seed: int,  # start entity
                             answer: int,  # end entity
@@ -194,7 +285,7 @@ def shortest_path_metapaths(edges,  # KnowledgeGraph or (head, rel, tail) arrays
                 nxt.add(p + (code,))
     return sorted(seqs.get(answer, set())), cut
 
-# %% ../nbs/11_paths.ipynb #c034
+# %% ../nbs/11_paths.ipynb #c039
 def gt_sp_overlap(gt_mask, sp_mask) -> dict:
     "Overlap of ground-truth and shortest-path triple sets given as masks over the same triples (NaN when a set is empty)."
     gt, sp_ = np.asarray(gt_mask, bool), np.asarray(sp_mask, bool)
@@ -203,35 +294,39 @@ def gt_sp_overlap(gt_mask, sp_mask) -> dict:
     return dict(pct_gt_in_sp=100 * both / n_gt if n_gt else float('nan'), pct_sp_in_gt=100 * both / n_sp if n_sp else float('nan'),
                 n_gt=n_gt, n_sp=n_sp)
 
-# %% ../nbs/11_paths.ipynb #c036
+# %% ../nbs/11_paths.ipynb #c042
 def seed_path_stats(edges,  # the question graph: KnowledgeGraph or (head, [rel,] tail) arrays
                     gt_mask,  # (E,) bool: triples of the ground-truth answer subgraph
                     seeds,  # seed entity indices
                     answer: int,  # the answer entity
                     convention: str = 'synth-kgqa',  # how shortest paths are counted
-                    num_nodes: int | None = None) -> pd.DataFrame:
+                    num_nodes: int | None = None,  # node count (default: max index + 1)
+                    labels: SPLabels | None = None) -> pd.DataFrame:  # SP labels of (seeds, [answer]) if already known
     "Per seed: ground-truth path length, shortest distance in the graph, shortcut flag, number of shortest paths."
     h, _, t, n = edge_arrays(edges, num_nodes)
     gt = np.asarray(gt_mask, bool)
     if gt.shape != h.shape: raise ValueError(f'gt_mask has shape {gt.shape}, the graph has {len(h)} triples')
+    seeds = _node_list(seeds, n, 'seed')
+    labels = labels if labels is not None else shortest_path_labels((h, t), seeds, [answer], convention, n)
+    pair = {(s, a): (d, k) for s, a, d, k, *_ in labels.rows}
     gt_dist = EdgeGraph(h[gt], t[gt], n).bfs_distances([answer])
     rows = []
-    for s in dict.fromkeys(_as_nodes(seeds, n, 'seed').tolist()):
-        p = shortest_path_labels((h, t), [s], [answer], convention, n).pairs.iloc[0]
-        g_len = int(gt_dist[s])
-        rows.append(dict(seed=s, gt_hops=g_len, sp_hops=int(p.distance), n_sp_paths=int(p.n_paths),
-                         shortcut=bool(g_len >= 0 and 0 <= p.distance < g_len)))
+    for s in seeds:
+        if (s, answer) not in pair: raise ValueError(f'the given labels have no row for seed {s} and answer {answer}')
+        d, k = pair[s, answer]; g_len = int(gt_dist[s])
+        rows.append(dict(seed=s, gt_hops=g_len, sp_hops=int(d), n_sp_paths=k, shortcut=bool(g_len >= 0 and 0 <= d < g_len)))
     return pd.DataFrame(rows, columns=['seed', 'gt_hops', 'sp_hops', 'n_sp_paths', 'shortcut'])
 
-def path_statistics(edges, gt_mask, seeds, answer: int, convention: str = 'synth-kgqa', num_nodes: int | None = None) -> dict:
-    "One question's Table 6 / Figure 9 numbers: overlap of GT and SP triples plus the per-seed rows."
+def path_statistics(edges, gt_mask, seeds, answer: int, convention: str = 'synth-kgqa', num_nodes: int | None = None,
+                    labels: SPLabels | None = None) -> dict:  # SP labels of (seeds, [answer]) if already known
+    "One question's overlap of GT and SP triples and its per-seed rows (SynthKGQA Table 6 / Figure 9 inputs)."
     h, _, t, n = edge_arrays(edges, num_nodes)
-    sp_mask = shortest_path_labels((h, t), seeds, [answer], convention, n).mask
-    per_seed = seed_path_stats((h, t), gt_mask, seeds, answer, convention, n)
-    return dict(**gt_sp_overlap(gt_mask, sp_mask), n_hops=int(per_seed.gt_hops.max()) if len(per_seed) else -1,
+    labels = labels if labels is not None else shortest_path_labels((h, t), seeds, [answer], convention, n)
+    per_seed = seed_path_stats((h, t), gt_mask, seeds, answer, convention, n, labels)
+    return dict(**gt_sp_overlap(gt_mask, labels.mask), n_hops=int(per_seed.gt_hops.max()) if len(per_seed) else -1,
                 any_shortcut=bool(per_seed.shortcut.any()), per_seed=per_seed)
 
-# %% ../nbs/11_paths.ipynb #c040
+# %% ../nbs/11_paths.ipynb #c046
 class PPRConvergenceError(RuntimeError):
     "Power iteration did not reach the tolerance within `max_iter` iterations."
 
@@ -249,7 +344,7 @@ def _seed_vector(seeds, num_nodes) -> np.ndarray:
     p = np.zeros(num_nodes); p[s] = 1.0 / len(s)
     return p
 
-# %% ../nbs/11_paths.ipynb #c041
+# %% ../nbs/11_paths.ipynb #c047
 def personalized_pagerank(edges,  # (src, dst) arrays, shape (2, E) like a PyG edge_index, or a KnowledgeGraph
                           num_nodes: int | None = None,  # N (default: max index + 1, or the KG's entity count)
                           seeds=(),  # node indices the walker restarts at (uniform)
@@ -272,7 +367,7 @@ def personalized_pagerank(edges,  # (src, dst) arrays, shape (2, E) like a PyG e
         if np.abs(x - last).sum() < n * tol: return x
     raise PPRConvergenceError(f'PageRank did not converge to tol={tol} in {max_iter} iterations')
 
-# %% ../nbs/11_paths.ipynb #c045
+# %% ../nbs/11_paths.ipynb #c051
 def seppr(edges,  # (src, dst) arrays or a KnowledgeGraph
           num_nodes: int | None = None,  # N
           seeds=(),  # crisp seed indices (uniform x0); ignored when x0 is given

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from kgqa_nb.paths import (CONVENTIONS, shortest_path_labels, shortest_path_metapaths, personalized_pagerank, seppr,
-                           seed_path_stats, gt_sp_overlap, convention_edges)
+from kgqa_nb.paths import (CONVENTIONS, SMALL_GRAPH, shortest_path_labels, shortest_path_metapaths, personalized_pagerank, seppr,
+                           seed_path_stats, path_statistics, gt_sp_overlap, convention_edges)
 
 GRAPH_TYPE = {'synth-kgqa': nx.MultiGraph, 'rog': nx.Graph, 'subgraphrag': nx.DiGraph}
 
@@ -34,7 +34,7 @@ def enumerate_labels(h, r, t, n, seeds, answers, convention):
         for a in set(answers):
             ps = nx_paths(G, s, a)
             if convention == 'subgraphrag':  # both directions; the shorter one (both when tied), else whichever exists
-                back = nx_paths(G, a, s)
+                back = nx_paths(G, a, s) if a != s else []  # the empty path counts once (kgqa_nb.paths decides so)
                 if ps and back:
                     L = min(len(ps[0]), len(back[0])); ps = [p for p in ps + back if len(p) == L]
                 else: ps = ps or back
@@ -63,16 +63,56 @@ def graphs(draw, max_nodes=9, max_edges=24):
     return np.array(h, np.int64), np.array(r, np.int64), np.array(t, np.int64), n, seeds, answers
 
 
+@pytest.mark.parametrize('engine', ['python', 'numpy'])
 @pytest.mark.parametrize('convention', CONVENTIONS)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs())
-def test_labels_and_counts_match_enumeration(convention, g):
+def test_labels_and_counts_match_enumeration(convention, engine, g):
     h, r, t, n, seeds, answers = g
-    lab = shortest_path_labels((h, r, t), seeds, answers, convention, num_nodes=n)
+    lab = shortest_path_labels((h, r, t), seeds, answers, convention, num_nodes=n, engine=engine)
     assert (lab.edges.tolist(), lab.n_paths) == enumerate_labels(h, r, t, n, seeds, answers, convention)
     assert lab.mask.shape == (len(h),)
     # per-pair rows sum to the total
     assert int(lab.pairs.n_paths.sum()) == lab.n_paths
+
+
+@pytest.mark.parametrize('convention', CONVENTIONS)
+def test_graphs_above_the_small_graph_threshold_match_enumeration(convention):
+    rng = np.random.default_rng(7)
+    for trial in range(4):
+        n = 250; E = SMALL_GRAPH + 100 + 50 * trial
+        h, t, r = rng.integers(0, n, E), rng.integers(0, n, E), rng.integers(0, 4, E)
+        h[:20], t[:20] = t[20:40], h[20:40]  # some reversed and parallel triples
+        seeds, answers = rng.integers(0, n, 2).tolist(), rng.integers(0, n, 2).tolist()
+        ref = enumerate_labels(h, r, t, n, seeds, answers, convention)
+        for engine in ('auto', 'python', 'numpy'):
+            lab = shortest_path_labels((h, t), seeds, answers, convention, num_nodes=n, engine=engine)
+            assert (lab.edges.tolist(), lab.n_paths) == ref, (engine, trial)
+
+
+@pytest.mark.parametrize('engine', ['python', 'numpy'])
+@pytest.mark.parametrize('convention', CONVENTIONS)
+def test_seed_is_answer_counts_the_empty_path_once(convention, engine):
+    # SubgraphRAG searches q->a and a->q; for q = a both are the one empty path, which must not be counted twice
+    lab = shortest_path_labels(([0, 1], [1, 2]), [1, 0], [1], convention, engine=engine)
+    assert lab.rows[0] == (1, 1, 0, 1, 0, 'both' if convention != 'subgraphrag' else 'q->a')
+    assert lab.n_paths == 1 + 1 and lab.edges.tolist() == [0]
+
+
+def test_pair_rows_are_plain_tuples_and_the_table_is_built_on_demand():
+    lab = shortest_path_labels(([0, 1, 0], [1, 2, 2]), [0], [2, 1])
+    assert lab.rows == [(0, 2, 1, 1, 1, 'both'), (0, 1, 1, 1, 1, 'both')]
+    assert lab.pairs.to_dict('list') == dict(seed=[0, 0], answer=[2, 1], distance=[1, 1], n_paths=[1, 1], n_triples=[1, 1],
+                                             direction=['both', 'both'])
+
+
+def test_path_statistics_uses_given_labels():
+    h, t = np.array([0, 1, 2, 0]), np.array([1, 2, 3, 3])
+    lab = shortest_path_labels((h, t), [0], [3])
+    st_ = path_statistics((h, t), [True, True, True, False], [0], 3, labels=lab)
+    assert (st_['n_sp'], st_['per_seed'].sp_hops.tolist(), st_['per_seed'].shortcut.tolist()) == (1, [1], [True])
+    fake = type(lab)(np.array([True, True, True, False]), 1, [(0, 3, 3, 1, 3, 'both')], 'synth-kgqa')  # stored labels are trusted
+    assert path_statistics((h, t), [True, True, True, False], [0], 3, labels=fake)['pct_gt_in_sp'] == 100.0
 
 
 @settings(max_examples=200, deadline=None)
@@ -111,13 +151,16 @@ def test_large_counts_do_not_overflow():
         for _ in range(3): h += [cur, cur]; t += [a, b]
         h += [a, b]; t += [c, c]
         cur = c
-    lab = shortest_path_labels((np.array(h), np.array(t)), [0], [cur])
-    assert lab.n_paths == 6 ** 70
-    assert lab.mask.all()
+    for engine in ('auto', 'python', 'numpy'):
+        lab = shortest_path_labels((np.array(h), np.array(t)), [0], [cur], engine=engine)
+        assert lab.n_paths == 6 ** 70
+        assert lab.mask.all()
 
 
 def test_bad_input_errors():
     with pytest.raises(ValueError, match='unknown convention'): shortest_path_labels(([0], [1]), [0], [1], 'nope')
+    with pytest.raises(ValueError, match='unknown engine'): shortest_path_labels(([0], [1]), [0], [1], engine='gpu')
+    with pytest.raises(ValueError, match='seed index out of range'): shortest_path_labels(([0], [1]), [-1], [1], engine='python')
     with pytest.raises(ValueError, match='answer index out of range'): shortest_path_labels(([0], [1]), [0], [5])
     with pytest.raises(ValueError, match='need relation types'): shortest_path_metapaths(([0], [1]), 0, 1)
     with pytest.raises(ValueError, match='differ in shape'): gt_sp_overlap([1, 0], [1])
