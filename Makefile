@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke figures bench lab clean-scratch
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch
 
 install: $(STAMP)
 
@@ -28,8 +28,11 @@ test: install sync-check nbtest pytest
 sync-check: install
 	bash tools/check_sync.sh $(BIN)
 
+# Cells flagged #| data run only where the data dir exists (CI has ../shared/data); #| slow, #| gpu, #| llm never run here.
+DATA_FLAG = $$($(BIN)/python -c "from kgqa_nb.core import data_dir; print('data' if data_dir().exists() else '')")
+
 nbtest: install
-	$(BIN)/nbdev_test --n_workers 2 --timing
+	$(BIN)/nbdev_test --n_workers 2 --timing --flags "$(DATA_FLAG)"
 
 pytest: install
 	$(BIN)/python -m pytest -q tests
@@ -38,9 +41,17 @@ pytest: install
 smoke: install
 	$(BIN)/kgqa rerun --profile smoke
 
+# Real numbers on a CPU (CoDEx-M, offline roles): writes results/companion/ and figures/companion/ with provenance.
+companion: install
+	$(BIN)/kgqa rerun --profile companion $(if $(ONLY),--only $(ONLY))
+
 # Paper scale (GPU box, LLM API key, full data): writes results/ and figures/ with provenance.
 figures: install
 	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY))
+
+# Re-execute the library chapters in place so they are committed with their outputs (deterministic; see the tool's help).
+chapters: install
+	$(BIN)/python tools/run_chapters.py $(NBS)
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(ONLY),--only $(ONLY))

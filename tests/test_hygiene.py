@@ -1,4 +1,5 @@
-"""Repository hygiene: no third-party data or checkpoints are tracked, and no committed file carries a secret."""
+"""Repository hygiene: no third-party data or checkpoints are tracked, no committed file carries a secret, the project has a
+licence and self-contained developer docs, settings.ini has no placeholders, and chapters import only earlier chapters."""
 import re, subprocess
 from kgqa_nb.core import project_dirs
 
@@ -32,19 +33,53 @@ def test_readme_lists_every_artifact():
     missing = [n for n, spec in man.items() if f'`{n}`' not in readme or spec['notebook'] not in readme]
     assert missing == [], f'README artifact table misses {missing}: run python tools/readme_table.py'
 
-def test_imports_flow_downward():
-    "A chapter imports (at module level) only chapters that come before it in notebook order."
+def chapter_imports():
+    "(module, its notebook, imported chapter, line, where) for every import of a kgqa_nb chapter, at any depth of the module."
     import ast, re
     nb_of = {}
     for py in (project_dirs.root / 'kgqa_nb').glob('*.py'):
         m = re.search(r'\.\./nbs/([^\s#]+\.ipynb)', py.read_text())
         if m: nb_of[py.stem] = m[1]
-    bad = []
+    out = []
     for mod, nb in nb_of.items():
         tree = ast.parse((project_dirs.root / 'kgqa_nb' / f'{mod}.py').read_text())
-        for node in tree.body:
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else [a.name for a in getattr(node, 'names', [])] if isinstance(node, ast.Import) else []
-            for n in names:
-                dep = n.split('.')[1] if n.startswith('kgqa_nb.') else None
-                if dep in nb_of and nb_of[dep] >= nb: bad.append(f'{mod} ({nb}) imports {dep} ({nb_of[dep]})')
-    assert bad == []
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import): deps = [a.name.split('.')[1] for a in node.names if a.name.startswith('kgqa_nb.')]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0: deps = [node.module.split('.')[1]] if (node.module or '').startswith('kgqa_nb.') else [a.name for a in node.names] if node.module == 'kgqa_nb' else []
+                elif node.level == 1: deps = [node.module.split('.')[0]] if node.module else [a.name for a in node.names]
+                else: deps = []
+            else: continue
+            for d in deps:
+                if d in nb_of: out.append((mod, nb, d, node.lineno, 'module level' if id(node) in top else 'inside a function or block'))
+    return nb_of, out
+
+def test_imports_flow_downward():
+    "A chapter imports only chapters that come before it in notebook order: at module level and inside functions alike."
+    nb_of, imports = chapter_imports()
+    bad = [f'kgqa_nb/{mod}.py:{line} ({nb}) imports {dep} ({nb_of[dep]}) {where}' for mod, nb, dep, line, where in imports
+           if dep != mod and nb_of[dep] >= nb]
+    assert bad == [], 'imports must flow downward (chapter order = notebook order):\n' + '\n'.join(bad)
+
+
+def test_licence_and_settings_have_no_placeholders():
+    "A LICENSE for the project's own code that setup.py and settings.ini agree with; no placeholder hosts or missing notebooks."
+    import configparser
+    root = project_dirs.root
+    assert (root / 'LICENSE').read_text().startswith('MIT License')
+    assert "license='MIT'" in (root / 'setup.py').read_text()
+    cfg = configparser.ConfigParser(delimiters=['=']); cfg.read(root / 'settings.ini'); c = cfg['DEFAULT']
+    assert c['license'] == 'mit'
+    bad = {k: v for k, v in c.items() if re.search(r'example\.(org|com|net)|your[-_ ]?(name|user|org)|placeholder', v, re.I)}
+    assert bad == {}
+    if c.get('readme_nb', '').strip(): assert (root / c['nbs_path'] / c['readme_nb']).exists(), 'settings.ini names a readme notebook that does not exist'
+    assert set(c['tst_flags'].split()) == {'slow', 'gpu', 'llm', 'data'}
+
+
+def test_developing_md_is_self_contained():
+    "The developer guide does not send a contributor outside the repository (../shared is where data lives, not rules)."
+    dev = (project_dirs.root / 'DEVELOPING.md').read_text()
+    assert 'reference/style.md' not in dev and '../shared/reference' not in dev
+    for topic in ('#| data', '#| slow', 'test_eq', 'default_exp', 'imports flow downward', 'make chapters', 'LICENSE'):
+        assert topic.lower() in dev.lower(), f'DEVELOPING.md should cover {topic!r}'

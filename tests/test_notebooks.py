@@ -84,3 +84,93 @@ def test_chapter_layout(nb):
     if any(re.match(r'#\|\s*default_exp', s) for s in src):
         assert re.search(r'^> ', src[0], re.M), 'library chapters carry a one-line > subtitle under the title'
         assert re.match(r'#\|\s*default_exp', src[1]), '#| default_exp goes in the second cell'
+
+
+# --- chapters committed with their outputs (make chapters) --------------------------------------------------------------
+
+def _tool(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, project_dirs.root / 'tools' / f'{name}.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+
+def test_chapter_outputs_are_made_machine_independent():
+    rc = _tool('run_chapters')
+    from kgqa_nb.core import data_dir
+    reps = rc.replacements()
+    outs = [dict(output_type='stream', name='stdout', text=[f'{project_dirs.root}/_smoke/x.csv\n', f'{data_dir()}/codex/LICENSE\n',
+                                                            '/tmp/tmpab_12x/k.json <obj at 0x7f3a2b1c9d40>\n', 'Wall time: 1.2 s\n']),
+            dict(output_type='stream', name='stderr', text='\r 40%|####      | 4/10 [00:01<00:02, 3.1it/s]'),
+            dict(output_type='execute_result', execution_count=3, metadata={}, data={'text/plain': [f"PosixPath('{project_dirs.root}/nbs')"]})]
+    got = rc.normalise_outputs(outs, reps)
+    assert got[0]['text'] == ['../_smoke/x.csv\n', '$KGQA_DATA/codex/LICENSE\n', '<tmp>/k.json <obj at 0x…>\n']
+    assert len(got) == 2 and got[1]['data']['text/plain'] == ["PosixPath('../nbs')"]
+
+
+def test_library_chapters_are_the_exporting_notebooks():
+    names = [p.name for p in _tool('run_chapters').library_chapters()]
+    assert '00_core.ipynb' in names and '41_cli.ipynb' in names
+    assert not [n for n in names if re.match(r'[5-9]\d_', n)]
+
+
+SAMPLE_CHAPTERS = ['00_core.ipynb', '08_isomorphism.ipynb']
+
+
+@pytest.mark.data()
+def test_committed_chapter_outputs_are_current(tmp_path):
+    "Re-executing a sample of chapters with the `make chapters` tool reproduces the outputs committed with them."
+    res = subprocess.run([sys.executable, 'tools/run_chapters.py', '--out', str(tmp_path), *[f'nbs/{n}' for n in SAMPLE_CHAPTERS]],
+                         cwd=project_dirs.root, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for n in SAMPLE_CHAPTERS:
+        committed, fresh = (json.loads(p.read_text())['cells'] for p in (project_dirs.nbs / n, tmp_path / n))
+        assert [c['source'] for c in committed] == [c['source'] for c in fresh]
+        stale = [i for i, (a, b) in enumerate(zip(committed, fresh)) if a.get('outputs') != b.get('outputs')]
+        assert stale == [], f'{n}: outputs of cells {stale} are not what a re-execution gives: run `make chapters` and commit'
+    assert any(c.get('outputs') for n in SAMPLE_CHAPTERS for c in json.loads((tmp_path / n).read_text())['cells'])  # not vacuous
+
+
+def test_sync_check_tolerates_outputs_but_not_unclean_or_unexported_notebooks(tmp_path):
+    "tools/check_sync.sh passes on a clean repository whose chapter carries outputs, and fails after an unclean or unexported edit."
+    import shutil
+    repo = tmp_path / 'repo'; (repo / 'nbs').mkdir(parents=True); (repo / 'kgqa_nb').mkdir()
+    shutil.copy(project_dirs.root / 'settings.ini', repo)
+    shutil.copy(project_dirs.nbs / '08_isomorphism.ipynb', repo / 'nbs')
+    (repo / 'kgqa_nb' / '__init__.py').write_text('')
+    (repo / 'tools').mkdir(); shutil.copy(project_dirs.root / 'tools' / 'check_sync.sh', repo / 'tools')
+    bin_ = str(Path(sys.executable).parent)
+    git = lambda *a: subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *a], cwd=repo, check=True, capture_output=True)
+    def sync(): return subprocess.run(['bash', 'tools/check_sync.sh', bin_], cwd=repo, capture_output=True, text=True)
+    nb = repo / 'nbs' / '08_isomorphism.ipynb'
+    cells = json.loads(nb.read_text())['cells']
+    assert any(c.get('outputs') for c in cells), 'the sample chapter should be committed with outputs'
+    subprocess.run([f'{bin_}/nbdev_export'], cwd=repo, check=True, capture_output=True)
+    git('init', '-q'); git('add', '.'); git('commit', '-qm', 'init')
+    ok = sync(); assert ok.returncode == 0 and 'in sync' in ok.stdout, ok.stderr
+    changed = lambda r: r.returncode == 1 and 'nbdev_export / nbdev_clean changed tracked files' in r.stderr
+    d = json.loads(nb.read_text()); d['cells'][2]['execution_count'] = 7; d['cells'][2]['metadata'] = {'scrolled': True}
+    nb.write_text(json.dumps(d, indent=1)); git('commit', '-qam', 'unclean')
+    assert changed(sync())
+    git('reset', '-q', '--hard', 'HEAD~1')
+    d = json.loads(nb.read_text())
+    i = next(i for i, c in enumerate(d['cells']) if c['cell_type'] == 'code' and '#| export' in ''.join(c['source']) and 'def ' in ''.join(c['source']))
+    d['cells'][i]['source'] = ''.join(d['cells'][i]['source']).replace('def ', 'def renamed_', 1).splitlines(keepends=True)
+    nb.write_text(json.dumps(d, indent=1, ensure_ascii=False) + '\n'); subprocess.run([f'{bin_}/nbdev_clean', '--fname', str(nb)], cwd=repo, check=True)
+    git('commit', '-qam', 'edit without export')
+    r = sync(); assert changed(r) and 'isomorphism.py' in r.stderr
+
+
+def test_nbpercent_round_trip_keeps_outputs_of_unchanged_cells(tmp_path):
+    nbp = _tool('nbpercent')
+    nb = tmp_path / 'x.ipynb'
+    (tmp_path / 'a.py').write_text('# %% [markdown]\n# # T\n\n# %%\nx = 1\nx\n\n# %%\nprint(2)\n')
+    nbp.to_nb(tmp_path / 'a.py', nb)
+    d = json.loads(nb.read_text())
+    d['cells'][1]['outputs'] = [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/plain': ['1']})]
+    d['cells'][2]['outputs'] = [dict(output_type='stream', name='stdout', text=['2\n'])]
+    nb.write_text(json.dumps(d))
+    (tmp_path / 'b.py').write_text('# %% [markdown]\n# # T\n\n# %%\nx = 1\nx\n\n# %%\nprint(3)\n')  # second cell edited
+    nbp.to_nb(tmp_path / 'b.py', nb)
+    cells = json.loads(nb.read_text())['cells']
+    assert cells[1]['outputs'][0]['data'] == {'text/plain': ['1']} and cells[2]['outputs'] == []

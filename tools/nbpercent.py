@@ -4,7 +4,9 @@
     python tools/nbpercent.py to-py  nbs/05_sampling.ipynb  draft.py
 
 Cells start with a marker line: `# %%` (code), `# %% [markdown]` (markdown, each line prefixed by '# '),
-optionally followed by `tags=["parameters"]`. Outputs are dropped (notebooks are committed clean).
+optionally followed by `tags=["parameters"]`. The text form has no outputs; when `to-nb` overwrites a notebook, a code cell
+whose source is unchanged keeps the outputs it had (chapters are committed with the outputs `make chapters` gives them;
+run it again after editing a chapter, and a test notices outputs that a re-execution no longer gives).
 """
 import json, re, sys
 from pathlib import Path
@@ -33,8 +35,18 @@ def py_to_cells(text):
         out.append(cell)
     return out
 
+def carry_outputs(cells, old_cells):
+    "Give each new code cell the outputs of an old code cell with the same source (in order, each old cell used once)."
+    pool = {}
+    for c in old_cells:
+        if c['cell_type'] == 'code' and c.get('outputs'): pool.setdefault(''.join(c['source']), []).append(c['outputs'])
+    for c in cells:
+        if c['cell_type'] == 'code' and pool.get(''.join(c['source'])): c['outputs'] = pool[''.join(c['source'])].pop(0)
+    return cells
+
 def to_nb(src, dst):
     cells = py_to_cells(Path(src).read_text())
+    if Path(dst).exists(): carry_outputs(cells, json.loads(Path(dst).read_text())['cells'])
     nb = dict(cells=cells, metadata=dict(kernelspec=dict(display_name='python3', language='python', name='python3')),
               nbformat=4, nbformat_minor=5)
     for i, c in enumerate(nb['cells']): c['id'] = f'c{i:03d}'
