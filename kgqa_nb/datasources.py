@@ -16,14 +16,14 @@ from .core import LockTimeout, artifact_dirs, data_dir, folder_lock, keyed_folde
 from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_jsonl, record_answers,
                              write_jsonl)
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
-from .kg import parse_item
+from .kg import KG_REGISTRY, KnowledgeGraph, kg_fingerprint, load_kg, parse_item
 
 # %% auto #0
-__all__ = ['DatasetLockTimeout', 'GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'TEST_CATEGORIES', 'type_shape', 'is_complex_type',
-           'choose_unseen_graph_types', 'split_config_for', 'generation_params', 'DatasetPaths', 'ensure_dataset',
-           'Source', 'load_source', 'test_category', 'isomorphism_type_table', 'relation_frequency',
-           'count_distributions', 'subgraph_sizes', 'size_distributions', 'minimal_type_matrix', 'read_filter_log',
-           'generation_table']
+__all__ = ['DatasetLockTimeout', 'GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'TEST_CATEGORIES', 'type_shape',
+           'is_complex_type', 'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params',
+           'DatasetPaths', 'ensure_dataset', 'Source', 'load_source', 'ArtifactContext', 'open_artifact',
+           'test_category', 'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
+           'size_distributions', 'minimal_type_matrix', 'read_filter_log', 'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c008
 DatasetLockTimeout = LockTimeout  # the lock and its error live in core (`core.folder_lock`); kept under this name here
@@ -69,6 +69,17 @@ def split_config_for(n_records: int,  # size of the generated dataset
     return replace(base, **overrides)
 
 # %% ../nbs/10b_datasources.ipynb #c021
+def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a path, or a folder name inside the data dir
+    "The KG itself, loaded once from whatever names it; a clear error when it is not on this machine."
+    if isinstance(kg, KnowledgeGraph): return kg
+    if not isinstance(kg, (str, Path)): raise TypeError(f'kg must be a KnowledgeGraph or a name, not {type(kg).__name__}')
+    name = str(kg)
+    if name in KG_REGISTRY or Path(name).expanduser().exists(): return load_kg(name)
+    if name and data_dir(name).exists(): return load_kg(str(data_dir(name)))
+    raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KG_REGISTRY)}) nor a folder under {data_dir()}: '
+                            f'put it there in synth-kgqa or TSV layout (for GTSQA: ogbl-wikikg2 as {data_dir(name)})')
+
+# %% ../nbs/10b_datasources.ipynb #c026
 GENERATION_PARAMS = ('kg', 'n_target', 'seed', 'backend', 'model', 'base_url', 'max_candidates')
 
 def generation_params(**kw) -> dict:
@@ -78,13 +89,13 @@ def generation_params(**kw) -> dict:
     if unknown: raise TypeError(f'unknown generation parameters {sorted(unknown)}; known: {GENERATION_PARAMS}')
     return dict({k: None for k in GENERATION_PARAMS}, **kw, code=code_version())
 
-def _generate(folder: Path, gen: dict, concurrency: int | None = None) -> dict:
-    "Run (or resume) the SynthKGQA pipeline into `folder`; returns its run summary."
+def _generate(folder: Path, gen: dict, kg: KnowledgeGraph, concurrency: int | None = None) -> dict:
+    "Run (or resume) the SynthKGQA pipeline on `kg` into `folder`; returns its run summary."
     from kgqa_nb.synthkgqa import GenerationConfig, run_generation
     cfg = GenerationConfig(**{k: gen[k] for k in GENERATION_PARAMS}, **({'concurrency': concurrency} if concurrency else {}))
-    return run_generation(folder, cfg, verbose=False)
+    return run_generation(folder, cfg, kg=kg, verbose=False)
 
-# %% ../nbs/10b_datasources.ipynb #c024
+# %% ../nbs/10b_datasources.ipynb #c029
 @dataclass(frozen=True)
 class DatasetPaths:
     "Files of a built dataset."
@@ -110,7 +121,7 @@ def _llm_description(summary: dict, gen: dict) -> str:
     if not g: return gen['backend'] + (f":{gen['model']}" if gen.get('model') else '')
     return g if p in (None, g) else f'{g} (paraphrases: {p})'
 
-# %% ../nbs/10b_datasources.ipynb #c025
+# %% ../nbs/10b_datasources.ipynb #c030
 def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, split: SplitConfig | None,
                  split_overrides: dict) -> DatasetPaths:
     "Cut the zero-shot split of a finished generation run and write train/test, split.json and the card."
@@ -139,8 +150,8 @@ def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, 
     write_text_atomic(p.card, card)
     return p
 
-# %% ../nbs/10b_datasources.ipynb #c026
-def ensure_dataset(kg: str = 'toyworld',  # KG name for kgqa_nb.kg.load_kg
+# %% ../nbs/10b_datasources.ipynb #c031
+def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg` understands
                    n_target: int = 300,  # accepted datapoints to generate
                    seed: int = 0,  # run seed (sampling, split)
                    backend: str = 'offline',  # LLM backend: 'offline' or 'openai'
@@ -157,26 +168,28 @@ def ensure_dataset(kg: str = 'toyworld',  # KG name for kgqa_nb.kg.load_kg
     if unseen_graph_types != 'auto' and isinstance(unseen_graph_types, str):
         raise TypeError(f"unseen_graph_types must be 'auto' or a list of type names, not the string {unseen_graph_types!r}")
     if split is not None and split_overrides: raise TypeError('give either a SplitConfig or SplitConfig fields, not both')
-    gen = generation_params(kg=kg, n_target=int(n_target), seed=int(seed), backend=backend, model=model, base_url=base_url,
+    graph = resolve_kg(kg)
+    gen = generation_params(kg=graph.name, n_target=int(n_target), seed=int(seed), backend=backend, model=model, base_url=base_url,
                             max_candidates=max_candidates)
+    gen['kg_fingerprint'] = kg_fingerprint(graph)  # two graphs under one name never share a dataset
     sp = dict(unseen_graph_types=unseen_graph_types if unseen_graph_types == 'auto' else sorted(unseen_graph_types),
               split=asdict(split) if split else None, overrides=split_overrides)
     base = Path(root) if root is not None else artifact_dirs('')[0]
-    gen_dir = keyed_folder(base / 'datasets', kg, gen)
+    gen_dir = keyed_folder(base / 'datasets', graph.name, gen)
     split_dir = keyed_folder(gen_dir, 'split', sp)
     marker = split_dir / 'dataset.json'
     if not marker.exists():
         with folder_lock(gen_dir, timeout=lock_timeout):
             if not marker.exists():  # a parallel builder may have finished while we waited
                 if not (gen_dir / 'generation.json').exists():  # a finished run is not resumed (that would rewrite its files)
-                    summary = _generate(gen_dir, gen, concurrency)
+                    summary = _generate(gen_dir, gen, graph, concurrency)
                     write_text_atomic(gen_dir / 'generation.json', json.dumps(dict(params=gen, records=summary.get('records')), indent=1) + '\n')
                 split_dir.mkdir(parents=True, exist_ok=True)
                 p = _write_split(gen_dir, split_dir, gen, unseen_graph_types, split, split_overrides)
                 write_text_atomic(marker, json.dumps(dict(generation=gen, split=sp), indent=1, default=str) + '\n')
     return _dataset_paths(gen_dir, split_dir)
 
-# %% ../nbs/10b_datasources.ipynb #c034
+# %% ../nbs/10b_datasources.ipynb #c039
 @dataclass
 class Source:
     "Train and test splits of a GTSQA-schema dataset, with where they came from."
@@ -193,7 +206,7 @@ class Source:
 SOURCES = ('generated', 'gtsqa')
 
 def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'gtsqa' (the published parquet files)
-                **kwargs) -> Source:  # passed to `ensure_dataset` for generated data
+                **kwargs) -> Source:  # passed to `ensure_dataset` for generated data (`kg` may be the KnowledgeGraph itself)
     "The train/test splits an artifact reports on."
     if source == 'generated':
         p = ensure_dataset(**kwargs)
@@ -211,7 +224,60 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name=source)
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
-# %% ../nbs/10b_datasources.ipynb #c039
+# %% ../nbs/10b_datasources.ipynb #c042
+GENERATION_KEYS = ('n_target', 'backend', 'model', 'base_url', 'max_candidates')
+
+@dataclass
+class ArtifactContext:
+    "What an artifact notebook works with: its questions, the KG, where to write, and the provenance of every file."
+    records: pd.DataFrame  # GTSQA-schema records of the chosen splits, with a `split` column ('train' / 'test')
+    kg: KnowledgeGraph | None  # the KG, resolved once (None when the source needs none and none was asked for)
+    results_dir: Path  # where tables go
+    figures_dir: Path  # where figures go
+    prov: dict  # keywords for `core.write_table` / `core.save_figure`: parameters, seed, KG, LLM, source, artifact
+    source: Source  # the splits as loaded (a generated dataset's files in `source.paths`)
+    def _split(self, name: str) -> pd.DataFrame:
+        return self.records[self.records['split'] == name].drop(columns='split').reset_index(drop=True)
+    @property
+    def train(self) -> pd.DataFrame: return self._split('train')
+    @property
+    def test(self) -> pd.DataFrame: return self._split('test')
+
+def _select(src: Source, split: str, per_split: int, seed: int) -> pd.DataFrame:
+    "The records of the chosen splits, each cut to a random `per_split` sample when larger, with a `split` column."
+    frames = []
+    for s in (['train', 'test'] if split == 'all' else [split]):
+        df = getattr(src, s)
+        if per_split and len(df) > per_split: df = df.sample(per_split, random_state=seed).sort_index()
+        frames.append(df.assign(split=s))
+    return pd.concat(frames, ignore_index=True)
+
+def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), recorded in every provenance file
+                  source='generated',  # 'generated', 'gtsqa', or a `Source` the caller built
+                  kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg` understands
+                  seed: int = 0,  # run seed (generation, split, sampling)
+                  out_dir: str = '',  # '' = the scratch folder; else a folder that gets results/ and figures/
+                  split: str = 'all',  # which records: 'train', 'test' or 'all'
+                  per_split: int = 0,  # keep at most this many random questions of each split (0 = all)
+                  need_kg: bool = False,  # resolve the KG even when the source does not need it
+                  **params) -> ArtifactContext:  # the notebook's other parameters (all recorded; `GENERATION_KEYS` used)
+    "Questions, KG, output folders and provenance of an artifact notebook, from its parameters."
+    if split not in ('train', 'test', 'all'): raise ValueError(f"split must be 'train', 'test' or 'all', not {split!r}")
+    if isinstance(source, str) and source not in SOURCES: raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
+    results_dir, figures_dir = artifact_dirs(out_dir)
+    graph = resolve_kg(kg) if source == 'generated' or need_kg or isinstance(kg, KnowledgeGraph) else None
+    gen = {k: (params[k] or None) if k in ('model', 'base_url') else params[k] for k in GENERATION_KEYS if k in params}
+    if isinstance(source, Source): src = source
+    elif source == 'generated': src = load_source('generated', kg=graph, seed=seed, root=results_dir, **gen)
+    else: src = load_source(source)
+    kg_name = graph.name if graph is not None else str(kg)
+    prov = dict(params=dict(source=src.name, kg=kg_name, seed=seed, split=split, per_split=per_split, **params), seed=seed,
+                kg=src.kg if graph is None or src.kg == graph.name else f'{src.kg}; graphs from {graph.name}',
+                llm_backend=src.llm_backend, source=src.name, dataset=str(src.paths.folder) if src.paths else src.name,
+                artifact=artifact)
+    return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
+
+# %% ../nbs/10b_datasources.ipynb #c048
 TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
 
 def test_category(test_type) -> str:
@@ -242,7 +308,7 @@ def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFr
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/10b_datasources.ipynb #c042
+# %% ../nbs/10b_datasources.ipynb #c051
 def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
     def count(df):
@@ -259,7 +325,7 @@ def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
     return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c045
+# %% ../nbs/10b_datasources.ipynb #c054
 def _distribution(values: dict, column: str) -> pd.DataFrame:
     rows = []
     for split, v in values.items():
@@ -276,7 +342,7 @@ def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column:
     return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
                      ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c048
+# %% ../nbs/10b_datasources.ipynb #c057
 def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
     "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
     gt = df['answer_subgraph'].map(len)
@@ -290,7 +356,7 @@ def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str
     return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
                       _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c051
+# %% ../nbs/10b_datasources.ipynb #c060
 def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
     red = df[df['redundant'].fillna(False).astype(bool)]
@@ -300,7 +366,7 @@ def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     m.index.name, m.columns.name = 'graph_isomorphism', 'minimal_graph_isomorphism'
     return m
 
-# %% ../nbs/10b_datasources.ipynb #c054
+# %% ../nbs/10b_datasources.ipynb #c063
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'

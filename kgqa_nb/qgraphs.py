@@ -4,21 +4,23 @@
 
 # %% ../nbs/12_qgraphs.ipynb #c002
 from __future__ import annotations
-import json, os, tempfile, weakref, zlib
+import json, os, re, tempfile, weakref, zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .core import progress
-from .kg import KnowledgeGraph, UnknownIdError, parse_item
-from .paths import personalized_pagerank, top_k_nodes, shortest_path_labels, shortest_path_metapaths
+from .core import keyed_folder, params_key, progress
+from .kg import KnowledgeGraph, UnknownIdError, kg_fingerprint, parse_item
+from .paths import (CONVENTIONS, SPLabels, UnknownConventionError, personalized_pagerank, top_k_nodes, shortest_path_labels,
+                           shortest_path_metapaths)
 from .dataset import empty_record
 
 # %% auto #0
-__all__ = ['triple_ids', 'relation_edges', 'khop_edges', 'ppr_prune', 'metapath_edges', 'QuestionGraph', 'load_question_graph',
-           'build_question_graph', 'random_tree_question', 'record_question', 'CacheMismatchError', 'question_seed',
-           'build_question_graphs']
+__all__ = ['QGRAPH_FORMAT', 'triple_ids', 'relation_edges', 'khop_edges', 'ppr_prune', 'metapath_edges', 'question_sp_labels',
+           'QuestionGraph', 'load_question_graph', 'build_question_graph', 'random_tree_question', 'record_question',
+           'QuestionGraphs', 'question_seed', 'build_question_graphs']
 
 # %% ../nbs/12_qgraphs.ipynb #c006
 _INDEX = weakref.WeakKeyDictionary()
@@ -123,6 +125,23 @@ def _cap_confounders(comp, part, cap, rng):
     return np.concatenate([comp, np.sort(rng.choice(part, rest, replace=False)) if len(part) > rest else part])
 
 # %% ../nbs/12_qgraphs.ipynb #c020
+def question_sp_labels(h, t,  # (E,) KG entity indices of the triples' heads and tails
+                       seeds,  # seed entity indices (KG)
+                       answers,  # answer entity indices (KG)
+                       conventions=CONVENTIONS) -> dict:  # which conventions to label
+    "Shortest seed–answer path labels of a question graph per convention; pair rows name KG entity indices."
+    h, t = np.asarray(h, np.int64), np.asarray(t, np.int64)
+    seeds, answers = np.asarray(seeds, np.int64), np.asarray(answers, np.int64)
+    nodes, inv = np.unique(np.concatenate([h, t, seeds, answers]), return_inverse=True)
+    E, S = len(h), len(seeds)
+    out = {}
+    for conv in conventions:
+        lab = shortest_path_labels((inv[:E], inv[E:2 * E]), inv[2 * E:2 * E + S], inv[2 * E + S:], conv, len(nodes))
+        rows = [(int(nodes[s]), int(nodes[a]), *rest) for s, a, *rest in lab.rows]
+        out[conv] = SPLabels(lab.mask, lab.n_paths, rows, conv)
+    return out
+
+# %% ../nbs/12_qgraphs.ipynb #c023
 @dataclass
 class QuestionGraph:
     "A question-specific graph: KG-indexed triples with ground-truth and shortest-path labels."
@@ -131,13 +150,24 @@ class QuestionGraph:
     r: np.ndarray  # (E,) int64 relation index in the KG
     t: np.ndarray  # (E,) int64 tail entity index in the KG
     triple_scores: np.ndarray  # (E,) uint8: 1 = in the ground-truth answer subgraph
-    triple_scores_sp: np.ndarray  # (E,) uint8: 1 = on a shortest seed–answer path (synth-kgqa convention)
     seeds: np.ndarray  # seed entity indices
     answers: np.ndarray  # answer entity indices used for the shortest-path labels
+    sp: dict = field(default_factory=dict)  # convention -> SPLabels (pair rows in KG indices); missing ones are computed
     info: dict = field(default_factory=dict)  # sizes and caps of each construction step
+    def __post_init__(self):
+        missing = [c for c in CONVENTIONS if c not in self.sp]
+        if missing: self.sp = {**self.sp, **question_sp_labels(self.h, self.t, self.seeds, self.answers, missing)}
     def __len__(self): return len(self.h)
     def __repr__(self): return (f'QuestionGraph({self.id!r}: {len(self)} triples, {len(self.nodes)} entities, '
                                 f'{int(self.triple_scores.sum())} GT, {int(self.triple_scores_sp.sum())} SP)')
+    def sp_mask(self, convention: str = 'synth-kgqa') -> np.ndarray:
+        "Boolean mask of the triples on a shortest seed–answer path under `convention`."
+        if convention not in self.sp: raise UnknownConventionError(f'unknown convention {convention!r}: use one of {CONVENTIONS}')
+        return self.sp[convention].mask
+    @property
+    def triple_scores_sp(self) -> np.ndarray:
+        "(E,) uint8: 1 = on a shortest seed–answer path in the synth-kgqa convention (GTSQA's column)."
+        return self.sp_mask('synth-kgqa').astype(np.uint8)
     @property
     def nodes(self) -> np.ndarray:
         "Sorted KG indices of the entities in the graph (seeds and answers included)."
@@ -146,7 +176,7 @@ class QuestionGraph:
         "The triples as `'Label (ID)'` text, the `graph` column of GTSQA's with-graphs config."
         return [[kg.entity_text(a), kg.relation_text(b), kg.entity_text(c)] for a, b, c in zip(self.h, self.r, self.t)]
 
-# %% ../nbs/12_qgraphs.ipynb #c021
+# %% ../nbs/12_qgraphs.ipynb #c025
 from fastcore.basics import patch
 
 @patch
@@ -162,15 +192,29 @@ def to_pyg(self: QuestionGraph):
                 node_ids=torch.as_tensor(nodes, dtype=torch.long), num_nodes=len(nodes), seed_mask=mask(self.seeds),
                 answer_mask=mask(self.answers))
 
+# %% ../nbs/12_qgraphs.ipynb #c027
+def _sp_blob(sp: dict) -> tuple[np.ndarray, str]:
+    convs = list(sp)
+    masks = np.stack([sp[c].mask for c in convs]).astype(np.uint8) if convs else np.zeros((0, 0), np.uint8)
+    rows = {c: [[s, a, d, str(k), m, w] for s, a, d, k, m, w in sp[c].rows] for c in convs}
+    return masks, json.dumps(dict(conventions=convs, n_paths={c: str(sp[c].n_paths) for c in convs}, rows=rows))
+
+def _sp_from_blob(masks: np.ndarray, blob: str) -> dict:
+    meta = json.loads(blob)
+    return {c: SPLabels(masks[i].astype(bool), int(meta['n_paths'][c]), [(s, a, d, int(k), m, w) for s, a, d, k, m, w in meta['rows'][c]], c)
+            for i, c in enumerate(meta['conventions'])}
+
 @patch
 def save(self: QuestionGraph, path):
     "Write the graph to `path` (.npz) atomically: a temp file in the same folder, then a rename."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    masks, blob = _sp_blob(self.sp)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb') as f:
             np.savez(f, id=np.array(str(self.id)), h=self.h, r=self.r, t=self.t, triple_scores=self.triple_scores,
-                     triple_scores_sp=self.triple_scores_sp, seeds=self.seeds, answers=self.answers, info=np.array(json.dumps(self.info)))
+                     triple_scores_sp=self.triple_scores_sp, seeds=self.seeds, answers=self.answers, sp_masks=masks,
+                     sp_labels=np.array(blob), info=np.array(json.dumps(self.info)))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp): os.unlink(tmp)
@@ -180,10 +224,11 @@ def save(self: QuestionGraph, path):
 def load_question_graph(path) -> QuestionGraph:
     "Read a `QuestionGraph` written by `QuestionGraph.save`."
     with np.load(path, allow_pickle=False) as z:
-        return QuestionGraph(str(z['id']), z['h'], z['r'], z['t'], z['triple_scores'], z['triple_scores_sp'], z['seeds'], z['answers'],
+        sp = _sp_from_blob(z['sp_masks'], str(z['sp_labels'])) if 'sp_labels' in z.files else {}
+        return QuestionGraph(str(z['id']), z['h'], z['r'], z['t'], z['triple_scores'], z['seeds'], z['answers'], sp,
                              json.loads(str(z['info'])))
 
-# %% ../nbs/12_qgraphs.ipynb #c023
+# %% ../nbs/12_qgraphs.ipynb #c030
 def _gt_metapaths(gt, seeds, answers, R):
     "Relation sequences of the shortest seed->answer paths inside the ground-truth subgraph (undirected multigraph)."
     out = set()
@@ -227,17 +272,16 @@ def build_question_graph(kg: KnowledgeGraph, seeds,  # seed entity indices
     perm = rng.permutation(len(h)); h, r, t = h[perm], r[perm], t[perm]
     key = lambda a, b, c: (a * kg.num_relations + b) * kg.num_entities + c
     scores = np.isin(key(h, r, t), key(gt[:, 0], gt[:, 1], gt[:, 2])).astype(np.uint8)
-    nodes, inv = np.unique(np.concatenate([h, t, seeds, answers]), return_inverse=True)
+    sp_ = question_sp_labels(h, t, seeds, answers)
     E = len(h)
-    sp_ = shortest_path_labels((inv[:E], inv[E:2 * E]), inv[2 * E:2 * E + len(seeds)], inv[2 * E + len(seeds):], 'synth-kgqa', len(nodes))
     info = dict(k=k, n_khop_edges=int(len(hood)), khop_capped=bool(hood_cut), n_ppr_nodes=int(len(ranked)), n_ppr_triples=int(len(kept)),
                 n_gt=int(len(gt)), n_gt_missing_from_kg=int((must_ids[:len(gt)] < 0).sum()),
                 n_readded=int(len(np.setdiff1d(must_ids[must_ids >= 0], kept))), n_metapaths=len(metapaths),
                 n_confounders=int(len(np.setdiff1d(np.concatenate([np.zeros(0, np.int64), *conf]), kept))), n_triples=int(E),
-                sp_distance=[int(d) for d in sp_.pairs.distance], n_sp_paths=str(sp_.n_paths))
-    return QuestionGraph(str(qid), h, r, t, scores, sp_.mask.astype(np.uint8), seeds, answers, info)
+                sp_distance=[int(row[2]) for row in sp_['synth-kgqa'].rows], n_sp_paths=str(sp_['synth-kgqa'].n_paths))
+    return QuestionGraph(str(qid), h, r, t, scores, seeds, answers, sp_, info)
 
-# %% ../nbs/12_qgraphs.ipynb #c025
+# %% ../nbs/12_qgraphs.ipynb #c032
 def random_tree_question(kg: KnowledgeGraph, n_seeds: int = 2,  # branches (seed entities)
                          hops: int = 2,  # length of the longest branch
                          seed: int = 0,  # RNG seed
@@ -263,7 +307,7 @@ def random_tree_question(kg: KnowledgeGraph, n_seeds: int = 2,  # branches (seed
                         answer_node=kg.entity_text(a), answer_subgraph=[list(kg.triple_text(e)) for e in tri],
                         all_answers_wikikg2=[kg.entity_ids[a]], full_answer_subgraph_wikikg2=[ids(e) for e in tri], n_hops=hops)
 
-# %% ../nbs/12_qgraphs.ipynb #c027
+# %% ../nbs/12_qgraphs.ipynb #c034
 def _entity(kg, s, check):
     try: return kg.parse_entity(s, check_label=check)
     except ValueError: return kg.entity(str(s).strip())
@@ -287,34 +331,43 @@ def record_question(kg: KnowledgeGraph, rec,  # a GTSQA-schema record (dict or p
                 gt_triples=tri(list(get('answer_subgraph'))), full_answer_triples=None if full is None else tri(list(full)),
                 hops=None if hops is None else int(hops))
 
-# %% ../nbs/12_qgraphs.ipynb #c029
-class CacheMismatchError(RuntimeError):
-    "A question-graph cache folder was built with other parameters."
+# %% ../nbs/12_qgraphs.ipynb #c036
+QGRAPH_FORMAT = 2  # layout of the question-graph files (2: SP labels of every convention stored)
+
+class QuestionGraphs(Sequence):
+    "The question graphs of a dataset in record order, each read from its cache file when asked for."
+    def __init__(self, paths): self.paths = [Path(p) for p in paths]
+    def __len__(self): return len(self.paths)
+    def __getitem__(self, i):
+        if isinstance(i, slice): return QuestionGraphs(self.paths[i])
+        return load_question_graph(self.paths[i])
+    def __repr__(self): return f'QuestionGraphs({len(self)} graphs)'
 
 def question_seed(seed: int, qid) -> list:
     "Per-question RNG seed: the run seed and a stable hash of the question id."
     return [int(seed), zlib.crc32(str(qid).encode())]
 
+def _record_file(rec: dict, full_answer_column: str) -> str:
+    "File name of a record's graph: its id and a hash of what defines the question."
+    what = {c: rec.get(c) for c in ('seed_entities', 'answer_node', 'answer_subgraph', full_answer_column, 'n_hops')}
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(rec.get('id')))}-{params_key(what, 10)}.npz"
+
 def build_question_graphs(kg: KnowledgeGraph, records,  # GTSQA-schema records: list of dicts or a DataFrame
-                          cache_dir,  # folder for `<id>.npz` files (created)
+                          cache_dir,  # parent folder of the keyed graph folders (created)
                           check_labels: bool = False,  # passed to `record_question`
                           full_answer_column: str = 'full_answer_subgraph_wikikg2',
                           seed: int = 0,  # run seed
-                          **kwargs) -> list:  # passed to `build_question_graph` (n_nodes, max_triples, ...)
-    "Build (or reuse from `cache_dir`) the question graph of every record; returns their paths in record order."
-    cache_dir = Path(cache_dir); cache_dir.mkdir(parents=True, exist_ok=True)
-    params = dict(kg=kg.name, kg_triples=kg.num_triples, check_labels=check_labels, full_answer_column=full_answer_column, seed=seed,
-                  **{k: v for k, v in sorted(kwargs.items())})
-    pfile = cache_dir / 'params.json'
-    if pfile.exists() and json.loads(pfile.read_text()) != json.loads(json.dumps(params)):
-        raise CacheMismatchError(f'{cache_dir} holds graphs built with {pfile.read_text().strip()}, not {params}')
-    pfile.write_text(json.dumps(params) + '\n')
+                          **kwargs) -> QuestionGraphs:  # passed to `build_question_graph` (n_nodes, max_triples, ...)
+    "Build (or reuse from `cache_dir`) the question graph of every record; returns them in record order."
+    params = dict(format=QGRAPH_FORMAT, kg=kg.name, kg_fingerprint=kg_fingerprint(kg), check_labels=check_labels,
+                  full_answer_column=full_answer_column, seed=seed, build=dict(sorted(kwargs.items())))
+    folder = keyed_folder(cache_dir, f'qgraphs-{kg.name}', params)
     recs = records.to_dict('records') if hasattr(records, 'to_dict') else list(records)
     out = []
     for rec in progress(recs, desc='question graphs'):
-        qid = rec.get('id'); path = cache_dir / f'{qid}.npz'
+        qid = rec.get('id'); path = folder / _record_file(rec, full_answer_column)
         if not path.exists():
             q = record_question(kg, rec, check_labels, full_answer_column)
             build_question_graph(kg, **q, seed=question_seed(seed, qid), qid=str(qid), **kwargs).save(path)
         out.append(path)
-    return out
+    return QuestionGraphs(out)

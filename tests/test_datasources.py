@@ -55,10 +55,10 @@ _BUILDER = textwrap.dedent('''
     from kgqa_nb import datasources
     root, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     real = datasources._generate
-    def counted(folder, gen, concurrency=None):
+    def counted(folder, gen, kg, concurrency=None):
         with open(log, 'a') as f: f.write(f'{os.getpid()}\\n')
         time.sleep(1.0)  # widen the window in which the other process must wait
-        return real(folder, gen, concurrency)
+        return real(folder, gen, kg, concurrency)
     datasources._generate = counted
     p = datasources.ensure_dataset(n_target=n, root=root)
     print(json.dumps([str(p.train), str(p.test)]))
@@ -82,7 +82,7 @@ def test_a_killed_lock_holder_frees_the_lock(tmp_path):
     folder = tmp_path / 'locked'
     holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
         import time
-        from kgqa_nb.datasources import folder_lock
+        from kgqa_nb.core import folder_lock
         with folder_lock({str(folder)!r}):
             print('locked', flush=True); time.sleep(600)
     ''')], stdout=subprocess.PIPE, text=True)
@@ -113,3 +113,42 @@ def test_load_source_generated_matches_the_files(tmp_path):
     assert src.name == 'generated' and 'offline' in src.llm_backend and src.kg.startswith('toyworld')
     pd.testing.assert_frame_equal(src.train, read_jsonl(src.paths.train))
     assert len(src.all) == len(src.train) + len(src.test)
+
+
+def test_the_kg_object_is_passed_down_not_loaded_again(tmp_path, monkeypatch):
+    from kgqa_nb import kg as kgm, synthkgqa
+    toy = kgm.load_kg('toyworld')
+    def no_load(*a, **k): raise AssertionError('the KG was loaded again')
+    monkeypatch.setattr(datasources, 'load_kg', no_load); monkeypatch.setattr(synthkgqa, 'load_kg', no_load)
+    p = datasources.ensure_dataset(kg=toy, n_target=N, root=tmp_path)
+    assert len(read_jsonl(p.records)) == N
+    ctx = datasources.open_artifact('demo', kg=toy, n_target=N, out_dir=str(tmp_path))
+    assert ctx.kg is toy and ctx.source.paths == datasources.ensure_dataset(kg=toy, n_target=N, root=tmp_path / 'results')
+
+
+def test_a_graph_with_the_same_name_gets_its_own_dataset(tmp_path, monkeypatch):
+    from kgqa_nb.kg import load_kg
+    toy = load_kg('toyworld')
+    other = toy.drop_triples([0], name=toy.name)  # same name, one triple fewer
+    built = []
+    real = datasources._generate
+    monkeypatch.setattr(datasources, '_generate', lambda folder, gen, kg, c=None: built.append(kg) or real(folder, gen, kg, c))
+    a = datasources.ensure_dataset(kg=toy, n_target=20, root=tmp_path)
+    b = datasources.ensure_dataset(kg=other, n_target=20, root=tmp_path)
+    assert a.generation != b.generation and built == [toy, other]
+    assert json.loads((a.generation / 'params.json').read_text())['kg_fingerprint'] != json.loads((b.generation / 'params.json').read_text())['kg_fingerprint']
+
+
+def test_open_artifact_gives_records_folders_and_provenance(tmp_path):
+    ctx = datasources.open_artifact('fig6_seeds_hops_answers', kg='toyworld', n_target=N, seed=0, backend='offline', model='',
+                                    out_dir=str(tmp_path), convention='rog')
+    assert ctx.results_dir == tmp_path / 'results' and ctx.figures_dir.is_dir()
+    assert set(ctx.records.split) <= {'train', 'test'} and len(ctx.train) + len(ctx.test) == len(ctx.records)
+    assert sorted(ctx.train.id) == sorted(read_jsonl(ctx.source.paths.train).id)
+    prov = ctx.prov
+    assert prov['artifact'] == 'fig6_seeds_hops_answers' and prov['kg'] == ctx.kg.name and 'offline' in prov['llm_backend']
+    assert prov['params']['convention'] == 'rog' and prov['params']['n_target'] == N  # everything the notebook passed is recorded
+    test = datasources.open_artifact('x', kg=ctx.kg, n_target=N, out_dir=str(tmp_path), split='test', per_split=3, seed=0)
+    assert len(test.records) == min(3, len(ctx.test)) and set(test.records.id) <= set(ctx.test.id)
+    with pytest.raises(ValueError, match='split must be'): datasources.open_artifact('x', kg=ctx.kg, split='dev')
+    with pytest.raises(FileNotFoundError, match='neither a known KG'): datasources.open_artifact('x', kg='no-such-kg')

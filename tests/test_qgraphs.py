@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kgqa_nb.kg import KnowledgeGraph, load_codex_m, UnknownIdError
-from kgqa_nb.qgraphs import (build_question_graph, build_question_graphs, load_question_graph, record_question,
-                             random_tree_question, metapath_edges, triple_ids, khop_edges, ppr_prune, CacheMismatchError)
+from kgqa_nb.paths import CONVENTIONS, shortest_path_labels
+from kgqa_nb.qgraphs import (QuestionGraph, QuestionGraphs, build_question_graph, build_question_graphs, load_question_graph,
+                             record_question, random_tree_question, metapath_edges, triple_ids, khop_edges, ppr_prune)
 import kgqa_nb.qgraphs as qgm
 
 
@@ -64,6 +65,35 @@ def test_sp_labels_match_networkx_enumeration(kg, records):
         assert set(np.flatnonzero(qg.triple_scores_sp).tolist()) == ref
 
 
+def test_stored_sp_labels_of_every_convention_equal_recomputed(kg, records, tmp_path):
+    for rec in records[:6]:
+        qg = build_question_graph(kg, **record_question(kg, rec), **CAPS, seed=3)
+        back = load_question_graph(qg.save(tmp_path / 'q.npz'))
+        nodes = qg.nodes; loc = lambda a: np.searchsorted(nodes, a)
+        for conv in CONVENTIONS:
+            lab = shortest_path_labels((loc(qg.h), loc(qg.t)), loc(qg.seeds), loc(qg.answers), conv, len(nodes))
+            for g in (qg, back):
+                assert np.array_equal(g.sp_mask(conv), lab.mask) and g.sp[conv].n_paths == lab.n_paths
+                assert [r[:2] for r in g.sp[conv].rows] == [(int(nodes[s]), int(nodes[a])) for s, a, *_ in lab.rows]  # KG indices
+                assert [r[2:] for r in g.sp[conv].rows] == [r[2:] for r in lab.rows]
+
+
+def test_loading_never_recomputes_stored_labels(kg, records, tmp_path, monkeypatch):
+    qg = build_question_graph(kg, **record_question(kg, records[2]), **CAPS)
+    p = qg.save(tmp_path / 'q.npz')
+    monkeypatch.setattr(qgm, 'shortest_path_labels', lambda *a, **k: (_ for _ in ()).throw(AssertionError('recomputed')))
+    assert np.array_equal(load_question_graph(p).triple_scores_sp, qg.triple_scores_sp)
+
+
+def test_a_file_without_stored_labels_still_loads(kg, records, tmp_path):
+    qg = build_question_graph(kg, **record_question(kg, records[2]), **CAPS)
+    p = tmp_path / 'old.npz'  # the layout before SP labels of every convention were stored
+    np.savez(p, id=np.array(qg.id), h=qg.h, r=qg.r, t=qg.t, triple_scores=qg.triple_scores, triple_scores_sp=qg.triple_scores_sp,
+             seeds=qg.seeds, answers=qg.answers, info=np.array('{}'))
+    old = load_question_graph(p)
+    assert all(np.array_equal(old.sp_mask(c), qg.sp_mask(c)) for c in CONVENTIONS)
+
+
 def test_khop_cap_prefers_near_triples(kg, records):
     s = record_question(kg, records[3])['seeds']
     full, _ = khop_edges(kg, s, 3)
@@ -99,26 +129,45 @@ def test_bad_records(kg, records):
 
 def test_cache_resumable_deterministic_atomic(kg, records, tmp_path, monkeypatch):
     recs = records[:8]
-    paths = build_question_graphs(kg, recs, tmp_path / 'a', **CAPS)
-    assert [p.name for p in paths] == [f'{r["id"]}.npz' for r in recs]
+    qgs = build_question_graphs(kg, recs, tmp_path / 'a', **CAPS)
+    assert isinstance(qgs, QuestionGraphs) and len(qgs) == len(recs)
+    assert [g.id for g in qgs] == [str(r['id']) for r in recs] and isinstance(qgs[0], QuestionGraph)
+    paths = qgs.paths; folder = paths[0].parent
+    assert [p.name.split('-')[0] for p in paths] == [str(r['id']) for r in recs]
     before = {p: p.stat().st_mtime_ns for p in paths}
     paths[3].unlink()  # an interrupted run: one question missing
     built = []
     orig = qgm.build_question_graph
     monkeypatch.setattr(qgm, 'build_question_graph', lambda *a, **k: built.append(k['qid']) or orig(*a, **k))
-    paths2 = build_question_graphs(kg, recs, tmp_path / 'a', **CAPS)
-    assert built == [str(recs[3]['id'])]
+    paths2 = build_question_graphs(kg, recs, tmp_path / 'a', **CAPS).paths
+    assert built == [str(recs[3]['id'])] and paths2 == paths
     assert all(p.stat().st_mtime_ns == before[p] for p in paths2 if p != paths[3])
     # a fresh folder, questions in another order: identical graphs
     other = build_question_graphs(kg, recs[::-1], tmp_path / 'b', **CAPS)[::-1]
-    for p, o in zip(paths2, other):
-        a, b = load_question_graph(p), load_question_graph(o)
+    for a, b in zip(build_question_graphs(kg, recs, tmp_path / 'a', **CAPS), other):
         for f in ('h', 'r', 't', 'triple_scores', 'triple_scores_sp'): assert np.array_equal(getattr(a, f), getattr(b, f))
-    with pytest.raises(CacheMismatchError): build_question_graphs(kg, recs, tmp_path / 'a', **{**CAPS, 'n_nodes': 10})
+    # other parameters: another folder, the first untouched
+    built.clear()
+    assert build_question_graphs(kg, recs[:1], tmp_path / 'a', **{**CAPS, 'n_nodes': 10}).paths[0].parent != folder
+    assert built == [str(recs[0]['id'])]
+    # the same id with another question (another dataset) is another file
+    changed = {**recs[0], 'answer_subgraph': recs[1]['answer_subgraph'], 'seed_entities': recs[1]['seed_entities'],
+               'answer_node': recs[1]['answer_node'], 'full_answer_subgraph_wikikg2': recs[1]['full_answer_subgraph_wikikg2']}
+    assert build_question_graphs(kg, [changed], tmp_path / 'a', **CAPS).paths[0] not in paths
     # a crash while writing leaves no file behind
+    names = sorted(x.name for x in folder.iterdir())
     monkeypatch.setattr(qgm.np, 'savez', lambda *a, **k: (_ for _ in ()).throw(OSError('disk full')))
     with pytest.raises(OSError): build_question_graphs(kg, records[8:9], tmp_path / 'a', **CAPS)
-    assert sorted(x.name for x in (tmp_path / 'a').iterdir()) == sorted([p.name for p in paths] + ['params.json'])
+    assert sorted(x.name for x in folder.iterdir()) == names
+
+
+def test_a_kg_with_the_same_name_but_other_triples_gets_other_graphs(kg, records, tmp_path):
+    recs = records[:2]
+    a = build_question_graphs(kg, recs, tmp_path, **CAPS)
+    other = kg.drop_triples(np.array([kg.num_triples - 1]), name=kg.name)  # same name, one triple fewer
+    assert other.name == kg.name
+    b = build_question_graphs(other, recs, tmp_path, **CAPS)
+    assert a.paths[0].parent != b.paths[0].parent
 
 
 def test_to_pyg(kg, records):

@@ -1,5 +1,6 @@
 """Shortest-path vs ground-truth analysis (kgqa_nb.spanalysis): hand-computed cases, a networkx brute force on random
-question graphs, the dataset cache, and the Figure 4 reader check (every question answered from its GT triples)."""
+question graphs, the stored SP labels being used, the dataset cache, the one-call set-up, and the Figure 4 reader check
+(every question answered from its GT triples)."""
 import itertools, math
 
 import networkx as nx
@@ -8,21 +9,20 @@ import pandas as pd
 import pytest
 
 from kgqa_nb.kg import load_kg
-from kgqa_nb.paths import shortest_path_labels
+from kgqa_nb.metrics import answer_hit
+from kgqa_nb.paths import SPLabels, UnknownConventionError, shortest_path_labels
 from kgqa_nb.qgraphs import QuestionGraph
 from kgqa_nb.readers import QueryReader
-from kgqa_nb.spanalysis import (AnswerNodeError, analyse_dataset, fig4_table, fig9_parallel_paths, fig9_shortcuts, load_records,
-                                question_path_stats, reader_hits, sp_mask, table6)
-from kgqa_nb.paths import UnknownConventionError
+import kgqa_nb.spanalysis as spa
+from kgqa_nb.spanalysis import (AnswerNodeError, analyse_dataset, gold_answers, hits_by_isomorphism_type, open_sp_analysis,
+                                parallel_path_stats, question_path_stats, reader_triples, shortcut_stats, sp_gt_overlap_by_hops,
+                                tree_source)
 
 
 def qgraph(triples, gt, seeds, answers, qid='q'):
     tr = np.array(triples, np.int64).reshape(-1, 3)
-    nodes, inv = np.unique(np.concatenate([tr[:, 0], tr[:, 2], seeds, answers]), return_inverse=True)
-    E = len(tr)
-    sp_ = shortest_path_labels((inv[:E], inv[E:2 * E]), inv[2 * E:2 * E + len(seeds)], inv[2 * E + len(seeds):], num_nodes=len(nodes))
-    return QuestionGraph(qid, tr[:, 0], tr[:, 1], tr[:, 2], np.array(gt, np.uint8), sp_.mask.astype(np.uint8),
-                         np.array(seeds, np.int64), np.array(answers, np.int64))
+    return QuestionGraph(qid, tr[:, 0], tr[:, 1], tr[:, 2], np.array(gt, np.uint8), np.array(seeds, np.int64),
+                         np.array(answers, np.int64))
 
 
 # --- hand-made cases ---------------------------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def test_parallel_paths_case():
     row, seeds = question_path_stats(qg, 'rog')
     assert row['n_sp'] == 5 and math.isclose(row['pct_gt_in_sp'], 200 / 3) and math.isclose(row['pct_sp_in_gt'], 40.0)
     assert seeds.n_sp_paths.tolist() == [2.0, 1.0]
-    assert sp_mask(qg, 'rog').tolist() == [False, True, True, True, True, True, False]
+    assert qg.sp_mask('rog').tolist() == [False, True, True, True, True, True, False]
 
 
 def test_stored_sp_labels_equal_recomputed():
@@ -62,13 +62,24 @@ def test_stored_sp_labels_equal_recomputed():
     assert row['n_sp'] == int(qg.triple_scores_sp.sum()) == 5
 
 
+def test_the_analysis_reads_the_labels_stored_with_the_graph(monkeypatch):
+    qg = qgraph([(1, 0, 2), (2, 1, 4), (1, 2, 4)], [1, 1, 0], [1], [4])
+    # stored labels that differ from what a recomputation gives: the analysis must use them, not recompute
+    qg.sp['synth-kgqa'] = SPLabels(np.array([True, True, False]), 7, [(1, 4, 2, 7, 2, 'both')], 'synth-kgqa')
+    import kgqa_nb.paths as pm
+    monkeypatch.setattr(pm, 'shortest_path_labels', lambda *a, **k: (_ for _ in ()).throw(AssertionError('recomputed')))
+    row, seeds = question_path_stats(qg)
+    assert (row['pct_gt_in_sp'], row['n_sp']) == (100.0, 2) and seeds.n_sp_paths.tolist() == [7.0] and seeds.sp_hops.tolist() == [2]
+
+
 def test_bad_inputs_raise_named_errors():
     qg = qgraph([(1, 0, 2), (2, 0, 3)], [1, 1], [1], [2, 3])
     with pytest.raises(AnswerNodeError, match='exactly one'): question_path_stats(qg)
     ok = qgraph([(1, 0, 2)], [1], [1], [2])
     with pytest.raises(UnknownConventionError): question_path_stats(ok, 'bfs')
-    with pytest.raises(ValueError, match='unknown source'): load_records('webqsp')
-    with pytest.raises(ValueError, match='split'): load_records('random-trees', split='dev')
+    with pytest.raises(ValueError, match='unknown source'): open_sp_analysis('x', 'webqsp')
+    with pytest.raises(ValueError, match='split must be'): open_sp_analysis('x', 'random-trees', split='dev')
+    with pytest.raises(UnknownConventionError): open_sp_analysis('x', 'random-trees', convention='bfs')
 
 
 # --- brute force on random question graphs ----------------------------------------------------------------------------
@@ -118,16 +129,16 @@ def test_matches_networkx_brute_force(trial):
 
 # --- aggregates ----------------------------------------------------------------------------------------------------
 
-def test_table6_and_fig9_aggregates_by_hand():
+def test_aggregates_by_hand():
     q = pd.DataFrame(dict(id=['a', 'b', 'c'], n_hops=[1, 2, 2], pct_gt_in_sp=[100., 50., 100.], pct_sp_in_gt=[50., 20., 40.],
                           n_gt=[1, 2, 4], n_sp=[2, 10, 6]))
-    t = table6(q)
+    t = sp_gt_overlap_by_hops(q)
     assert t.values.tolist() == [[1, 100., 50., 1., 2., 1], [2, 75., 30., 3., 8., 2]]
     s = pd.DataFrame(dict(id=list('abcd'), gt_hops=[2, 2, 4, 4], sp_hops=[2, 1, 2, 4], n_sp_paths=[4., 1., 2., 32.],
                           shortcut=[False, True, True, False]))
-    left = fig9_shortcuts(s).set_index('gt_hops')
+    left = shortcut_stats(s).set_index('gt_hops')
     assert left.sp_mean.tolist() == [1.5, 3.0] and left.pct_shortcut.tolist() == [50., 50.] and left.sp_std.tolist() == [.5, 1.]
-    right = fig9_parallel_paths(s).set_index('sp_hops')
+    right = parallel_path_stats(s).set_index('sp_hops')
     assert np.allclose(right.paths_geomean, [1., np.sqrt(8.), 32.]) and right.n_seeds.tolist() == [1, 2, 1]
 
 
@@ -138,37 +149,67 @@ def toy():
     return load_kg('toyworld')
 
 
+def _trees(kg, n, seed=0):
+    return tree_source(kg, n, seed).test.assign(split='test')
+
+
 def test_dataset_cache_reuse_and_invalidation(toy, tmp_path):
-    recs = load_records('random-trees', toy, 8, split='all')
-    q1, s1, p1 = analyse_dataset(toy, recs, tmp_path)
-    stamp = {p: p.stat().st_mtime_ns for p in p1}
-    q2, s2, p2 = analyse_dataset(toy, recs, tmp_path)
+    recs = _trees(toy, 8)
+    q1, s1, g1 = analyse_dataset(toy, recs, tmp_path)
+    stamp = {p: p.stat().st_mtime_ns for p in g1.paths}
+    q2, s2, g2 = analyse_dataset(toy, recs, tmp_path)
     pd.testing.assert_frame_equal(q1, q2); pd.testing.assert_frame_equal(s1, s2)
-    assert p1 == p2 and all(p.stat().st_mtime_ns == stamp[p] for p in p2)
+    assert g1.paths == g2.paths and all(p.stat().st_mtime_ns == stamp[p] for p in g2.paths)
+    assert [g.id for g in g1] == q1.id.tolist()
     # a different dataset (other seeds) must not reuse the first one's graphs, although its ids are the same
-    other = load_records('random-trees', toy, 8, seed=100, split='all')
-    q3, _, p3 = analyse_dataset(toy, other, tmp_path)
-    assert p3[0].parent != p1[0].parent and q3.id.tolist() == q1.id.tolist()
+    other = _trees(toy, 8, seed=100)
+    q3, _, g3 = analyse_dataset(toy, other, tmp_path)
+    assert not set(g3.paths) & set(g1.paths) and q3.id.tolist() == q1.id.tolist()
     # another convention reuses the graphs but computes its own table
-    q4, _, p4 = analyse_dataset(toy, recs, tmp_path, convention='rog')
-    assert p4 == p1 and (q4.n_sp <= q1.n_sp).all()
+    q4, _, g4 = analyse_dataset(toy, recs, tmp_path, convention='rog')
+    assert g4.paths == g1.paths and (q4.n_sp <= q1.n_sp).all()
+    # a KG with the same name but other triples gets its own graphs and tables
+    q5, _, g5 = analyse_dataset(toy.drop_triples([toy.num_triples - 1], name=toy.name), recs, tmp_path)
+    assert not set(g5.paths) & set(g1.paths)
     with pytest.raises(ValueError, match='no records'): analyse_dataset(toy, recs.iloc[:0], tmp_path)
 
 
-def _generated_records():
-    try: return load_records('generated', 'toyworld', 40, split='all')
-    except (ImportError, NotImplementedError) as e:
-        pytest.skip(f'the generation chapter (kgqa_nb.datasources) cannot build a dataset here: {type(e).__name__}: {e}')
+def test_open_sp_analysis_passes_one_kg_object_down(toy, tmp_path, monkeypatch):
+    import kgqa_nb.datasources as ds
+    def no_load(*a, **k): raise AssertionError('the KG was loaded again')
+    monkeypatch.setattr(ds, 'load_kg', no_load)
+    an = open_sp_analysis('table6_gt_vs_sp', 'random-trees', toy, n_questions=6, convention='rog', out_dir=str(tmp_path))
+    assert an.kg is toy and len(an.questions) == len(an.qgraphs) == len(an.records) == 6
+    assert (an.questions.convention == 'rog').all() and an.prov['params']['convention'] == 'rog'
+    assert an.prov['artifact'] == 'table6_gt_vs_sp' and an.results_dir == tmp_path / 'results'
+
+
+def _generated(toy, tmp_path):
+    return open_sp_analysis('x', 'generated', toy, n_questions=40, out_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize('source', ['random-trees', 'generated'])
 def test_query_reader_hits_every_question_with_gt_triples(toy, tmp_path, source):
-    recs = load_records('random-trees', toy, 24, seed=7, split='all') if source == 'random-trees' else _generated_records()
-    q, _, paths = analyse_dataset(toy, recs, tmp_path)
-    hits = reader_hits(toy, recs, paths, QueryReader())
+    an = (open_sp_analysis('x', 'random-trees', toy, n_questions=24, seed=7, out_dir=str(tmp_path)) if source == 'random-trees'
+          else _generated(toy, tmp_path))
+    recs = an.records.to_dict('records')
+    sp_sets, gt_sets = reader_triples(toy, an.qgraphs)
+    reader = QueryReader(); qs = [r['question'] for r in recs]
+    pred_sp, pred_gt = reader.answer_many(qs, sp_sets, recs), reader.answer_many(qs, gt_sets, recs)
+    gold = [gold_answers(toy, r) for r in recs]
+    hits = pd.DataFrame(dict(id=an.questions.id, hit_sp=[answer_hit(p, *g) for p, g in zip(pred_sp, gold)],
+                             hit_gt=[answer_hit(p, *g) for p, g in zip(pred_gt, gold)]))
     assert hits.hit_gt.all(), hits[~hits.hit_gt]
     # the reader given only SP triples hits whenever all GT triples are among them (the query's pattern is then present)
-    full = q.set_index('id').pct_gt_in_sp == 100
+    full = an.questions.set_index('id').pct_gt_in_sp == 100
     assert hits.set_index('id').hit_sp[full[full].index].all()
-    f4 = fig4_table(q, hits)
-    assert f4.n_questions.sum() == len(q.dropna(subset=['graph_isomorphism'])) and (f4.hits_gt == 100).all()
+    by_type = hits_by_isomorphism_type(an.questions, hits)
+    assert by_type.n_questions.sum() == len(an.questions.dropna(subset=['graph_isomorphism'])) and (by_type.hits_gt == 100).all()
+
+
+def test_spanalysis_imports_no_later_chapter():
+    import ast, inspect
+    later = ('metrics', 'readers', 'dsl', 'ultra', 'rerun', 'cli')
+    tree = ast.parse(inspect.getsource(spa))
+    mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    assert not [m for m in mods if m.split('.')[-1] in later], mods
