@@ -13,9 +13,9 @@ import yaml
 from .core import Timer, data_dir, project_dirs, provenance
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'DATA_PARAMS', 'KG_FOLDERS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param',
-           'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'read_profile',
-           'check_profile', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root', 'publish_dirs',
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'KG_FOLDERS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
+           'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'read_profile', 'check_profile',
+           'data_folders', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root', 'publish_dirs',
            'publish_outputs', 'ArtifactError', 'resolve_params', 'run_artifact', 'fmt_seconds', 'Heartbeat', 'rerun',
            'UsageError', 'CLIParser', 'rerun_cli']
 
@@ -156,21 +156,28 @@ NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter who
     ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
     ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
 )
-DATA_PARAMS = ('kg', 'dataset')  # parameters naming a KG or a split: a folder of the data dir, or a path
-KG_FOLDERS = {'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'metaqa': 'metaqa', 'ilpc2022-small': 'ilpc2022', 'ilpc2022-large': 'ilpc2022'}
+KG_FOLDERS = {  # every name of kgqa_nb.kg.KG_REGISTRY -> the data-dir folder it loads from
+    'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'metaqa': 'metaqa', 'ilpc2022-small': 'ilpc2022/data/small'}
+
+def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
+    "Registered names a data parameter accepts -> the data-dir folder each needs (None: nothing to load)."
+    if param == 'dataset':
+        from kgqa_nb.kg import LP_SPLITS  # link-prediction splits, by name
+        return LP_SPLITS
+    return KG_FOLDERS
 
 def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
 
 def param_needs(params: dict) -> list:
-    "Needs implied by an artifact's parameters (see `NEED_RULES`, `DATA_PARAMS`)."
+    "Needs implied by an artifact's parameters: `NEED_RULES`, and the data folder or path that `kg` / `dataset` name."
     out = [need for need, when, met_by in NEED_RULES
            if all(k in params and _matches(params[k], v) for k, v in when.items()) and not (met_by and params.get(met_by))]
-    for k in DATA_PARAMS:
-        v = params.get(k)
+    for k in ('kg', 'dataset'):
+        v, known = params.get(k), data_folders(k)
         if not isinstance(v, str) or not v: continue
-        if v in KG_FOLDERS: out += [f'data:{KG_FOLDERS[v]}'] if KG_FOLDERS[v] else []
+        if v in known: out += [f'data:{known[v]}'] if known[v] else []
         elif '/' in v or v.startswith(('.', '~')): out.append(f'path:{v}')
-        else: out.append(f'data:{v}')
+        else: out.append(f'data:{v}')  # a folder of the data dir (e.g. wikikg2 in synth-kgqa layout)
     return out
 
 def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold always)

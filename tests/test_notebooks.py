@@ -70,6 +70,22 @@ def test_harness_runs_an_artifact_into_scratch(tmp_path):
     assert prov['profile'] == 'smoke' and prov['params']['kgs'] == ['codex-m']
 
 
+def test_published_profile_with_publish_dir_never_touches_the_paper_outputs(tmp_path, monkeypatch):
+    "A profile with publish_dir runs in results/runs/<profile>/ and copies its outputs to results/<dir>/ and figures/<dir>/."
+    from kgqa_nb.core import project_dirs as pd_
+    monkeypatch.setattr(pd_, 'results', tmp_path / 'results'); monkeypatch.setattr(pd_, 'figures', tmp_path / 'figures')
+    prof = tmp_path / 'review.yaml'
+    prof.write_text('publish: true\npublish_dir: review\nkg_overview:\n  kgs: [toyworld]\n  toyworld_scale: 0.2\n')
+    rec = run_artifact(MANIFEST['kg_overview'], str(prof))
+    assert rec['outputs'] == [str(tmp_path / 'results' / 'review' / 'kg_overview.csv'), str(tmp_path / 'figures' / 'review' / 'kg_degree_distribution.png')]
+    published = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*') if p.is_file() and 'runs' not in p.parts)
+    assert published == ['figures/review/kg_degree_distribution.pdf', 'figures/review/kg_degree_distribution.png',
+                         'figures/review/kg_degree_distribution.provenance.json', 'results/review/executed/kg_overview.ipynb',
+                         'results/review/executed/kg_overview.provenance.json', 'results/review/kg_overview.csv',
+                         'results/review/kg_overview.provenance.json', 'review.yaml']
+    assert (tmp_path / 'results' / 'runs' / 'review' / 'results' / 'kg_overview.csv').exists()
+
+
 def test_cli_help_runs():
     out = subprocess.run([sys.executable, '-m', 'kgqa_nb.cli', '--help'], capture_output=True, text=True)
     assert out.returncode == 0 and 'rerun' in out.stdout
