@@ -1,7 +1,7 @@
 """`kgqa` as a user meets it, in a subprocess: bad input ends with one line on stderr (`kgqa: <message>`) and exit code 2,
 never a traceback; profiles with typos are refused before any notebook runs; artifacts whose needs (under the profile's
 parameters) are unmet are skipped with the reason; a run prints its progress."""
-import os, socket, subprocess, sys
+import os, re, socket, subprocess, sys
 
 import pytest
 
@@ -18,11 +18,11 @@ def kgqa(*args, env=None, timeout=300):
 
 
 def one_line_error(res, *fragments):
-    "Assert exit code 2 and a single `kgqa: ...` line on stderr containing every fragment; returns that line."
+    "Assert exit code 2 and a single `kgqa: ...` (or `kgqa <command>: ...`) line on stderr containing every fragment."
     assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
     assert 'Traceback' not in res.stderr, res.stderr[-2000:]
     lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith('kgqa: '), res.stderr
+    assert len(lines) == 1 and re.match(r'kgqa( [a-z-]+)?: ', lines[0]), res.stderr
     for f in fragments: assert f in lines[0], (f, lines[0])
     return lines[0]
 
