@@ -15,15 +15,18 @@ import torch
 
 from fastcore.basics import patch
 
-from .kg import KnowledgeGraph, UnknownIdError
+from .core import ReasonError
+from .kg import KnowledgeGraph, UnknownIdError, RDFS_LABEL, SPARQL_PREFIXES, WD, WDT
+from .sparql import sparql_tokens
+from .isomorphism import IsoResult, IsomorphismError, classify_answer_subgraph
 
 # %% auto #0
 __all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'PROJECTION', 'INTERSECTION', 'UNION', 'NEGATION', 'STOP',
-           'OPERATION', 'Entity', 'Projection', 'Intersection', 'query_entities', 'query_relations', 'query_depth',
-           'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query', 'relation_index', 'QueryExecutor',
-           'SymbolicExecutor', 'extract_query', 'validity_report', 'to_betae', 'from_betae', 'flatten_and',
-           'canonical_query', 'stack_need', 'to_postfix', 'from_postfix', 'QueryConversionError', 'oracle_query',
-           'sparql_to_query']
+           'OPERATION', 'SHAPE_REFUSALS', 'SPARQL_REFUSALS', 'CONVERSION_REASONS', 'Entity', 'Projection',
+           'Intersection', 'query_entities', 'query_relations', 'query_depth', 'format_query', 'DSLSyntaxError',
+           'tokenize', 'parse_query', 'relation_index', 'QueryExecutor', 'SymbolicExecutor', 'extract_query',
+           'validity_report', 'to_betae', 'from_betae', 'flatten_and', 'canonical_query', 'stack_need', 'to_postfix',
+           'from_postfix', 'QueryConversionError', 'oracle_query', 'sparql_to_query', 'query_isomorphism']
 
 # %% ../nbs/17_dsl.ipynb #c006
 ENTITY_RE = re.compile(r'Q[0-9]+')
@@ -486,34 +489,49 @@ def from_postfix(program,  # int64 words, as written by `to_postfix`
     return stack[0]
 
 # %% ../nbs/17_dsl.ipynb #c060
-class QueryConversionError(ValueError):
-    "An answer subgraph or SPARQL query that has no equivalent DSL query; the message says why."
+SHAPE_REFUSALS = {  # reason -> what it refuses, for answer subgraphs and SPARQL patterns alike (names as in chapter 08)
+    'empty': 'no triples (or an empty WHERE group)',
+    'answer_not_in_graph': 'the answer node is in no triple',
+    'answer_is_seed': 'the answer is itself a seed / constant',
+    'seed_not_in_graph': 'a seed is in no triple',
+    'cyclic': 'a cycle (for SPARQL: through variables, e.g. two predicates between the same two variables)',
+    'disconnected': 'a part not connected to the answer',
+    'hanging_branch': 'a leaf that is not a seed / constant (an unanchored branch)',
+    'internal_seed': "a seed inside the tree, with internal_seed='error'",
+    'too_deep': f'a tree deeper than MAX_DEPTH ({MAX_DEPTH}) levels',
+}
 
-def _tree_query(edges, root, is_constant, name, internal_seed='and') -> Query:
-    "DSL query of tree-shaped `edges` [(u, relation ID, v)] rooted at `root`; `name(node)` is its entity ID or None."
+class QueryConversionError(ReasonError):
+    "An answer subgraph or SPARQL query with no equivalent DSL query; `.reason` names why, `.detail` explains."
+
+def _refuse(reason: str, detail: str): raise QueryConversionError(reason, detail)
+
+def _tree_query(edges, root, is_constant, name, internal_seed='and', show=str) -> Query:
+    "DSL query of tree-shaped `edges` [(u, relation ID, v)] rooted at `root`; `name(node)` is its entity ID, `show(node)` its text."
     if internal_seed not in ('and', 'prune', 'error'): raise ValueError(f"internal_seed must be 'and', 'prune' or 'error', got {internal_seed!r}")
     edges = list(dict.fromkeys(edges))
-    if not edges: raise QueryConversionError('empty graph: no triples')
-    adj = {}
+    if not edges: _refuse('empty', 'empty graph: no triples')
+    adj, pairs = {}, {}
     for i, (u, r, v) in enumerate(edges):
-        if u == v: raise QueryConversionError(f'cycle: self-loop on {u}')
+        if u == v: _refuse('cyclic', f'self-loop on {show(u)}: a cycle')
+        if frozenset((u, v)) in pairs: _refuse('cyclic', f'two triples join {show(u)} and {show(v)} ({pairs[frozenset((u, v))]} and {r}): a cycle')
+        pairs[frozenset((u, v))] = r
         adj.setdefault(u, []).append((i, v)); adj.setdefault(v, []).append((i, u))
-    if root not in adj: raise QueryConversionError(f'the answer {root} is not in the graph')
-    if is_constant(root): raise QueryConversionError(f'the answer {root} is itself a constant/seed')
+    if root not in adj: _refuse('answer_not_in_graph', f'the answer {show(root)} is not in the graph')
+    if is_constant(root): _refuse('answer_is_seed', f'the answer {show(root)} is itself a constant/seed')
     parent, order, queue = {root: None}, [root], deque([root])
     while queue:
         n = queue.popleft()
         for i, m in adj[n]:
             if m not in parent: parent[m] = (n, i); order.append(m); queue.append(m)
     lost = [n for n in adj if n not in parent]
-    if lost: raise QueryConversionError(f'disconnected: {len(lost)} node(s) not connected to the answer, e.g. {lost[0]}')
-    if len(edges) != len(adj) - 1:
-        raise QueryConversionError(f'cycle: {len(edges)} triples over {len(adj)} nodes (a tree has {len(adj) - 1})')
+    if lost: _refuse('disconnected', f'{len(lost)} node(s) not connected to the answer, e.g. {show(lost[0])}')
+    if len(edges) != len(adj) - 1: _refuse('cyclic', f'{len(edges)} triples over {len(adj)} nodes form a cycle (a tree has {len(adj) - 1})')
     children = {n: [] for n in adj}
     for n in order[1:]: children[parent[n][0]].append(n)
     depth = {root: 0}
     for n in order[1:]: depth[n] = depth[parent[n][0]] + 1
-    if max(depth.values()) > MAX_DEPTH: raise QueryConversionError(f'tree deeper than {MAX_DEPTH}')
+    if max(depth.values()) > MAX_DEPTH: _refuse('too_deep', f'tree deeper than {MAX_DEPTH}')
     built = {}
     for n in reversed(order):  # children before parents
         parts = []
@@ -521,9 +539,9 @@ def _tree_query(edges, root, is_constant, name, internal_seed='and') -> Query:
             u, r, v = edges[parent[c][1]]
             parts.append(Projection(built[c], r, inverse=(u == n)))
         if is_constant(n):
-            if parts and internal_seed == 'error': raise QueryConversionError(f'seed {n} is an inner node of the tree')
+            if parts and internal_seed == 'error': _refuse('internal_seed', f'seed {show(n)} is an inner node of the tree')
             built[n] = Intersection((Entity(name(n)), *parts)) if parts and internal_seed == 'and' else Entity(name(n))
-        elif not parts: raise QueryConversionError(f'leaf {n} is not a seed/constant: an unanchored branch has no DSL query')
+        elif not parts: _refuse('hanging_branch', f'leaf {show(n)} is not a seed/constant: an unanchored branch has no DSL query')
         else: built[n] = parts[0] if len(parts) == 1 else Intersection(tuple(parts))
     return built[root]
 
@@ -536,96 +554,323 @@ def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, 
     seeds = set(seeds)
     nodes = {x for h, _, t in answer_subgraph for x in (h, t)}
     missing = sorted(seeds - nodes)
-    if missing: raise QueryConversionError(f'seed(s) not in the answer subgraph: {missing}')
+    if missing: _refuse('seed_not_in_graph', f'seed(s) not in the answer subgraph: {missing}')
     return _tree_query([tuple(e) for e in answer_subgraph], answer, seeds.__contains__, lambda n: n, internal_seed)
 
 # %% ../nbs/17_dsl.ipynb #c064
-_WD_IRIS = {'wd': 'http://www.wikidata.org/entity/', 'wdt': 'http://www.wikidata.org/prop/direct/'}
-_SPARQL_TOKEN = re.compile(r'''(?P<ws>\s+|\#[^\n]*)|(?P<iri><[^<>"{}|^`\\\s]*>)|(?P<var>[?$][A-Za-z_][A-Za-z0-9_]*)
-    |(?P<pname>[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_]*|:[A-Za-z0-9_]+)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>[0-9]+)
-    |(?P<str>"[^"]*"|'[^']*')|(?P<punct>[{}.;,()*=<>!&|+/^-])''', re.X)
-_REFUSED_WORDS = {'FILTER', 'OPTIONAL', 'UNION', 'MINUS', 'BIND', 'VALUES', 'SERVICE', 'GRAPH', 'COUNT', 'SUM', 'MIN',
-                  'MAX', 'AVG', 'SAMPLE', 'GROUP_CONCAT', 'GROUP', 'ORDER', 'LIMIT', 'OFFSET', 'HAVING', 'ASK',
-                  'CONSTRUCT', 'DESCRIBE', 'FROM', 'NOT', 'EXISTS', 'AS'}
-
-def _sparql_tokens(text: str) -> list:
-    toks, i = [], 0
-    while i < len(text):
-        m = _SPARQL_TOKEN.match(text, i)
-        if not m: raise QueryConversionError(f'cannot read SPARQL at position {i}: {text[i:i + 20]!r}')
-        i = m.end()
-        if m.lastgroup != 'ws': toks.append((m.lastgroup, m[0]))
-    return toks
+SPARQL_REFUSALS = {  # reason -> what it refuses; `sparql_to_query` raises QueryConversionError(reason, detail)
+    'sparql_syntax': 'text a SPARQL engine would not accept either (unclosed brace, missing dot, undeclared prefix)',
+    'query_form': 'ASK, CONSTRUCT and DESCRIBE queries: the DSL returns entity sets',
+    'projection': 'anything but one selected variable that occurs in the pattern (SELECT *, two variables, expressions)',
+    'aggregate': 'COUNT, SUM, ... and GROUP BY / HAVING',
+    'operator': 'FILTER, OPTIONAL, UNION, MINUS, BIND, VALUES, SERVICE, GRAPH, FROM, sub-queries and nested groups',
+    'modifier': 'ORDER BY, LIMIT and OFFSET',
+    'property_path': 'property paths such as wdt:P31/wdt:P279*, ^wdt:P40, wdt:P131+',
+    'blank_node': 'blank nodes: [ … ], _:b and RDF collections ( … )',
+    'language_literal': 'language-tagged literals such as "Berlin"@de',
+    'literal': 'other literals in a pattern: strings, numbers, dates, booleans',
+    'literal_answer': 'an answer variable bound to literals (labels, dates, numbers): the DSL returns entities only',
+    'predicate': 'a predicate other than wdt:P… (a variable, a, rdfs:label, the p:/ps:/pq: statement forms)',
+    'entity': 'a subject or object IRI other than a Wikidata entity wd:Q…',
+}
+CONVERSION_REASONS = {**SHAPE_REFUSALS, **SPARQL_REFUSALS}  # every reason a QueryConversionError can carry
 
 # %% ../nbs/17_dsl.ipynb #c065
-def _sparql_term(tok, prefixes, role):
-    "('var', name) or ('const', ID) for a subject/object; the P-ID for a predicate."
-    kind, val = tok
-    if kind == 'var':
-        if role == 'predicate': raise QueryConversionError(f'variable {val} in predicate position')
-        return ('var', '?' + val[1:])
-    if kind == 'word' and val == 'a': raise QueryConversionError("'a' (rdf:type) is not a wdt: property")
-    if kind == 'pname':
-        p, _, local = val.partition(':')
-        if p not in prefixes: raise QueryConversionError(f'undeclared prefix {p}:')
-        iri = prefixes[p] + local
-    elif kind == 'iri': iri = val[1:-1]
-    elif kind in ('str', 'num'): raise QueryConversionError(f'literal {val} is not supported')
-    else: raise QueryConversionError(f'unexpected {val!r} in a triple pattern')
-    base, pat = (_WD_IRIS['wdt'], RELATION_RE) if role == 'predicate' else (_WD_IRIS['wd'], ENTITY_RE)
-    if not iri.startswith(base) or not pat.fullmatch(iri[len(base):]):
-        raise QueryConversionError(f"{role} {val} is not a {'wdt:P…' if role == 'predicate' else 'wd:Q… entity'}")
-    return iri[len(base):] if role == 'predicate' else ('const', iri[len(base):])
+_WDQS_PREFIXES = {**SPARQL_PREFIXES,  # the prefixes Wikidata's query service predeclares, as far as a query here needs them
+                  'p': 'http://www.wikidata.org/prop/', 'ps': 'http://www.wikidata.org/prop/statement/',
+                  'pq': 'http://www.wikidata.org/prop/qualifier/', 'wikibase': 'http://wikiba.se/ontology#',
+                  'bd': 'http://www.bigdata.com/rdf#', 'skos': 'http://www.w3.org/2004/02/skos/core#',
+                  'xsd': 'http://www.w3.org/2001/XMLSchema#', 'rdf': 'http://www.w3.org/1999/02/22-rdf-syntax-ns#'}
+_LITERAL_PREDICATES = {_WDQS_PREFIXES['rdfs'] + 'label', _WDQS_PREFIXES['schema'] + 'description', _WDQS_PREFIXES['schema'] + 'name',
+                       _WDQS_PREFIXES['skos'] + 'altLabel', _WDQS_PREFIXES['skos'] + 'prefLabel'}  # their objects are always literals
+_OPERATORS = {'FILTER', 'OPTIONAL', 'UNION', 'MINUS', 'BIND', 'VALUES', 'SERVICE', 'GRAPH', 'EXISTS', 'NOT'}
+_AGGREGATES = {'COUNT', 'SUM', 'MIN', 'MAX', 'AVG', 'SAMPLE', 'GROUP_CONCAT'}
+_LITERAL_FUNCTIONS = {'YEAR', 'MONTH', 'DAY', 'HOURS', 'MINUTES', 'SECONDS', 'TIMEZONE', 'TZ', 'LANG', 'LANGMATCHES', 'STR',
+                      'STRLEN', 'STRSTARTS', 'STRENDS', 'CONTAINS', 'REGEX', 'SUBSTR', 'UCASE', 'LCASE', 'DATATYPE',
+                      'ISLITERAL', 'ISNUMERIC', 'ABS', 'ROUND', 'CEIL', 'FLOOR'}
 
-def _sparql_parse(sparql: str):
-    "(answer variable, [(subject, P-ID, object)]) of a conjunctive SELECT query."
-    if not isinstance(sparql, str): raise TypeError(f'SPARQL must be a str, got {type(sparql).__name__}')
-    toks, prefixes, i = _sparql_tokens(sparql), dict(_WD_IRIS), 0
-    for kind, val in toks:
-        if kind == 'word' and val.upper() in _REFUSED_WORDS: raise QueryConversionError(f'{val.upper()} is not supported')
-    def at(j): return toks[j] if j < len(toks) else ('eof', '')
-    while at(i)[0] == 'word' and at(i)[1].upper() == 'PREFIX':
-        (k1, p), (k2, iri) = at(i + 1), at(i + 2)
-        if k1 != 'pname' or k2 != 'iri': raise QueryConversionError('malformed PREFIX declaration')
-        name = p[:-1]
-        if name in _WD_IRIS and iri[1:-1] != _WD_IRIS[name]: raise QueryConversionError(f'prefix {name}: bound to {iri}, not Wikidata')
-        prefixes[name] = iri[1:-1]; i += 3
-    if at(i)[1].upper() != 'SELECT': raise QueryConversionError('only SELECT queries are supported')
-    i += 1
-    if at(i)[1].upper() in ('DISTINCT', 'REDUCED'): i += 1
-    out = []
-    while at(i)[0] == 'var': out.append('?' + at(i)[1][1:]); i += 1
-    if at(i)[1] in ('*', '('): raise QueryConversionError(f"SELECT {at(i)[1]} is not supported: select exactly one variable")
-    if len(out) != 1: raise QueryConversionError(f'exactly one answer variable is supported, got {len(out)}')
-    if at(i)[1].upper() == 'WHERE': i += 1
-    if at(i)[1] != '{': raise QueryConversionError("expected '{' to open the WHERE pattern")
-    i += 1
-    triples = []
-    while at(i)[1] != '}':
-        if at(i)[0] == 'eof': raise QueryConversionError("unclosed '{'")
-        if at(i)[1] == '{': raise QueryConversionError('nested groups are not supported')
-        s = _sparql_term(at(i), prefixes, 'subject'); i += 1
+class _SparqlReader:
+    "Cursor over the tokens of one query (`sparql.sparql_tokens`, comments dropped)."
+    def __init__(self, text: str):
+        self.toks, self.i = [t for t in sparql_tokens(text) if t[0] != 'comment'], 0
+        self.prefixes, self.base, self.label_service = dict(_WDQS_PREFIXES), '', False
+    def peek(self, k=0): return self.toks[self.i + k] if self.i + k < len(self.toks) else (None, '')
+    def word(self, k=0):
+        kind, text = self.peek(k)
+        return text.upper() if kind == 'name' else text
+    def next(self):
+        tok = self.peek()
+        if tok[0] is None: _refuse('sparql_syntax', 'the query ends too early')
+        self.i += 1; return tok
+    def skip_balanced(self, open_: str, close: str) -> list:
+        "Consume `open_ … close` (nested) and return the tokens inside."
+        self.next(); depth, inside = 1, []
         while True:
-            p = _sparql_term(at(i), prefixes, 'predicate'); i += 1
-            while True:
-                o = _sparql_term(at(i), prefixes, 'object'); i += 1
-                triples.append((s, p, o))
-                if at(i)[1] != ',': break
-                i += 1
-            if at(i)[1] != ';': break
-            i += 1
-            if at(i)[1] in ('.', '}'): break
-        if at(i)[1] == '.': i += 1
-        elif at(i)[0] == 'eof': raise QueryConversionError("unclosed '{'")
-        elif at(i)[1] != '}': raise QueryConversionError(f"expected '.' or '}}' after a triple pattern, found {at(i)[1]!r}")
-    if i + 1 < len(toks): raise QueryConversionError(f'unexpected {toks[i + 1][1]!r} after the WHERE pattern')
-    return ('var', out[0]), triples
+            kind, text = self.next()
+            if kind == 'punct' and text == open_: depth += 1
+            elif kind == 'punct' and text == close:
+                depth -= 1
+                if not depth: return inside
+            inside.append((kind, text))
+    def iri(self, kind: str, text: str) -> str:
+        "The full IRI of an `<…>` or prefixed-name token."
+        if kind == 'iri': return text[1:-1] if ':' in text else self.base + text[1:-1]
+        pre, _, local = text.partition(':')
+        if pre not in self.prefixes: _refuse('sparql_syntax', f'undeclared prefix {pre}: in {text} (declare it with PREFIX)')
+        return self.prefixes[pre] + local
+
+# %% ../nbs/17_dsl.ipynb #c067
+@patch
+def node_term(self: _SparqlReader):
+    "('var', '?x'), ('iri', IRI, text) or a refusal, for a subject or object."
+    kind, text = self.next()
+    if kind == 'var': return ('var', '?' + text[1:])
+    if kind in ('iri', 'pname'): return ('iri', self.iri(kind, text), text)
+    if text == '[': _refuse('blank_node', 'blank node [ … ]: its triples have no entity to anchor them; name it with a variable')
+    if kind == 'name' and text == '_' and self.peek()[1].startswith(':'): _refuse('blank_node', f'blank node _{self.peek()[1]}: use a variable')
+    if text == '(': _refuse('blank_node', 'RDF collection ( … ) (a list of blank nodes)')
+    if kind == 'string':
+        if self.peek()[1] == '@': _refuse('language_literal', f'language-tagged literal {text}@{self.peek(1)[1]}: the DSL has no literals')
+        typed = f'{text}^^{self.peek(1)[1]}' if self.peek()[1] == '^^' else text
+        _refuse('literal', f'literal {typed}: the DSL has no literals')
+    if kind == 'number' or (kind == 'name' and text in ('true', 'false')) or (text in '+-' and self.peek()[0] == 'number'):
+        _refuse('literal', f'literal {text}{self.peek()[1] if text in "+-" else ""}: the DSL has no literals')
+    _refuse('sparql_syntax', f'unexpected {text!r} where a subject or object should be')
+
+@patch
+def predicate_term(self: _SparqlReader):
+    "('var', '?p'), ('a',) or ('iri', IRI, text) of a predicate; a refusal for a property path."
+    kind, text = self.next()
+    if text in ('^', '!', '('): _refuse('property_path', f"property path starting {text!r} (inverse, negated or grouped path)")
+    if kind == 'var': term = ('var', '?' + text[1:])
+    elif kind == 'name' and text == 'a': term = ('a',)
+    elif kind in ('iri', 'pname'): term = ('iri', self.iri(kind, text), text)
+    else: _refuse('sparql_syntax', f'unexpected {text!r} where a predicate should be')
+    nxt = self.peek()[1]
+    if nxt in ('/', '|', '*', '+') or (self.peek()[0] == 'other' and nxt == '?'): _refuse('property_path', f'property path {text}{nxt}…')
+    return term
+
+# %% ../nbs/17_dsl.ipynb #c070
+def _node(term):
+    if term[0] == 'var': return term
+    iri, text = term[1], term[2]
+    if iri.startswith(WD) and ENTITY_RE.fullmatch(iri[len(WD):]): return ('const', iri[len(WD):])
+    _refuse('entity', f'{text} is not a Wikidata entity (wd:Q…)')
+
+def _edge(s, p, o, selected) -> tuple:
+    "(subject node, P-ID, object node) of one pattern, or a refusal."
+    if p[0] == 'iri' and p[1] in _LITERAL_PREDICATES and o[0] == 'var' and o[1] in selected:
+        _refuse('literal_answer', f'{o[1]} is the object of {p[2]}, whose values are literals: the DSL returns entities only')
+    s, o = _node(s), _node(o)
+    if p[0] == 'var': _refuse('predicate', f'variable {p[1]} in predicate position: the DSL needs a known relation')
+    if p[0] == 'a' or p[1] == _WDQS_PREFIXES['rdf'] + 'type': _refuse('predicate', "'a' (rdf:type) is not a Wikidata property: write wdt:P31 (instance of)")
+    iri, text = p[1], p[2]
+    if iri.startswith(WDT) and RELATION_RE.fullmatch(iri[len(WDT):]): return s, iri[len(WDT):], o
+    if iri.startswith(_WDQS_PREFIXES['p']) and not iri.startswith(WDT):
+        _refuse('predicate', f'{text}: statement and qualifier (p:/ps:/pq:) patterns are not supported; use the direct wdt: form')
+    if iri.startswith(WD) and RELATION_RE.fullmatch(iri[len(WD):]): _refuse('predicate', f'{text} is the property item; as a predicate write wdt:{iri[len(WD):]}')
+    _refuse('predicate', f'{text} is not a wdt:P… property')
+
+# %% ../nbs/17_dsl.ipynb #c073
+def _literal_evidence(expr: list, selected: set) -> str | None:
+    "A selected variable that a FILTER expression treats as a literal, if any."
+    for j, (kind, text) in enumerate(expr):
+        if kind == 'name' and text.upper() in _LITERAL_FUNCTIONS and j + 1 < len(expr) and expr[j + 1][1] == '(':
+            depth, k = 0, j + 1
+            while k < len(expr):
+                depth += (expr[k][1] == '(') - (expr[k][1] == ')')
+                if expr[k][0] == 'var' and '?' + expr[k][1][1:] in selected: return '?' + expr[k][1][1:]
+                if depth == 0: break
+                k += 1
+        if kind == 'punct' and text in ('<', '>', '<=', '>=', '=', '!=') and 0 < j < len(expr) - 1:
+            a, b = expr[j - 1], expr[j + 1]
+            for v, lit in ((a, b), (b, a)):
+                if v[0] == 'var' and '?' + v[1][1:] in selected and lit[0] in ('number', 'string'): return '?' + v[1][1:]
+    return None
+
+@patch
+def filter_(self: _SparqlReader, selected: set):
+    "Read a FILTER and refuse it: `literal_answer` when it proves a selected variable literal, else `operator`."
+    self.next(); start = self.i
+    if self.word() in ('NOT', 'EXISTS'): _refuse('operator', f"FILTER {'NOT EXISTS' if self.word() == 'NOT' else 'EXISTS'}")
+    if self.peek()[0] == 'name': self.next()  # FILTER regex(...), FILTER isLiteral(...): a bare function call
+    if self.peek()[1] != '(': _refuse('sparql_syntax', f"FILTER must be followed by ( … ), found {self.peek()[1] or 'the end of the query'!r}")
+    self.skip_balanced('(', ')')
+    expr = self.toks[start:self.i]
+    v = _literal_evidence(expr, selected)
+    if v: _refuse('literal_answer', f"FILTER {' '.join(t for _, t in expr)} treats {v} as a literal: the DSL returns entities only")
+    _refuse('operator', f"FILTER {' '.join(t for _, t in expr)}: the DSL has no filters")
+
+@patch
+def nested_group(self: _SparqlReader):
+    "Refuse a `{ … }` inside the WHERE group, naming what it is."
+    inner_first = self.word(1)
+    self.skip_balanced('{', '}')
+    if inner_first == 'SELECT': _refuse('operator', 'a sub-query { SELECT … }')
+    _refuse('operator', ('UNION' if self.word() == 'UNION' else 'a nested group { … }') + ': the DSL has projection and AND only')
+
+@patch
+def service(self: _SparqlReader):
+    "Skip Wikidata's label service; refuse any other SERVICE."
+    self.next(); kind, text = self.next()
+    if kind in ('iri', 'pname') and self.iri(kind, text) == _WDQS_PREFIXES['wikibase'] + 'label' and self.peek()[1] == '{':
+        self.skip_balanced('{', '}'); self.label_service = True; return
+    _refuse('operator', f'SERVICE {text} (a federated query)')
+
+# %% ../nbs/17_dsl.ipynb #c075
+@patch
+def triples_block(self: _SparqlReader, out: list, selected: set):
+    "Read `s p o (, o)* (; p o (, o)*)* .?` into `out` as validated edges."
+    s = self.node_term()
+    while True:
+        p = self.predicate_term()
+        while True:
+            out.append(_edge(s, p, self.node_term(), selected))
+            if self.peek()[1] != ',': break
+            self.next()
+        while self.peek()[1] == ';': self.next()
+        if self.toks[self.i - 1][1] != ';' or self.peek()[1] in ('.', '}'): break
+    if self.peek()[1] == '.': self.next()
+    elif self.peek()[0] is None: _refuse('sparql_syntax', "unclosed '{'")
+    elif self.peek()[1] not in ('}', '{') and self.word() not in _OPERATORS:
+        _refuse('sparql_syntax', f"expected '.' or '}}' after a triple pattern, found {self.peek()[1]!r}")
+
+@patch
+def where_group(self: _SparqlReader, selected: set) -> list:
+    "Edges of the WHERE group (its '{' is next)."
+    if self.peek()[1] != '{': _refuse('sparql_syntax', f"expected '{{' to open the WHERE group, found {self.peek()[1] or 'the end of the query'!r}")
+    self.next(); out = []
+    while True:
+        kind, text = self.peek()
+        if kind is None: _refuse('sparql_syntax', "unclosed '{'")
+        if text == '}': self.next(); return out
+        w = self.word()
+        if text == '{': self.nested_group()
+        elif w == 'FILTER': self.filter_(selected)
+        elif w == 'SERVICE': self.service()
+        elif kind == 'name' and w in _OPERATORS: _refuse('operator', f'{w}: the DSL has projection and AND only')
+        else: self.triples_block(out, selected)
+
+# %% ../nbs/17_dsl.ipynb #c077
+@patch
+def select_clause(self: _SparqlReader) -> list:
+    "The selected variables (after PREFIX/BASE lines and the query form)."
+    while self.word() in ('PREFIX', 'BASE'):
+        if self.next()[1].upper() == 'BASE':
+            kind, text = self.next()
+            if kind != 'iri': _refuse('sparql_syntax', 'malformed BASE declaration')
+            self.base = text[1:-1]; continue
+        (k1, p), (k2, iri) = self.next(), self.next()
+        if k1 != 'pname' or not p.endswith(':') or k2 != 'iri': _refuse('sparql_syntax', 'malformed PREFIX declaration')
+        self.prefixes[p[:-1]] = iri[1:-1]
+    form = self.word()
+    if form in ('ASK', 'CONSTRUCT', 'DESCRIBE'): _refuse('query_form', f'{form} queries are not supported (the DSL returns entity sets)')
+    if form != 'SELECT': _refuse('sparql_syntax', f"expected SELECT, found {self.peek()[1] or 'the end of the query'!r}")
+    self.next()
+    if self.word() in ('DISTINCT', 'REDUCED'): self.next()
+    out = []
+    while self.word() not in ('WHERE', '{'):
+        kind, text = self.next()
+        if kind == 'var': out.append('?' + text[1:])
+        elif text == '*': _refuse('projection', 'SELECT * : select the one answer variable')
+        elif text == '(':
+            if self.word() in _AGGREGATES: _refuse('aggregate', f'{self.word()}(…): the DSL returns the entity set itself')
+            _refuse('projection', 'a computed expression ( … AS ?v ) in SELECT')
+        elif kind == 'name' and text.upper() == 'FROM': _refuse('operator', 'FROM (a dataset clause)')
+        else: _refuse('sparql_syntax', f'unexpected {text!r} in the SELECT clause')
+    if self.word() == 'WHERE': self.next()
+    return out
+
+@patch
+def after_group(self: _SparqlReader):
+    "Refuse whatever follows the WHERE group."
+    if self.peek()[0] is None: return
+    w = self.word()
+    if w in ('GROUP', 'HAVING'): _refuse('aggregate', f"{'GROUP BY' if w == 'GROUP' else w}: the DSL returns the entity set itself")
+    if w in ('ORDER', 'LIMIT', 'OFFSET'): _refuse('modifier', f"{w}{' BY' if w == 'ORDER' else ''}: the DSL returns the whole answer set")
+    if w == 'VALUES': _refuse('operator', 'VALUES: the DSL has projection and AND only')
+    _refuse('sparql_syntax', f'unexpected {self.peek()[1]!r} after the WHERE group')
+
+# %% ../nbs/17_dsl.ipynb #c078
+def _sparql_parse(sparql: str):
+    "(answer variable node, [(subject, P-ID, object)]) of a conjunctive SELECT query, or a refusal."
+    if not isinstance(sparql, str): raise TypeError(f'SPARQL must be a str, got {type(sparql).__name__}')
+    r = _SparqlReader(sparql)
+    bad = next((t for k, t in r.toks if k == 'other'), None)
+    if bad is not None and bad != '?': _refuse('sparql_syntax', f'unexpected character {bad!r}')
+    selected = r.select_clause()
+    edges = r.where_group(set(selected))
+    r.after_group()
+    used = {x[1] for s, _, o in edges for x in (s, o) if x[0] == 'var'}
+    if r.label_service:  # ?xLabel, ?xDescription, ?xAltLabel filled by the label service are display columns
+        selected = [v for v in selected if v in used or not any(v == b + suf for b in selected for suf in ('Label', 'Description', 'AltLabel'))]
+    if len(selected) != 1: _refuse('projection', f'exactly one answer variable is supported, got {len(selected)}: {" ".join(selected)}')
+    if not edges: _refuse('empty', 'empty WHERE group')
+    if selected[0] not in used: _refuse('projection', f'the answer variable {selected[0]} is not used in the pattern')
+    return ('var', selected[0]), edges
+
+# %% ../nbs/17_dsl.ipynb #c081
+def _pattern_tree(edges, answer) -> list:
+    "`edges` with each constant occurrence its own node, re-joined through shared constants into a tree where one exists."
+    edges = list(dict.fromkeys(edges))
+    split = [((*s, k, 0) if s[0] == 'const' else s, p, (*o, k, 1) if o[0] == 'const' else o) for k, (s, p, o) in enumerate(edges)]
+    comp, members = {}, {}  # node -> component id, component id -> nodes (in order)
+    for k, (u, _, v) in enumerate(split):
+        cu, cv = comp.get(u), comp.get(v)
+        if cu is None and cv is None: comp[u] = comp[v] = k; members[k] = list(dict.fromkeys([u, v]))
+        elif cv is None: comp[v] = cu; members[cu].append(v)
+        elif cu is None: comp[u] = cv; members[cv].append(u)
+        elif cu != cv:
+            for n in members.pop(cv): comp[n] = cu; members[cu].append(n)
+    start = comp[answer]
+    reached, queue, rename = {start}, [start], {}
+    while queue:  # breadth-first over components, through constants they share
+        c = queue.pop(0)
+        for n in members[c]:
+            if n[0] != 'const': continue
+            for d in list(members):
+                if d in reached: continue
+                twin = next((m for m in members[d] if m[0] == 'const' and m[1] == n[1]), None)
+                if twin is not None: rename[twin] = n; reached.add(d); queue.append(d)
+    lost = [c for c in members if c not in reached]
+    if lost:
+        show = lambda t: t[1] if t[0] == 'var' else f'wd:{t[1]}'
+        s, p, o = next(e for e, (u, _, _) in zip(edges, split) if comp[u] == lost[0])
+        _refuse('disconnected', f'the pattern {show(s)} wdt:{p} {show(o)} is not connected to the answer {answer[1]}')
+    return [(rename.get(u, u), p, rename.get(v, v)) for u, p, v in split]
+
+# %% ../nbs/17_dsl.ipynb #c084
+def _literal_valued(store, pid: str) -> bool:
+    "Does `store` hold any literal as an object of wdt:`pid`?"
+    return bool(store.ask(f'ASK {{ ?s <{WDT}{pid}> ?o FILTER(isLiteral(?o)) }}'))
+
+def _show_node(n) -> str:
+    "A pattern node as SPARQL writes it: ?x or wd:Q1."
+    return n[1] if n[0] == 'var' else f'wd:{n[1]}'
 
 def sparql_to_query(sparql: str,  # a conjunctive, tree-shaped SELECT query with wd:/wdt: terms
                     internal_seed: str = 'and',  # a constant inside the tree: 'and' (exact) | 'prune' | 'error'
+                    store=None,  # a SparqlStore the query is meant for: refuse answers it holds as literals
                    ) -> Query:
-    "The DSL query equivalent to a SynthKGQA-style SPARQL query; raises `QueryConversionError` with the reason."
-    answer, triples = _sparql_parse(sparql)
-    if not triples: raise QueryConversionError('empty WHERE pattern')
-    if answer not in {x for s, _, o in triples for x in (s, o)}: raise QueryConversionError(f'answer variable {answer[1]} is not used in the pattern')
-    return _tree_query(triples, answer, lambda n: n[0] == 'const', lambda n: n[1], internal_seed)
+    "The DSL query equivalent to a Wikidata SPARQL query; raises `QueryConversionError(reason, detail)` (see `SPARQL_REFUSALS`)."
+    answer, edges = _sparql_parse(sparql)
+    if store is not None and answer not in {s for s, _, _ in edges}:  # a subject is never a literal
+        for pid in dict.fromkeys(p for _, p, o in edges if o == answer):
+            if _literal_valued(store, pid): _refuse('literal_answer', f'{answer[1]} is the object of wdt:{pid}, whose values in the store are literals: the DSL returns entities only')
+    return _tree_query(_pattern_tree(edges, answer), answer, lambda n: n[0] == 'const', lambda n: n[1], internal_seed, _show_node)
+
+# %% ../nbs/17_dsl.ipynb #c117
+def query_isomorphism(q: Query,  # a query AST or DSL text
+                     ) -> IsoResult:
+    "The GTSQA isomorphism type (name, hops, GrailQA++ id) of a query's tree; raises `IsomorphismError` for a bare entity."
+    if isinstance(q, str): q = parse_query(q)
+    if isinstance(q, Entity): raise IsomorphismError('answer_is_seed', f'the bare entity {q.id} is its own answer: no tree to name')
+    edges, seeds = [], set()
+    def walk(q, at):  # `at` is the tree node whose set `q` computes
+        if isinstance(q, Entity): seeds.add(at)
+        elif isinstance(q, Projection):
+            child = len(edges) + 1; edges.append((child, at)); walk(q.query, child)
+        else:
+            for o in q.operands: walk(o, at)
+    walk(q, 0)
+    return classify_answer_subgraph(edges, seeds, 0)

@@ -1,16 +1,18 @@
 "Property and corpus tests of the ULTRAG DSL (kgqa_nb.dsl): parser/printer, conversions, oracle queries, SPARQL, executor."
-import itertools, random
+import itertools, json, random
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kgqa_nb.dsl import (DSLSyntaxError, Entity, Intersection, Projection, QueryConversionError, QueryExecutor,
-                         SymbolicExecutor, MAX_DEPTH, canonical_query, extract_query, format_query, from_betae,
-                         from_postfix, oracle_query, parse_query, query_entities, relation_index, sparql_to_query,
-                         to_betae, to_postfix, validity_report)
-from kgqa_nb.kg import KnowledgeGraph, UnknownIdError
+from kgqa_nb.dsl import (CONVERSION_REASONS, DSLSyntaxError, Entity, Intersection, Projection, QueryConversionError,
+                         QueryExecutor, SPARQL_REFUSALS, SymbolicExecutor, MAX_DEPTH, canonical_query, extract_query,
+                         format_query, from_betae, from_postfix, oracle_query, parse_query, query_entities,
+                         query_isomorphism, query_relations, relation_index, sparql_to_query, to_betae, to_postfix,
+                         validity_report)
+from kgqa_nb.kg import WD, WDT, KnowledgeGraph, UnknownIdError
 
 # ---------------------------------------------------------------- printing and parsing
 
@@ -264,18 +266,22 @@ def test_oracle_query_hand_made_trees():
     # duplicates of one triple are one edge
     assert format_query(oracle_query([('Q1', 'P1', 'Q2')] * 3, ['Q1'], 'Q2')) == 'Q1 -> P1'
 
-@pytest.mark.parametrize('tri,seeds,ans,why', [
-    ([], ['Q1'], 'Q2', 'not in the answer subgraph'),
-    ([('Q1', 'P1', 'Q2')], ['Q1'], 'Q3', 'not in the graph'),
-    ([('Q1', 'P1', 'Q2')], ['Q1', 'Q2'], 'Q2', 'itself a constant'),
-    ([('Q1', 'P1', 'Q2'), ('Q2', 'P2', 'Q3'), ('Q3', 'P3', 'Q1')], ['Q1'], 'Q2', 'cycle'),
-    ([('Q1', 'P1', 'Q2'), ('Q1', 'P2', 'Q2')], ['Q1'], 'Q2', 'cycle'),
-    ([('Q1', 'P1', 'Q1'), ('Q1', 'P2', 'Q2')], ['Q1'], 'Q2', 'self-loop'),
-    ([('Q1', 'P1', 'Q2'), ('Q3', 'P1', 'Q4')], ['Q1', 'Q3'], 'Q2', 'disconnected'),
-    ([('Q1', 'P1', 'Q2'), ('Q2', 'P1', 'Q4')], ['Q1'], 'Q2', 'leaf Q4'),
+@pytest.mark.parametrize('tri,seeds,ans,reason,why', [
+    ([], ['Q1'], 'Q2', 'seed_not_in_graph', 'not in the answer subgraph'),
+    ([], [], 'Q2', 'empty', 'no triples'),
+    ([('Q1', 'P1', 'Q2')], ['Q1'], 'Q3', 'answer_not_in_graph', 'not in the graph'),
+    ([('Q1', 'P1', 'Q2')], ['Q1', 'Q2'], 'Q2', 'answer_is_seed', 'itself a constant'),
+    ([('Q1', 'P1', 'Q2'), ('Q2', 'P2', 'Q3'), ('Q3', 'P3', 'Q1')], ['Q1'], 'Q2', 'cyclic', 'cycle'),
+    ([('Q1', 'P1', 'Q2'), ('Q1', 'P2', 'Q2')], ['Q1'], 'Q2', 'cyclic', 'two triples join Q1 and Q2'),
+    ([('Q1', 'P1', 'Q1'), ('Q1', 'P2', 'Q2')], ['Q1'], 'Q2', 'cyclic', 'self-loop'),
+    ([('Q1', 'P1', 'Q2'), ('Q3', 'P1', 'Q4')], ['Q1', 'Q3'], 'Q2', 'disconnected', 'not connected'),
+    ([('Q1', 'P1', 'Q2'), ('Q2', 'P1', 'Q4')], ['Q1'], 'Q2', 'hanging_branch', 'leaf Q4'),
+    ([('Q1', 'P1', 'Q2'), ('Q2', 'P2', 'Q3')], ['Q1', 'Q2'], 'Q3', 'internal_seed', 'inner node'),
 ])
-def test_oracle_query_refusals(tri, seeds, ans, why):
-    with pytest.raises(QueryConversionError, match=why): oracle_query(tri, seeds, ans)
+def test_oracle_query_refusals(tri, seeds, ans, reason, why):
+    with pytest.raises(QueryConversionError, match=why) as ei:
+        oracle_query(tri, seeds, ans, internal_seed='error' if reason == 'internal_seed' else 'and')
+    assert ei.value.reason == reason and reason in CONVERSION_REASONS
 
 def random_tree(rng, n):
     "Random tree over Q0..Q{n-1} rooted at Q0 with random edge directions and relations."
@@ -309,42 +315,138 @@ SPARQL_OK = [
     ('SELECT ?a WHERE { ?a <http://www.wikidata.org/prop/direct/P5> <http://www.wikidata.org/entity/Q3> }', 'Q3 -> P5 inv'),
     ('# a comment\nSELECT ?a WHERE {\n  ?a wdt:P1 wd:Q1 ;  # first\n     wdt:P2 ?b .\n  ?b wdt:P3 wd:Q3 .\n}', 'AND(Q1 -> P1 inv, Q3 -> P3 inv -> P2 inv)'),
     ('SELECT ?a { wd:Q1 wdt:P1 ?a }', 'Q1 -> P1'),
+    # issue 9 item 7a: two predicates between the same two nodes, one of them a constant
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?a wdt:P2 wd:Q1 }', 'AND(Q1 -> P1 inv, Q1 -> P2 inv)'),
+    ('SELECT ?a WHERE { ?a wdt:P170 wd:Q1 ; wdt:P161 wd:Q1 }', 'AND(Q1 -> P170 inv, Q1 -> P161 inv)'),
+    ('SELECT ?a WHERE { wd:Q1 wdt:P1 ?x . ?x wdt:P2 ?a . wd:Q1 wdt:P3 ?a }', 'AND(Q1 -> P1 -> P2, Q1 -> P3)'),
+    ('SELECT ?a WHERE { ?a wdt:P1 ?x . ?x wdt:P2 wd:Q1 . ?x wdt:P3 wd:Q1 }', 'AND(Q1 -> P2 inv, Q1 -> P3 inv) -> P1 inv'),
+    ('SELECT ?a WHERE { ?a wdt:P26 wd:Q1 . wd:Q1 wdt:P106 ?o . ?o wdt:P279 wd:Q2 }', 'AND(Q1, Q2 -> P279 inv -> P106 inv) -> P26 inv'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?a wdt:P1 wd:Q1 }', 'Q1 -> P1 inv'),  # a repeated pattern is one pattern
+    ('SELECT ?item ?itemLabel WHERE { ?item wdt:P31 wd:Q5 . SERVICE wikibase:label { bd:serviceParam wikibase:language "en" . } }', 'Q5 -> P31 inv'),
+    ('BASE <http://www.wikidata.org/entity/> SELECT $a WHERE { $a wdt:P17 <Q183> }', 'Q183 -> P17 inv'),
 ]
 
 @pytest.mark.parametrize('sparql,dsl', SPARQL_OK)
 def test_sparql_to_query_examples(sparql, dsl):
     assert format_query(sparql_to_query(sparql)) == dsl
 
+# (query, reason, a phrase of the detail)
 SPARQL_BAD = [
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 FILTER(?a != wd:Q1) }', 'FILTER'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 OPTIONAL { ?a wdt:P2 ?b } }', 'OPTIONAL'),
-    ('SELECT ?a WHERE { { ?a wdt:P1 wd:Q1 } UNION { ?a wdt:P2 wd:Q2 } }', 'UNION'),
-    ('SELECT (COUNT(?a) AS ?n) WHERE { ?a wdt:P1 wd:Q1 }', 'COUNT'),
-    ('SELECT * WHERE { ?a wdt:P1 wd:Q1 }', 'exactly one variable'),
-    ('SELECT ?a ?b WHERE { ?a wdt:P1 ?b . ?b wdt:P1 wd:Q1 }', 'one answer variable'),
-    ('SELECT ?a WHERE { ?a ?p wd:Q1 }', 'predicate position'),
-    ('SELECT ?a WHERE { ?a wdt:P1 ?b . ?b wdt:P2 ?c . ?c wdt:P3 ?a . ?b wdt:P4 wd:Q1 }', 'cycle'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?a wdt:P2 wd:Q1 }', 'cycle'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?b wdt:P1 wd:Q2 }', 'disconnected'),
-    ('SELECT ?a WHERE { ?b wdt:P1 wd:Q1 }', 'not used'),
-    ('SELECT ?a WHERE { ?a wdt:P1 ?b }', 'not a seed'),
-    ('SELECT ?a WHERE { ?a wdt:P1 "Paris" }', 'literal'),
-    ('SELECT ?a WHERE { ?a a wd:Q5 }', 'rdf:type'),
-    ('SELECT ?a WHERE { ?a rdfs:label ?l }', 'undeclared prefix'),
-    ('SELECT ?a WHERE { ?a wd:P1 wd:Q1 }', 'wdt:P'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wdt:P2 }', 'wd:Q'),
-    ('PREFIX wd: <http://example.org/> SELECT ?a WHERE { ?a wdt:P1 wd:Q1 }', 'not Wikidata'),
-    ('ASK { wd:Q1 wdt:P1 wd:Q2 }', 'ASK'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } ORDER BY ?a', 'ORDER'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 ', "unclosed"),
-    ('SELECT ?a WHERE { }', 'empty'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } }', 'unexpected'),
-    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 ?a wdt:P2 wd:Q2 }', "expected '.'"),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 FILTER(?a != wd:Q1) }', 'operator', 'FILTER'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 OPTIONAL { ?a wdt:P2 ?b } }', 'operator', 'OPTIONAL'),
+    ('SELECT ?a WHERE { { ?a wdt:P1 wd:Q1 } UNION { ?a wdt:P2 wd:Q2 } }', 'operator', 'UNION'),
+    ('SELECT (COUNT(?a) AS ?n) WHERE { ?a wdt:P1 wd:Q1 }', 'aggregate', 'COUNT'),
+    ('SELECT * WHERE { ?a wdt:P1 wd:Q1 }', 'projection', 'SELECT *'),
+    ('SELECT ?a ?b WHERE { ?a wdt:P1 ?b . ?b wdt:P1 wd:Q1 }', 'projection', 'one answer variable'),
+    ('SELECT ?a WHERE { ?a ?p wd:Q1 }', 'predicate', 'variable ?p in predicate position'),
+    ('SELECT ?a WHERE { ?a wdt:P1 ?b . ?b wdt:P2 ?c . ?c wdt:P3 ?a . ?b wdt:P4 wd:Q1 }', 'cyclic', 'cycle'),
+    ('SELECT ?a WHERE { ?x wdt:P1 ?a . ?x wdt:P2 ?a . ?x wdt:P3 wd:Q1 }', 'cyclic', 'two triples join ?x and ?a'),
+    ('SELECT ?a WHERE { ?a wdt:P1 ?a . ?a wdt:P2 wd:Q1 }', 'cyclic', 'self-loop on ?a'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?b wdt:P1 wd:Q2 }', 'disconnected', 'not connected to the answer ?a'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . wd:Q2 wdt:P1 wd:Q3 }', 'disconnected', 'wd:Q2 wdt:P1 wd:Q3'),
+    ('SELECT ?a WHERE { ?b wdt:P1 wd:Q1 }', 'projection', 'not used'),
+    ('SELECT ?a WHERE { ?a wdt:P1 ?b }', 'hanging_branch', 'leaf ?b is not a seed'),
+    ('SELECT ?a WHERE { ?a wdt:P1 "Paris" }', 'literal', 'literal "Paris"'),
+    ('SELECT ?a WHERE { ?a wdt:P1 -3 }', 'literal', 'literal -3'),
+    ('SELECT ?a WHERE { ?a a wd:Q5 }', 'predicate', 'rdf:type'),
+    ('SELECT ?a WHERE { ?a rdfs:label ?l }', 'predicate', 'rdfs:label is not a wdt:P'),
+    ('SELECT ?a WHERE { ?a foo:bar ?l }', 'sparql_syntax', 'undeclared prefix foo:'),
+    ('SELECT ?a WHERE { ?a wd:P1 wd:Q1 }', 'predicate', 'wdt:P1'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wdt:P2 }', 'entity', 'wd:Q'),
+    ('PREFIX wd: <http://example.org/> SELECT ?a WHERE { ?a wdt:P1 wd:Q1 }', 'entity', 'not a Wikidata entity'),
+    ('ASK { wd:Q1 wdt:P1 wd:Q2 }', 'query_form', 'ASK queries are not supported (the DSL returns entity sets)'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } ORDER BY ?a', 'modifier', 'ORDER BY'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 ', 'sparql_syntax', "unclosed '{'"),
+    ('SELECT ?a WHERE { ', 'sparql_syntax', "unclosed '{'"),
+    ('SELECT ?a WHERE { }', 'empty', 'empty'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } }', 'sparql_syntax', 'unexpected'),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 ?a wdt:P2 wd:Q2 }', 'sparql_syntax', "expected '.'"),
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } ~', 'sparql_syntax', "'~'"),
+    ('', 'sparql_syntax', 'SELECT'),
+    ('SELECT', 'sparql_syntax', 'ends too early'),
+    # issue 9 item 7b: name the construct
+    ('SELECT ?a WHERE { ?a rdfs:label "Berlin"@en }', 'language_literal', 'language-tagged literal "Berlin"@en'),
+    ('SELECT ?a WHERE { ?a wdt:P50 [ wdt:P27 wd:Q1 ] }', 'blank_node', 'blank node [ … ]'),
+    ('SELECT ?a WHERE { ?a wdt:P50 _:b1 }', 'blank_node', 'blank node _:b1'),
+    ('SELECT ?a WHERE { ?a wdt:P50 ( wd:Q1 wd:Q2 ) }', 'blank_node', 'RDF collection'),
+    # issue 9 item 7d: every path operator is a property path
+    *[(f'SELECT ?a WHERE {{ ?a {p} wd:Q1 }}', 'property_path', 'property path')
+      for p in ['wdt:P31/wdt:P279', 'wdt:P31/wdt:P279*', 'wdt:P131+', 'wdt:P131*', 'wdt:P22|wdt:P25', '^wdt:P40', 'wdt:P1?',
+                '!wdt:P1', '(wdt:P1/wdt:P2)']],
+    # issue 9 item 7f: literal answers the text proves
+    ('SELECT ?l WHERE { wd:Q1 rdfs:label ?l }', 'literal_answer', '?l is the object of rdfs:label'),
+    ('SELECT ?d WHERE { wd:Q1 wdt:P569 ?d . FILTER(YEAR(?d) > 1900) }', 'literal_answer', 'treats ?d as a literal'),
+    ('SELECT ?n WHERE { wd:Q1 wdt:P1082 ?n FILTER(?n >= 5) }', 'literal_answer', 'treats ?n as a literal'),
+    ('SELECT ?d WHERE { ?p wdt:P27 wd:Q1 ; wdt:P569 ?d . FILTER(YEAR(?d) > 1900) }', 'literal_answer', '?d'),
+    ('SELECT ?p WHERE { ?p wdt:P27 wd:Q1 ; wdt:P569 ?d . FILTER(YEAR(?d) > 1900) }', 'operator', 'FILTER'),  # ?d is not the answer
+    ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 } LIMIT 5', 'modifier', 'LIMIT'),
 ]
 
-@pytest.mark.parametrize('sparql,why', SPARQL_BAD)
-def test_sparql_to_query_refusals(sparql, why):
-    with pytest.raises(QueryConversionError, match=why.replace('(', r'\(').replace('*', r'\*')): sparql_to_query(sparql)
+@pytest.mark.parametrize('sparql,reason,detail', SPARQL_BAD)
+def test_sparql_to_query_refusals(sparql, reason, detail):
+    with pytest.raises(QueryConversionError) as ei: sparql_to_query(sparql)
+    assert (ei.value.reason, detail in ei.value.detail) == (reason, True), str(ei.value)
+    assert ei.value.reason in CONVERSION_REASONS
+
+def test_refusal_messages_write_terms_as_sparql():
+    "Issue 9 item 7c: no Python tuple such as ('var', '?t') in any message."
+    for q in ['SELECT ?a WHERE { ?a wdt:P1 ?t }', 'SELECT ?a WHERE { ?x wdt:P1 ?a . ?x wdt:P2 ?a . ?x wdt:P3 wd:Q1 }',
+              'SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?b wdt:P1 wd:Q2 }', 'SELECT ?a WHERE { ?a wdt:P1 ?a . ?a wdt:P2 wd:Q1 }']:
+        with pytest.raises(QueryConversionError) as ei: sparql_to_query(q)
+        assert "('var'" not in str(ei.value) and "('const'" not in str(ei.value), str(ei.value)
+
+def test_ask_is_unsupported_not_a_syntax_error():
+    "Issue 9 item 7e."
+    with pytest.raises(QueryConversionError) as ei: sparql_to_query('ASK { wd:Q1 wdt:P166 wd:Q2 }')
+    assert ei.value.reason == 'query_form'
+    assert str(ei.value) == 'query_form: ASK queries are not supported (the DSL returns entity sets)'
+
+def test_refusal_reasons_and_type_errors():
+    assert set(SPARQL_REFUSALS) <= set(CONVERSION_REASONS)
+    assert {r for _, r, _ in SPARQL_BAD} >= set(SPARQL_REFUSALS)  # every refusal has a test above
+    with pytest.raises(TypeError): sparql_to_query(None)
+    with pytest.raises(ValueError, match='internal_seed'): sparql_to_query('SELECT ?a { ?a wdt:P1 wd:Q1 }', internal_seed='maybe')
+
+def literal_store(kg):
+    "An Oxigraph store of `kg` plus literal values for P569 (a date) and P1082 (a number)."
+    ox = pytest.importorskip('pyoxigraph')
+    from kgqa_nb.sparql import OxigraphStore
+    store = OxigraphStore.from_kg(kg, isolation='thread')
+    xsd = 'http://www.w3.org/2001/XMLSchema#'
+    for e, p, v, t in [(kg.entity_ids[0], 'P569', '1931-02-11', 'date'), (kg.entity_ids[1], 'P1082', '3600000', 'integer')]:
+        store.store.add(ox.Quad(ox.NamedNode(WD + e), ox.NamedNode(WDT + p), ox.Literal(v, datatype=ox.NamedNode(xsd + t))))
+    return store
+
+def test_literal_answers_refused_with_the_store():
+    "Issue 9 item 7f: only the store knows that P569 holds dates; given it, the translator refuses."
+    kg = KnowledgeGraph.from_id_triples([('Q1', 'P19', 'Q2'), ('Q2', 'P36', 'Q3')])
+    store = literal_store(kg)
+    q = 'SELECT ?d WHERE { wd:Q1 wdt:P569 ?d }'
+    assert format_query(sparql_to_query(q)) == 'Q1 -> P569'  # without the store: translated (documented)
+    with pytest.raises(QueryConversionError) as ei: sparql_to_query(q, store=store)
+    assert ei.value.reason == 'literal_answer' and 'wdt:P569' in ei.value.detail
+    with pytest.raises(QueryConversionError, match='literal_answer'): sparql_to_query('SELECT ?n WHERE { wd:Q2 wdt:P36 ?c . ?c wdt:P1082 ?n }', store=store)
+    assert format_query(sparql_to_query('SELECT ?c WHERE { wd:Q1 wdt:P19 ?c }', store=store)) == 'Q1 -> P19'
+    # the answer as a subject is never a literal, whatever else the property holds
+    assert format_query(sparql_to_query('SELECT ?c WHERE { wd:Q2 wdt:P1082 ?c . ?c wdt:P36 wd:Q3 }', store=store)) == 'AND(Q2 -> P1082, Q3 -> P36 inv)'
+
+SPARQL_ALPHABET = list('?$ {}.;,()[]<>"@^/|*+!#:_-') + ['wd:Q1', 'wdt:P1', 'SELECT', 'WHERE', 'FILTER', 'a', '?x', '?a', 'ASK',
+                                                          'PREFIX', '"x"', '@en', '1', 'UNION', 'SERVICE', 'wikibase:label', '\n']
+
+@settings(max_examples=3000, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.lists(st.sampled_from(SPARQL_ALPHABET), max_size=30).map(' '.join),
+                 st.builds(mutate, st.sampled_from([q for q, _ in SPARQL_OK] + [q for q, _, _ in SPARQL_BAD]),
+                           st.lists(st.tuples(st.sampled_from(['ins', 'del', 'sub']), st.integers(0, 300),
+                                              st.sampled_from(list('?{}.;,()[]<>"@^/|*+!#:_- PQ0123aw'))), min_size=1, max_size=4)),
+                 st.text(max_size=80)))
+def test_fuzz_sparql_translates_or_refuses_with_a_named_reason(text):
+    "Never a crash, never an unnamed refusal: QueryConversionError with a reason from CONVERSION_REASONS, or a query."
+    try: q = sparql_to_query(text)
+    except QueryConversionError as e:
+        assert e.reason in CONVERSION_REASONS and e.detail, str(e)
+        assert "('var'" not in e.detail and "('const'" not in e.detail
+        return
+    assert parse_query(format_query(q)) == q
 
 @pytest.mark.parametrize('seed', range(25))
 def test_sparql_and_dsl_agree_on_oxigraph(seed):
@@ -358,14 +460,121 @@ def test_sparql_and_dsl_agree_on_oxigraph(seed):
     const = {n: f'wd:Q{rng.randrange(15)}' for n, d in deg.items() if d == 1 and n != 'Q0'}
     term = lambda n: const.get(n, '?answer' if n == 'Q0' else f'?v{n[1:]}')
     sparql = 'SELECT DISTINCT ?answer WHERE { ' + ' '.join(f'{term(h)} wdt:{r} {term(t)} .' for h, r, t in tri) + ' }'
-    try: q = sparql_to_query(sparql)
-    except QueryConversionError as e:  # two leaves may draw the same constant: then the pattern graph has a cycle
-        assert 'cycle' in str(e); return
+    q = sparql_to_query(sparql)  # two leaves may draw the same constant: still a tree once constants are split
     store = ox.Store()
     store.load(''.join(kg.iter_ntriples(labels=False)).encode(), format=ox.RdfFormat.N_TRIPLES)
     prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
     want = {str(s['answer'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
     assert set(SymbolicExecutor(kg).answers(q)) == want
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3']), st.sampled_from(['P0', 'P1']),
+                                             st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3'])), min_size=1, max_size=5))
+def test_random_conjunctive_patterns_translate_exactly_or_are_refused(seed, patterns):
+    "Any basic graph pattern over a few variables and constants: the translation returns what Oxigraph returns."
+    ox = pytest.importorskip('pyoxigraph')
+    sparql = 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} wdt:{p} {o} .' for s, p, o in patterns) + ' }'
+    try: q = sparql_to_query(sparql)
+    except QueryConversionError as e:
+        assert e.reason in ('cyclic', 'disconnected', 'hanging_branch', 'projection'), str(e); return
+    kg = random_kg(seed, n_ent=6, n_rel=2, n_tri=18)
+    store = ox.Store()
+    store.load(''.join(kg.iter_ntriples(labels=False)).encode(), format=ox.RdfFormat.N_TRIPLES)
+    prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
+    want = {str(s['a'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
+    assert set(SymbolicExecutor(kg).answers(q)) == want, (sparql, format_query(q))
+
+# ---------------------------------------------------------------- a corpus of Wikidata-style queries
+
+CORPUS = json.loads((Path(__file__).parent / 'wikidata_queries.json').read_text())['queries']
+
+@pytest.fixture(scope='module')
+def corpus_world():
+    "A dense random KG over every ID the translated corpus queries use, its store (plus literal values) and executor."
+    pytest.importorskip('pyoxigraph')
+    ents, rels = set(), set()
+    for c in CORPUS:
+        if 'dsl' in c:
+            q = parse_query(c['dsl']); ents |= set(query_entities(q)); rels |= {r for r, _ in query_relations(q)}
+    ents = sorted(ents) + [f'Q{900 + i}' for i in range(40)]
+    rng = random.Random(9)
+    tri = sorted({(rng.choice(ents), rng.choice(sorted(rels)), rng.choice(ents)) for _ in range(25 * len(ents))})
+    kg = KnowledgeGraph.from_id_triples(tri, extra_entities=ents, name='corpus-world')
+    store = literal_store(kg)
+    xsd = 'http://www.w3.org/2001/XMLSchema#'
+    ox = pytest.importorskip('pyoxigraph')
+    for p, v in [('P569', '1879-03-14'), ('P1082', '3600000')]:
+        store.store.add(ox.Quad(ox.NamedNode(WD + 'Q900'), ox.NamedNode(WDT + p), ox.Literal(v, datatype=ox.NamedNode(xsd + 'string'))))
+    return kg, store, SymbolicExecutor(kg)
+
+def test_corpus_is_realistic_and_covers_every_refusal():
+    assert len(CORPUS) >= 40 and len({c['id'] for c in CORPUS}) == len(CORPUS)
+    assert {c['reason'] for c in CORPUS if 'reason' in c} >= set(SPARQL_REFUSALS)
+    assert sum('dsl' in c for c in CORPUS) >= 15
+
+@pytest.mark.parametrize('case', CORPUS, ids=[c['id'] for c in CORPUS])
+def test_corpus_query_is_translated_exactly_or_refused_by_name(case, corpus_world):
+    kg, store, ex = corpus_world
+    try: q = sparql_to_query(case['sparql'], store=store if case.get('store') else None)
+    except QueryConversionError as e:
+        assert e.reason in CONVERSION_REASONS and e.detail
+        assert case.get('reason') == e.reason, str(e)
+        return
+    assert 'dsl' in case, f"translated to {format_query(q)}, expected refusal {case.get('reason')}"
+    assert format_query(q) == case['dsl']
+    assert format_query(sparql_to_query(case['sparql'], store=store)) == case['dsl']  # the store finds no literal answer
+    if case.get('oxigraph', True):
+        rows = store.select_ids(case['sparql'])
+        want = {v for r in rows for v in r.values()}
+        assert set(ex.answers(q)) == want
+
+def test_corpus_comparisons_are_not_vacuous(corpus_world):
+    kg, store, ex = corpus_world
+    sizes = [len(ex.answers(parse_query(c['dsl']))) for c in CORPUS if 'dsl' in c and c.get('oxigraph', True)]
+    assert sum(n > 0 for n in sizes) >= len(sizes) // 2, sizes
+
+# ---------------------------------------------------------------- isomorphism type of a query
+
+def test_query_isomorphism_of_every_gtsqa_type():
+    "Issue 9 item 7g: the oracle query of each GTSQA template is named with the template's type."
+    from kgqa_nb.isomorphism import DUTT_IDS, GTSQA_TEMPLATES, template_edges
+    for name in GTSQA_TEMPLATES:
+        edges, seeds, ans = template_edges(name)
+        ids = {n: f'Q{i + 1}' for i, n in enumerate(sorted({n for e in edges for n in e}))}
+        rng = random.Random(name)
+        sub = [((ids[u], f'P{k}', ids[v]) if rng.random() < 0.5 else (ids[v], f'P{k}', ids[u])) for k, (u, v) in enumerate(edges)]
+        res = query_isomorphism(oracle_query(sub, [ids[s] for s in seeds], ids[ans]))
+        assert res.graph_isomorphism == name and res.dutt_id == DUTT_IDS.get(name)
+
+@pytest.mark.parametrize('text,name,hops', [
+    ('Q1 -> P1', '(1)', 1), ('Q1 -> P1 inv -> P2', '(2)', 2), ('AND(Q1 -> P1, Q2 -> P2)', '(1)(1)', 1),
+    ('AND(Q1 -> P1, Q1 -> P2)', '(1)(1)', 1), ('AND(Q1 -> P1 inv, Q2 -> P2 inv) -> P4', '((1)(1))', 2),
+    ('AND(Q1 -> P1 -> P2, Q2 -> P3)', '(2)(1)', 2), ('AND(AND(Q1 -> P1, Q2 -> P2) -> P3, Q3 -> P4)', '((1)(1))(1)', 2),
+    ('AND(Q1 -> P1, AND(Q2 -> P2, Q3 -> P3))', '(1)(1)(1)', 1), ('AND(Q1 -> P1, Q2 -> P2) -> P3 -> P4', '(2(1)(1))', 3),
+    ('AND(AND(Q1 -> P1, Q2 -> P2, Q3 -> P3) -> P4, Q4 -> P5 -> P6)', '((1)(1)(1))(2)', 2),
+    ('AND(Q1, Q2 -> P279 inv -> P106 inv) -> P26 inv', '(1*(2))', 3),
+])
+def test_query_isomorphism_known_types(text, name, hops):
+    r = query_isomorphism(parse_query(text))
+    assert (r.graph_isomorphism, r.n_hops) == (name, hops)
+    assert query_isomorphism(text) == r  # DSL text works too
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.integers(0, 10**6))
+def test_query_isomorphism_agrees_with_the_answer_subgraph_type(seed):
+    "For a random answer tree with seeds at its leaves, the type of its oracle query is the type of the subgraph."
+    rng = random.Random(seed)
+    tri = random_tree(rng, rng.randint(2, 9))
+    deg = {}
+    for h, _, t in tri: deg[h] = deg.get(h, 0) + 1; deg[t] = deg.get(t, 0) + 1
+    leaves = sorted(n for n, d in deg.items() if d == 1 and n != 'Q0')
+    from kgqa_nb.isomorphism import classify_answer_subgraph
+    assert query_isomorphism(oracle_query(tri, leaves, 'Q0')) == classify_answer_subgraph(tri, leaves, 'Q0')
+
+def test_query_isomorphism_refuses_a_bare_entity():
+    from kgqa_nb.isomorphism import IsomorphismError
+    with pytest.raises(IsomorphismError, match='answer_is_seed'): query_isomorphism(Entity('Q1'))
+    with pytest.raises(IsomorphismError, match='answer_is_seed'): query_isomorphism('AND(Q1, Q2 -> P1)')
 
 # ---------------------------------------------------------------- real data
 
