@@ -2,7 +2,7 @@
 chunked) against the baseline a user would otherwise write without the fused rspmm kernel — per-edge messages
 (index_select, multiply, index_add_), which is also what the reference's PyG fallback materialises — on ILPC2022-small
 and a 30k-entity toy-world subgraph, for a few batch and chunk sizes."""
-import gc, time, warnings
+import gc, time
 
 import numpy as np
 import torch
@@ -11,8 +11,6 @@ from torch.nn import functional as F
 from kgqa_nb.kg import load_ilpc2022
 from kgqa_nb.toyworld import make_toyworld
 from kgqa_nb.ultra import Ultra, load_ultra, ultra_graph
-
-warnings.filterwarnings('ignore')
 
 
 def _per_edge_forward(model: Ultra, g, h, r):

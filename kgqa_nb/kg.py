@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import data_dir
+from .core import data_dir, MalformedFileError
 
 # %% auto #0
-__all__ = ['WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'KG_REGISTRY', 'format_item', 'parse_item',
-           'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'kg_fingerprint', 'read_tsv', 'read_ntriples',
-           'read_synth_kgqa', 'codex_labels', 'load_codex_m', 'LinkPredictionSplit', 'load_ilpc2022', 'load_metaqa_kb',
-           'load_kg']
+__all__ = ['HEADER_WORDS', 'WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'CODEX_VIEWS', 'LP_LAYOUTS', 'LP_SPLITS',
+           'METAQA_ERRATA', 'KG_REGISTRY', 'format_item', 'parse_item', 'normalize_label', 'UnknownIdError',
+           'KnowledgeGraph', 'CSR', 'kg_fingerprint', 'check_id', 'read_triple_file', 'read_id_text', 'read_tsv',
+           'read_ntriples', 'read_synth_kgqa', 'codex_labels', 'load_codex_m', 'load_codex_m_labelled',
+           'LinkPredictionSplit', 'load_split', 'load_ilpc2022', 'load_metaqa_kb', 'load_kg']
 
 # %% ../nbs/01_kg.ipynb #c005
 _TEXT_RE = re.compile(r'^\s*(?P<label>.*?)\s*\(\s*(?P<id>[A-Za-z]{1,3}-?\d+)\s*\)\s*$', re.S)
@@ -54,7 +55,7 @@ class KnowledgeGraph:
     relation_labels: list | None = None  # (R,) labels (default: the IDs)
     entity_descriptions: list | None = None  # (V,) optional descriptions
     relation_descriptions: list | None = None  # (R,) optional descriptions
-    name: str = 'kg'  # what this KG is, recorded in provenance (e.g. 'toyworld(seed=0)', 'codex-m')
+    name: str = 'kg'  # what this KG is, recorded in provenance (e.g. 'toyworld(seed=0)', 'codex-m', 'codex-m-labelled')
 
     def __post_init__(self):
         self.head, self.rel, self.tail = (np.ascontiguousarray(np.asarray(a, dtype=np.int64)) for a in (self.head, self.rel, self.tail))
@@ -309,33 +310,138 @@ def kg_fingerprint(kg: KnowledgeGraph) -> str:
     return h.hexdigest()
 
 # %% ../nbs/01_kg.ipynb #c037
-def _meta_frame(ids, labels, descs):
-    return pd.DataFrame(dict(id=ids, label=labels, description=descs if descs is not None else [''] * len(ids)))
+_BAD_ID_CHARS = re.compile(r'[\s<>"{}|^`\\]')  # whitespace, and what an IRI forbids
+
+def check_id(x: str,  # the candidate ID
+             path=None,  # the file it was read from (for the error message)
+             line: int | None = None,  # its line number in that file
+             what: str = 'ID') -> str:  # what the field is, e.g. 'head ID'
+    "`x` when it can be an entity or relation ID; otherwise `MalformedFileError` naming the file, line and reason."
+    if not x: raise MalformedFileError(path or '<input>', line, f'empty {what}')
+    m = _BAD_ID_CHARS.search(x)
+    if m: raise MalformedFileError(path or '<input>', line, f'{what} {x!r} contains {"whitespace" if m[0].isspace() else repr(m[0])}; '
+                                   'an ID is one token without spaces or < > " { } | ^ ` \\')
+    return x
+
+# %% ../nbs/01_kg.ipynb #c040
+def _read_text(path) -> str:
+    "The text of a UTF-8 file (a byte-order mark dropped); `MalformedFileError` with the line of the first bad byte."
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    data = path.read_bytes().removeprefix(b'\xef\xbb\xbf')
+    try: return data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise MalformedFileError(path, data[:e.start].count(b'\n') + 1, f'not UTF-8 text ({e.reason})') from None
+
+def _tsv_lines(path):
+    "(line number, fields) of every non-blank line of a UTF-8, tab-separated text file."
+    for i, line in enumerate(_read_text(path).split('\n'), 1):
+        line = line.removesuffix('\r')
+        if line.strip(): yield i, line.split('\t')
+
+def _width_error(fields: list, n: int, names: str) -> str:
+    hint = '; the fields look separated by spaces, but the file must be tab-separated' if len(fields) == 1 and len(fields[0].split()) == n else ''
+    return f'{len(fields)} tab-separated field{"s" if len(fields) != 1 else ""}, expected {n} ({names}){hint}'
+
+# %% ../nbs/01_kg.ipynb #c042
+HEADER_WORDS = frozenset('head relation tail subject predicate object h r t s p o rel relation_id head_id tail_id '
+                         'source target src dst edge property from to'.split())
+
+def _is_header(fields: list) -> bool:
+    words = re.split(r'[\s,;]+', '\t'.join(fields).strip().lower())
+    return len(words) == 3 and all(w in HEADER_WORDS for w in words)
+
+_ID_PAT = r'[^\s<>"{}|^`\\]+'
+_CLEAN_TRIPLES = re.compile(rf'(?:{_ID_PAT}\t{_ID_PAT}\t{_ID_PAT}\r?\n)*+(?:{_ID_PAT}\t{_ID_PAT}\t{_ID_PAT}\r?)?')
+
+def read_triple_file(path,  # a text file of tab-separated `head relation tail` IDs, one triple per line
+                     allow_empty: bool = False):  # accept a file without triples
+    "String-ID triples (columns h, r, t; index = line number) of a file, checked line by line; a header-like first line is skipped."
+    path = Path(path); text = _read_text(path)
+    first, _, rest = text.partition('\n')
+    skip = int(_is_header(first.split('\t')))
+    body = rest if skip else text
+    if _CLEAN_TRIPLES.fullmatch(body):  # fast path: every line a clean triple, no blank line
+        tok = body.split(); lines = np.arange(1 + skip, len(tok) // 3 + 1 + skip)
+        df = pd.DataFrame({'h': tok[0::3], 'r': tok[1::3], 't': tok[2::3]}, index=pd.Index(lines, name='line'), dtype=object)
+    else:  # find the first bad line (and accept blank lines)
+        rows, lines = [], []
+        for k, (i, f) in enumerate(_tsv_lines(path)):
+            if k == 0 and _is_header(f): continue
+            if len(f) != 3: raise MalformedFileError(path, i, _width_error(f, 3, 'head, relation, tail'))
+            for x, what in zip(f, ('head', 'relation', 'tail')): check_id(x, path, i, f'{what} ID')
+            rows.append(f); lines.append(i)
+        df = pd.DataFrame(rows, columns=['h', 'r', 't'], index=pd.Index(lines, name='line'), dtype=object)
+    if not len(df) and not allow_empty: raise MalformedFileError(path, None, 'no triples in the file')
+    return df
+
+# %% ../nbs/01_kg.ipynb #c046
+def read_id_text(path,  # a text file of `ID<TAB>text` lines
+                 fixes: dict | None = None):  # line number -> (ID written there, ID it should be): errata of published files
+    "ID -> text of a two-column file, checked line by line (IDs valid and unique)."
+    out, seen, fixes = {}, {}, fixes or {}
+    for i, f in _tsv_lines(path):
+        if len(f) != 2: raise MalformedFileError(path, i, _width_error(f, 2, 'ID, text'))
+        x = check_id(f[0], path, i)
+        if i in fixes and x == fixes[i][0]: x = fixes[i][1]
+        if x in seen: raise MalformedFileError(path, i, f'ID {x!r} is listed twice (first on line {seen[x]})')
+        seen[x] = i; out[x] = f[1]
+    return out
+
+def _read_json(path):
+    "A JSON file, or `MalformedFileError` with the line of the first syntax error."
+    path = Path(path)
+    try: return json.loads(path.read_text(encoding='utf-8'))
+    except json.JSONDecodeError as e: raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg})') from None
+    except UnicodeDecodeError as e: raise MalformedFileError(path, None, f'not UTF-8 text ({e.reason})') from None
+
+# %% ../nbs/01_kg.ipynb #c049
+def _tsv_text(s: str, what: str) -> str:
+    if '\t' in s or '\n' in s or '\r' in s: raise ValueError(f'{what} {s!r} contains a tab or a line break: TSV cannot hold it')
+    return s
+
+def _write_meta(path, ids, labels, descs, kind):
+    descs = descs if descs is not None else [''] * len(ids)
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write('id\tlabel\tdescription\n')
+        for i, l, d in zip(ids, labels, descs): f.write(f'{i}\t{_tsv_text(l, f"label of {kind} {i}")}\t{_tsv_text(d, f"description of {kind} {i}")}\n')
 
 @patch
 def to_tsv(self: KnowledgeGraph, folder):
     "Write `triples.tsv`, `entities.tsv`, `relations.tsv` into `folder`."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    for x in self.entity_ids + self.relation_ids:
+        if not x or _BAD_ID_CHARS.search(x): raise ValueError(f'ID {x!r} cannot be written to TSV: an ID is one token without spaces')
     E, R = np.asarray(self.entity_ids, dtype=object), np.asarray(self.relation_ids, dtype=object)
-    pd.DataFrame(dict(h=E[self.head], r=R[self.rel], t=E[self.tail])).to_csv(folder / 'triples.tsv', sep='\t', header=False, index=False)
-    _meta_frame(self.entity_ids, self.entity_labels, self.entity_descriptions).to_csv(folder / 'entities.tsv', sep='\t', index=False)
-    _meta_frame(self.relation_ids, self.relation_labels, self.relation_descriptions).to_csv(folder / 'relations.tsv', sep='\t', index=False)
+    with open(folder / 'triples.tsv', 'w', encoding='utf-8') as f:
+        f.writelines(f'{h}\t{r}\t{t}\n' for h, r, t in zip(E[self.head], R[self.rel], E[self.tail]))
+    _write_meta(folder / 'entities.tsv', self.entity_ids, self.entity_labels, self.entity_descriptions, 'entity')
+    _write_meta(folder / 'relations.tsv', self.relation_ids, self.relation_labels, self.relation_descriptions, 'relation')
     return folder
 
-def read_tsv(folder, name: str | None = None) -> KnowledgeGraph:
-    "Read a KG written by `to_tsv` (entity/relation files are optional; IDs then double as labels)."
-    folder = Path(folder)
-    tri = pd.read_csv(folder / 'triples.tsv', sep='\t', header=None, dtype=str, keep_default_na=False, quoting=3)
-    meta = {}
-    for kind in ('entities', 'relations'):
-        f = folder / f'{kind}.tsv'
-        m = pd.read_csv(f, sep='\t', dtype=str, keep_default_na=False, quoting=3) if f.exists() else None
-        meta[kind] = (None, None) if m is None else (dict(zip(m.id, m.label)), dict(zip(m.id, m.description)))
-    extra = list(meta['entities'][0]) if meta['entities'][0] else ()
-    return KnowledgeGraph.from_id_triples(tri, meta['entities'][0], meta['relations'][0], meta['entities'][1], meta['relations'][1],
-                                          extra_entities=extra, name=name or folder.name)
+def _read_meta(path) -> tuple[dict, dict]:
+    "(ID -> label, ID -> description) of an `entities.tsv` / `relations.tsv` written by `to_tsv`."
+    lines = _tsv_lines(path); first = next(lines, None)
+    cols = first[1] if first else None
+    if cols not in (['id', 'label'], ['id', 'label', 'description']):
+        raise MalformedFileError(path, first[0] if first else None, "the first line must be the header 'id<TAB>label<TAB>description'")
+    labels, descs, seen = {}, {}, {}
+    for i, f in lines:
+        if len(f) != len(cols): raise MalformedFileError(path, i, _width_error(f, len(cols), ', '.join(cols)))
+        x = check_id(f[0], path, i)
+        if x in seen: raise MalformedFileError(path, i, f'ID {x!r} is listed twice (first on line {seen[x]})')
+        seen[x] = i; labels[x] = f[1]; descs[x] = f[2] if len(f) > 2 else ''
+    return labels, descs
 
-# %% ../nbs/01_kg.ipynb #c040
+def read_tsv(folder, name: str | None = None) -> KnowledgeGraph:
+    "Read a KG written by `to_tsv`, every file checked line by line (entity/relation files are optional; IDs then double as labels)."
+    folder = Path(folder)
+    if not (folder / 'triples.tsv').is_file(): raise FileNotFoundError(f'no triples.tsv in {folder}: a TSV KG is a folder holding triples.tsv (+ entities.tsv, relations.tsv)')
+    tri = read_triple_file(folder / 'triples.tsv', allow_empty=True)
+    (el, ed), (rl, rd) = ((_read_meta(folder / f) if (folder / f).exists() else (None, None)) for f in ('entities.tsv', 'relations.tsv'))
+    return KnowledgeGraph.from_id_triples(tri, el, rl, ed, rd, extra_entities=list(el or ()), name=name or folder.name)
+
+# %% ../nbs/01_kg.ipynb #c053
 WD = 'http://www.wikidata.org/entity/'
 WDT = 'http://www.wikidata.org/prop/direct/'
 RDFS_LABEL = 'http://www.w3.org/2000/01/rdf-schema#label'
@@ -383,7 +489,7 @@ def read_ntriples(path, name: str | None = None) -> KnowledgeGraph:
     extra = [k for k in extra if k not in rel_ids]
     return KnowledgeGraph.from_id_triples(triples, labels, labels, descs, descs, extra_entities=extra, name=name or path.stem)
 
-# %% ../nbs/01_kg.ipynb #c043
+# %% ../nbs/01_kg.ipynb #c056
 @patch
 def to_synth_kgqa(self: KnowledgeGraph, folder):
     "Write the synth-kgqa `--kg-path` layout (edge_ids, relation_types, labels, IDs, descriptions as .npy)."
@@ -408,80 +514,137 @@ def read_synth_kgqa(folder, name: str | None = None) -> KnowledgeGraph:
                           list(rid) if rid is not None else [f'R{i}' for i in range(R)], None if nlab is None else list(nlab),
                           None if rlab is None else list(rlab), None if ndesc is None else list(ndesc), name=name or folder.name)
 
-# %% ../nbs/01_kg.ipynb #c046
-def _read_id_triples(*files) -> pd.DataFrame:
-    return pd.concat([pd.read_csv(f, sep='\t', header=None, names=['h', 'r', 't'], dtype=str, quoting=3) for f in files], ignore_index=True)
-
-def codex_labels(root=None) -> dict:
-    "QID -> (label, description) from the FB15k-237 Wikidata labels and the CoDEx type labels."
+# %% ../nbs/01_kg.ipynb #c059
+def codex_labels(root=None) -> dict:  # data dir (default: `core.data_dir()`)
+    "QID -> (label, description) from CoDEx's entities.json when present, then the FB15k-237 Wikidata labels and CoDEx's type labels."
     root = Path(root) if root else data_dir()
     out = {}
+    own = root / 'codex' / 'data' / 'entities' / 'en' / 'entities.json'
+    if own.exists():
+        ents = _read_json(own)
+        if not isinstance(ents, dict): raise MalformedFileError(own, None, 'expected a JSON object {QID: {"label": ..., "description": ...}}')
+        for q, v in ents.items():
+            if not (isinstance(v, dict) and isinstance(v.get('label'), str)): raise MalformedFileError(own, None, f'entry {q!r} has no "label" string')
+            if v['label']: out[check_id(q, own, None, 'QID')] = (v['label'], v.get('description') or '')
     fb = root / 'fb15k237-wikidata-labels' / 'FB15k-237' / 'entity2wikidata.json'
     if fb.exists():
-        for v in json.loads(fb.read_text()).values():
-            if v.get('wikidata_id') and v.get('label'): out[v['wikidata_id']] = (v['label'], v.get('description') or '')
+        for v in _read_json(fb).values():
+            if v.get('wikidata_id') and v.get('label'): out.setdefault(v['wikidata_id'], (v['label'], v.get('description') or ''))
     ty = root / 'codex' / 'data' / 'types' / 'en' / 'types.json'
     if ty.exists():
-        for q, v in json.loads(ty.read_text()).items(): out.setdefault(q, (v['label'], v.get('description') or ''))
+        for q, v in _read_json(ty).items(): out.setdefault(q, (v['label'], v.get('description') or ''))
     return out
 
-def load_codex_m(labelled_only: bool = True,  # keep only triples whose two ends have an English label
+# %% ../nbs/01_kg.ipynb #c061
+CODEX_VIEWS = {'full': 'codex-m', 'labelled': 'codex-m-labelled'}  # view -> KG name
+
+def load_codex_m(view: str = 'full',  # 'full' (every triple) or 'labelled' (triples whose two ends have a label)
                  splits=('train', 'valid', 'test'),  # which CoDEx-M splits to merge into the KG
                  root=None) -> KnowledgeGraph:  # data dir (default: `core.data_dir()`)
-    "CoDEx-M as a `KnowledgeGraph` with Wikidata QIDs/PIDs and English labels."
+    "CoDEx-M as a `KnowledgeGraph` with Wikidata QIDs/PIDs and English labels; `name` is 'codex-m' or 'codex-m-labelled'."
+    if view not in CODEX_VIEWS: raise ValueError(f'unknown CoDEx-M view {view!r}; use one of {sorted(CODEX_VIEWS)}')
     root = Path(root) if root else data_dir()
     base = root / 'codex' / 'data'
     if not (base / 'triples' / 'codex-m').exists():
         raise FileNotFoundError(f'CoDEx-M not found under {base}: get it from https://github.com/tsafavi/codex (data/) into $KGQA_DATA/codex')
-    tri = _read_id_triples(*[base / 'triples' / 'codex-m' / f'{s}.txt' for s in splits])
-    rels = json.loads((base / 'relations' / 'en' / 'relations.json').read_text())
+    tri = pd.concat([read_triple_file(base / 'triples' / 'codex-m' / f'{s}.txt') for s in splits], ignore_index=True)
+    rels = _read_json(base / 'relations' / 'en' / 'relations.json')
     labels = codex_labels(root)
-    if labelled_only: tri = tri[tri.h.isin(labels) & tri.t.isin(labels)]
-    return KnowledgeGraph.from_id_triples(tri.reset_index(drop=True), {q: l for q, (l, _) in labels.items()},
-                                          {p: v['label'] for p, v in rels.items()}, {q: d for q, (_, d) in labels.items()},
-                                          {p: v.get('description', '') for p, v in rels.items()},
-                                          name='codex-m' + ('' if labelled_only else '(all)'))
+    if view == 'labelled': tri = tri[tri.h.isin(labels) & tri.t.isin(labels)].reset_index(drop=True)
+    name = CODEX_VIEWS[view] + ('' if tuple(splits) == ('train', 'valid', 'test') else f"[{'+'.join(splits)}]")
+    return KnowledgeGraph.from_id_triples(tri, {q: l for q, (l, _) in labels.items()}, {p: v['label'] for p, v in rels.items()},
+                                          {q: d for q, (_, d) in labels.items()}, {p: v.get('description', '') for p, v in rels.items()},
+                                          name=name)
 
-# %% ../nbs/01_kg.ipynb #c048
+def load_codex_m_labelled(**kw) -> KnowledgeGraph:
+    "The labelled-only view of CoDEx-M (`load_codex_m(view='labelled')`)."
+    return load_codex_m(view='labelled', **kw)
+
+# %% ../nbs/01_kg.ipynb #c065
 @dataclass
 class LinkPredictionSplit:
-    "A graph to message-pass over plus query triples (as index arrays over the graph's entities/relations)."
-    graph: KnowledgeGraph
-    valid: np.ndarray  # (n, 3) int64
-    test: np.ndarray  # (n, 3) int64
-    name: str = ''
+    "A link-prediction benchmark: message-passing graph, valid/test queries, the known-true filter set, transductive or inductive."
+    graph: KnowledgeGraph  # what the model message-passes over (transductive: train triples; inductive: the inference graph)
+    valid: np.ndarray  # (n, 3) int64 validation queries (h, r, t) over the graph's entity/relation indices
+    test: np.ndarray  # (n, 3) int64 test queries
+    inductive: bool = False  # True when the queries live in a graph unseen in training (ILPC); False for train/valid/test splits
+    known: np.ndarray | None = None  # (m, 3) every triple known true, the filter of filtered ranking (default: graph + valid + test)
+    name: str = ''  # e.g. 'ilpc2022-small', 'codex-m', or the folder name
 
-def _index_triples(kg: KnowledgeGraph, df: pd.DataFrame) -> np.ndarray:
-    return np.stack([df.h.map(kg.entity_index), df.r.map(kg.relation_index), df.t.map(kg.entity_index)], 1).astype(np.int64)
+    def __post_init__(self):
+        if self.known is None: self.known = np.concatenate([self.graph.triples, self.valid, self.test])
+    @property
+    def entity_ids(self) -> list: return self.graph.entity_ids
+    @property
+    def relation_ids(self) -> list: return self.graph.relation_ids
+    def queries(self, which: str = 'test') -> np.ndarray:
+        "The 'test' or 'valid' query triples."
+        if which not in ('test', 'valid'): raise ValueError(f"which must be 'test' or 'valid', not {which!r}")
+        return self.test if which == 'test' else self.valid
+    def __repr__(self):
+        return (f'LinkPredictionSplit({self.name!r}, {"inductive" if self.inductive else "transductive"}: {self.graph.num_entities:,} entities, '
+                f'{self.graph.num_relations} relations, {self.graph.num_triples:,} graph triples, {len(self.valid):,} valid / {len(self.test):,} test queries)')
+
+# %% ../nbs/01_kg.ipynb #c067
+LP_LAYOUTS = {  # setting -> (graph, valid, test) file stems; ILPC's train.txt is a separate training graph, unused here
+    'inductive': ('inference', 'inference_validation', 'inference_test'),
+    'transductive': ('train', 'valid', 'test'),
+}
+LP_SPLITS = {  # registered name -> folder inside the data dir
+    'ilpc2022-small': 'ilpc2022/data/small', 'ilpc2022-large': 'ilpc2022/data/large', 'codex-m': 'codex/data/triples/codex-m',
+}
+
+def _split_file(folder: Path, stem: str):
+    return next((folder / f'{stem}{ext}' for ext in ('.txt', '.tsv') if (folder / f'{stem}{ext}').is_file()), None)
+
+def _index_queries(kg: KnowledgeGraph, df: pd.DataFrame, path) -> np.ndarray:
+    r = df.r.map(kg.relation_index)
+    if r.isna().any():
+        i = int(r.isna().idxmax())
+        raise UnknownIdError(f'{path}:{i}: relation {df.r[i]!r} never occurs in the message-passing graph, so a link predictor cannot score it')
+    return np.stack([df.h.map(kg.entity_index), r, df.t.map(kg.entity_index)], 1).astype(np.int64)
+
+def load_split(split: str,  # a registered name (`LP_SPLITS`) or a folder in one of the `LP_LAYOUTS`
+               name: str | None = None,  # name of the split (default: the registered name or the folder's name)
+               root=None) -> LinkPredictionSplit:  # data dir for registered names (default: `core.data_dir()`)
+    "A link-prediction split from ILPC's inductive layout or a train/valid/test folder, every file checked line by line."
+    folder = (Path(root) if root else data_dir()) / LP_SPLITS[split] if split in LP_SPLITS else Path(split).expanduser()
+    name = name or (split if split in LP_SPLITS else folder.name)
+    if not folder.is_dir(): raise FileNotFoundError(f'no link-prediction split {split!r}: {folder} is not a folder (registered: {sorted(LP_SPLITS)})')
+    for setting, stems in LP_LAYOUTS.items():
+        files = [_split_file(folder, s) for s in stems]
+        if all(files): break
+    else:
+        raise FileNotFoundError(f'{folder} holds neither train/valid/test nor inference/inference_validation/inference_test triple files (.txt or .tsv)')
+    g, va, te = (read_triple_file(f) for f in files)
+    qents = pd.unique(pd.concat([va.h, va.t, te.h, te.t]))
+    kg = KnowledgeGraph.from_id_triples(g.reset_index(drop=True), extra_entities=qents, name=name)
+    return LinkPredictionSplit(kg, _index_queries(kg, va, files[1]), _index_queries(kg, te, files[2]), inductive=setting == 'inductive', name=name)
 
 def load_ilpc2022(size: str = 'small', root=None) -> LinkPredictionSplit:
-    "ILPC2022 inductive split: the inference graph plus validation/test queries (entities/relations unseen in it are an error)."
-    root = Path(root) if root else data_dir()
-    base = root / 'ilpc2022' / 'data' / size
+    "ILPC2022 inductive split ('small' or 'large'): the inference graph plus validation/test queries."
+    base = (Path(root) if root else data_dir()) / LP_SPLITS.get(f'ilpc2022-{size}', f'ilpc2022/data/{size}')
     if not base.exists(): raise FileNotFoundError(f'ILPC2022-{size} not found under {base}: get it from https://github.com/pykeen/ilpc2022 (data/{size})')
-    inf, va, te = (_read_id_triples(base / f'{n}.txt') for n in ('inference', 'inference_validation', 'inference_test'))
-    allq = pd.concat([va, te])
-    kg = KnowledgeGraph.from_id_triples(inf, extra_entities=pd.unique(pd.concat([allq.h, allq.t])), name=f'ilpc2022-{size}')
-    missing = set(allq.r) - set(kg.relation_index)
-    if missing: raise UnknownIdError(f'query relations absent from the inference graph: {sorted(missing)[:5]}')
-    return LinkPredictionSplit(kg, _index_triples(kg, va), _index_triples(kg, te), name=f'ilpc2022-{size}')
+    return load_split(str(base), name=f'ilpc2022-{size}')
 
-# %% ../nbs/01_kg.ipynb #c050
-def load_metaqa_kb(root=None) -> KnowledgeGraph:
-    "The MetaQA movie KB (train+dev+test triple files merged) with entity and relation text."
+# %% ../nbs/01_kg.ipynb #c071
+METAQA_ERRATA = {'entity2text.txt': {22447: ('29', '22446')}}  # file -> {line: (ID written, ID meant)}
+
+def load_metaqa_kb(root=None) -> KnowledgeGraph:  # data dir (default: `core.data_dir()`)
+    "The MetaQA movie KB (train+dev+test triple files merged, duplicates dropped) with entity and relation text."
     root = Path(root) if root else data_dir()
     base = root / 'metaqa'
     if not (base / 'entity2text.txt').exists(): raise FileNotFoundError(f'MetaQA not found under {base}: see https://github.com/yuyuz/MetaQA')
-    rd = lambda f: pd.read_csv(base / f, sep='\t', header=None, dtype=str, quoting=3, keep_default_na=False)
-    tri = pd.concat([rd(f) for f in ('train.tsv', 'dev.tsv', 'test.tsv')], ignore_index=True).drop_duplicates()
-    tri = pd.DataFrame(dict(h='M' + tri[0], r='R' + tri[1], t='M' + tri[2]))
-    ents, rels = rd('entity2text.txt'), rd('relation2text.txt')
-    return KnowledgeGraph.from_id_triples(tri, dict(zip('M' + ents[0], ents[1])), dict(zip('R' + rels[0], rels[1])), name='metaqa')
+    tri = pd.concat([read_triple_file(base / f) for f in ('train.tsv', 'dev.tsv', 'test.tsv')], ignore_index=True).drop_duplicates()
+    tri = pd.DataFrame(dict(h='M' + tri.h, r='R' + tri.r, t='M' + tri.t))
+    ents, rels = (read_id_text(base / f, METAQA_ERRATA.get(f)) for f in ('entity2text.txt', 'relation2text.txt'))
+    return KnowledgeGraph.from_id_triples(tri, {'M' + k: v for k, v in ents.items()}, {'R' + k: v for k, v in rels.items()}, name='metaqa')
 
-# %% ../nbs/01_kg.ipynb #c054
+# %% ../nbs/01_kg.ipynb #c076
 KG_REGISTRY = {
     'toyworld': 'kgqa_nb.toyworld:make_toyworld',
     'codex-m': 'kgqa_nb.kg:load_codex_m',
+    'codex-m-labelled': 'kgqa_nb.kg:load_codex_m_labelled',
     'ilpc2022-small': 'kgqa_nb.kg:_ilpc_small_graph',
     'metaqa': 'kgqa_nb.kg:load_metaqa_kb',
 }
@@ -498,4 +661,8 @@ def load_kg(name: str = 'toyworld', **kwargs) -> KnowledgeGraph:
     if p.is_dir() and (p / 'triples.tsv').exists(): return read_tsv(p)
     if p.is_dir() and (p / 'edge_ids.npy').exists(): return read_synth_kgqa(p)
     if p.is_file() and ('.nt' in p.suffixes): return read_ntriples(p)
-    raise UnknownIdError(f'unknown KG {name!r}: use one of {sorted(KG_REGISTRY)} or a TSV/synth-kgqa folder or .nt file')
+    layouts = 'a folder holding triples.tsv (+ entities.tsv, relations.tsv), a synth-kgqa folder (edge_ids.npy, ...) or an .nt file'
+    if p.is_dir(): raise UnknownIdError(f'{p} is not a KG folder: expected {layouts}')
+    if p.is_file(): raise UnknownIdError(f'{p} is a file but not N-Triples: a KG is {layouts}')
+    if p.name != name or p.suffix: raise UnknownIdError(f'no KG at {p}: nothing exists there')
+    raise UnknownIdError(f'unknown KG {name!r}: use one of {sorted(KG_REGISTRY)}, or {layouts}')

@@ -9,7 +9,7 @@ import hashlib, string
 import numpy as np
 import pandas as pd
 
-from .kg import KnowledgeGraph, kg_fingerprint
+from .kg import KnowledgeGraph
 
 # %% auto #0
 __all__ = ['RELATIONS', 'INVERSE_OF', 'STRUCTURAL_RELATIONS', 'TOYWORLD_QID_BASE', 'CLASSES', 'GENDERS', 'GIVEN_M', 'GIVEN_F',

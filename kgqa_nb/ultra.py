@@ -4,7 +4,8 @@
 
 # %% ../nbs/18_ultra.ipynb #c002
 from __future__ import annotations
-import math, warnings
+import math, sys, warnings
+from contextlib import contextmanager
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +16,18 @@ from torch import nn
 from torch.nn import functional as F
 
 from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
-from .kg import KnowledgeGraph, UnknownIdError
+import pandas as pd
+from .core import write_table
+from .kg import KnowledgeGraph, LinkPredictionSplit, UnknownIdError, load_split
 from . import metrics
-
-warnings.filterwarnings('ignore', message='Sparse CSR tensor support is in beta')  # CSR products are used read-only here
 
 # %% auto #0
 __all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND', 'UltraGraph',
            'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency',
            'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'CheckpointError', 'checkpoint_path',
            'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks', 'ranking_metrics',
-           'link_prediction_ranks', 'evaluate_link_prediction', 'UltraQueryExecutor', 'missing_fact_queries']
+           'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split', 'ultra_eval_cli',
+           'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -61,6 +63,13 @@ class UltraGraph:
                 f'relation graph with {self.rel_edge_index.shape[1]:,} edges)')
 
 # %% ../nbs/18_ultra.ipynb #c007
+@contextmanager
+def _quiet_csr():
+    "Silence torch's one-time 'Sparse CSR tensor support is in beta state' notice (only it) inside the block."
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='Sparse CSR tensor support is in beta', category=UserWarning)
+        yield
+
 REL_EDGE_TYPES = ('h2h', 't2t', 'h2t', 't2h')
 
 def _incidence(nodes, edge_type, num_nodes, num_relations):
@@ -77,7 +86,7 @@ def build_relation_graph(edge_index: torch.Tensor,  # (2, E) fact-graph edges, i
     Et = _incidence(edge_index[1], edge_type, num_nodes, num_relations)
     idx, typ = [], []
     for k, (A, B) in enumerate(((Eh, Eh), (Et, Et), (Eh, Et), (Et, Eh))):
-        M = torch.sparse.mm(A.t().coalesce(), B).coalesce()
+        with _quiet_csr(): M = torch.sparse.mm(A.t().coalesce(), B).coalesce()
         idx.append(M.indices()); typ.append(torch.full((M.indices().shape[1],), k, dtype=torch.long, device=edge_index.device))
     return torch.cat(idx, 1), torch.cat(typ)
 
@@ -143,11 +152,11 @@ class GeneralizedRelationalConv(nn.Module):
         step, P = max(1, chunk_size // B), len(adj.pair_dst)
         for s in range(0, P, step):
             e = min(P, s + step); lo, hi = int(adj.crow[s]), int(adj.crow[e])
-            S = torch.sparse_csr_tensor(adj.crow[s:e + 1] - lo, adj.col[lo:hi], adj.val[lo:hi], (e - s, N))
+            with _quiet_csr(): S = torch.sparse_csr_tensor(adj.crow[s:e + 1] - lo, adj.col[lo:hi], adj.val[lo:hi], (e - s, N), check_invariants=False)
             msg = torch.sparse.mm(S, xf)  # (pairs, B*d): sum of the sources' states per (target, type)
             msg.mul_(rf.index_select(0, adj.pair_type[s:e]))
             D = torch.sparse_csr_tensor(torch.cat([adj.crow.new_zeros(1), torch.cumsum(torch.bincount(adj.pair_dst[s:e], minlength=N), 0)]),
-                                        torch.arange(e - s, device=xf.device), torch.ones(e - s, device=xf.device), (N, e - s))
+                                        torch.arange(e - s, device=xf.device), torch.ones(e - s, device=xf.device), (N, e - s), check_invariants=False)
             agg += torch.sparse.mm(D, msg)  # pairs are sorted by target: a CSR sum into their targets
         return F.relu(self.layer_norm(self.linear(torch.cat([x, agg.view(N, B, d)], -1))))
 
@@ -315,22 +324,22 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
                    filter_cols: torch.Tensor | None = None):  # entities of those pairs
-    "Rank of the target among unfiltered candidates, ties counted against it (1 = best)."
-    B = scores.shape[0]
-    pos = scores.gather(1, target.view(-1, 1))
-    keep = torch.ones_like(scores, dtype=torch.bool)
-    if filter_rows is not None: keep[filter_rows, filter_cols] = False
-    keep[torch.arange(B, device=scores.device), target] = False
-    return ((scores >= pos) & keep).sum(1) + 1
+    "Rank of each row's target among its unfiltered candidates by `metrics.filtered_rank` (ties count against it; 1 = best)."
+    s, tg = scores.detach().float().cpu().numpy(), target.cpu().numpy()
+    rows = np.zeros(0, np.int64) if filter_rows is None else filter_rows.cpu().numpy()
+    cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
+    order = np.argsort(rows, kind='stable'); rows, cols = rows[order], cols[order]
+    bounds = np.searchsorted(rows, np.arange(len(s) + 1))
+    return torch.tensor([metrics.filtered_rank(s[i], int(tg[i]), cols[bounds[i]:bounds[i + 1]]) for i in range(len(s))], dtype=torch.long)
 
-# %% ../nbs/18_ultra.ipynb #c047
+# %% ../nbs/18_ultra.ipynb #c049
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
     r = torch.as_tensor(ranks).double().cpu().numpy()
     if r.size == 0: raise ValueError('no ranks to summarise')
     return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
-# %% ../nbs/18_ultra.ipynb #c050
+# %% ../nbs/18_ultra.ipynb #c052
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -353,7 +362,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c052
+# %% ../nbs/18_ultra.ipynb #c054
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -364,7 +373,57 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c055
+# %% ../nbs/18_ultra.ipynb #c058
+def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
+                   split: LinkPredictionSplit,  # from `kg.load_split`
+                   which: str = 'test',  # 'test' or 'valid' queries
+                   max_queries: int = 0,  # evaluate the first N queries only (0 = all)
+                   batch_size: int = 16,  # queries per forward pass
+                   graph: UltraGraph | None = None,  # the split's UltraGraph, when already built on the model's device
+                   show_progress: bool = False) -> pd.DataFrame:
+    "Filtered MRR and Hits@1/3/10 of `model` on a split's queries: one row per direction (tail, head, both pooled)."
+    if max_queries < 0 or batch_size < 1: raise ValueError(f'max_queries must be >= 0 and batch_size >= 1, not {max_queries} and {batch_size}')
+    q = split.queries(which)
+    q = q[:max_queries] if max_queries else q
+    if not len(q): raise ValueError(f'split {split.name!r} has no {which} queries')
+    if graph is None: graph = ultra_graph(split.graph, next(model.parameters()).device)
+    res = evaluate_link_prediction(model, graph, q, split.known, batch_size, show_progress)
+    return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
+                         for d, m in res.items()])
+
+# %% ../nbs/18_ultra.ipynb #c063
+def ultra_eval_cli(argv=None) -> int:
+    "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
+    import argparse
+    from kgqa_nb.kg import LP_SPLITS
+    ap = argparse.ArgumentParser(prog='kgqa ultra-eval', description=ultra_eval_cli.__doc__)
+    ap.add_argument('--split', required=True, help=f'a folder of train/valid/test or ILPC inference/inference_validation/inference_test triple files, or one of {", ".join(sorted(LP_SPLITS))}')
+    ap.add_argument('--ckpt', default='ultra_3g', help=f'checkpoint: {", ".join(ULTRA_CHECKPOINTS)}, or a .pth file')
+    ap.add_argument('--which', choices=('test', 'valid'), default='test', help='which queries to rank')
+    ap.add_argument('--batch-size', type=int, default=16, help='queries per forward pass')
+    ap.add_argument('--max-queries', type=int, default=0, help='rank only the first N queries (0 = all)')
+    ap.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')
+    ap.add_argument('--out', default='', help='write the table to this CSV file (provenance beside it)')
+    a = ap.parse_args(argv)
+    try:
+        if a.ckpt not in ULTRA_CHECKPOINTS and not Path(a.ckpt).is_file():
+            raise CheckpointError(f'unknown checkpoint {a.ckpt!r}: use one of {sorted(ULTRA_CHECKPOINTS)} or the path of a .pth file')
+        if a.out and Path(a.out).is_dir(): raise ValueError(f'--out {a.out} is a folder: give the path of a .csv file')
+        dev = get_device(a.device)
+        split = load_split(a.split)
+        table = evaluate_split(load_ultra(a.ckpt, device=dev), split, a.which, a.max_queries, a.batch_size)
+    except (OSError, ValueError, UnknownIdError, RuntimeError) as e:
+        print(f'kgqa ultra-eval: {e}', file=sys.stderr); return 2
+    n_all = len(split.queries(a.which))
+    print(f'{Path(a.ckpt).stem} on {split!r}: {int(table.n_queries[0]):,} of {n_all:,} {a.which} queries')
+    print(table.to_string(index=False, float_format=lambda x: f'{x:.4f}'))
+    if a.out:
+        table.insert(0, 'split', split.name); table.insert(1, 'checkpoint', Path(a.ckpt).stem); table.insert(2, 'queries', a.which)
+        write_table(table, a.out, params=vars(a), kg=split.name, llm_backend=None, command='kgqa ultra-eval')
+        print(f'wrote {a.out}')
+    return 0
+
+# %% ../nbs/18_ultra.ipynb #c072
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -373,7 +432,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c056
+# %% ../nbs/18_ultra.ipynb #c073
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -399,7 +458,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c058
+# %% ../nbs/18_ultra.ipynb #c075
 from fastcore.basics import patch
 
 @patch
@@ -431,7 +490,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c064
+# %% ../nbs/18_ultra.ipynb #c081
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kgqa_nb.kg import KnowledgeGraph
-from kgqa_nb.toyworld import (INVERSE_OF, RELATIONS, STRUCTURAL_RELATIONS, kg_fingerprint, make_toyworld,
+from kgqa_nb.kg import KnowledgeGraph, kg_fingerprint
+from kgqa_nb.toyworld import (INVERSE_OF, RELATIONS, STRUCTURAL_RELATIONS, make_toyworld,
                               missing_inverses)
 
 
@@ -55,7 +55,7 @@ def test_no_duplicate_triples_and_canonical_order(million):
 
 def test_determinism_across_processes():
     "A fresh interpreter (another hash seed) builds the byte-identical world."
-    code = 'from kgqa_nb.toyworld import make_toyworld, kg_fingerprint; print(kg_fingerprint(make_toyworld(seed=5, scale=0.5)))'
+    code = 'from kgqa_nb.kg import kg_fingerprint; from kgqa_nb.toyworld import make_toyworld; print(kg_fingerprint(make_toyworld(seed=5, scale=0.5)))'
     outs = {subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
                            env={'PYTHONHASHSEED': str(s), 'PATH': ''}).stdout.strip() for s in (1, 2)}
     assert outs == {kg_fingerprint(make_toyworld(seed=5, scale=0.5))}

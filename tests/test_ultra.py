@@ -1,18 +1,21 @@
 """ULTRA / UltraQuery reimplementation: checkpoints (digests, parameter sums, download, corruption), message passing
 against a per-edge reference, the relation graph against its definition, neural vs symbolic execution on the toy world,
-and (KGQA_SLOW=1) the full ILPC2022-small zero-shot parity with the original code's numbers."""
-import os, shutil
+filtered ranks equal to the metrics module's on random tied scores, no warning from a forward pass, `kgqa ultra-eval` on
+both split layouts (and CoDEx-M), and (KGQA_SLOW=1) the full ILPC2022-small zero-shot parity with the original code's numbers."""
+import os, shutil, subprocess, sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kgqa_nb import ultra
+from kgqa_nb import metrics, ultra
+from kgqa_nb.core import data_dir
 from kgqa_nb.ultra import (ULTRA_CHECKPOINTS, CheckpointError, GeneralizedRelationalConv, REL_EDGE_TYPES, UltraQueryExecutor,
                            build_relation_graph, checkpoint_path, evaluate_link_prediction, filtered_ranks, load_ultra,
-                           missing_fact_queries, ultra_graph)
+                           missing_fact_queries, ultra_eval_cli, ultra_graph)
 
 SLOW = os.environ.get('KGQA_SLOW') == '1'
 
@@ -96,6 +99,106 @@ def test_filtered_ranks_ties_count_against():
     assert filtered_ranks(s, torch.tensor([0]), torch.tensor([0]), torch.tensor([1])).tolist() == [2]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 40), st.integers(1, 5), st.integers(0, 60), st.integers(0, 2**31 - 1))
+def test_filtered_ranks_are_the_metrics_modules(B, V, levels, n_filter, seed):
+    "Batched ranks = metrics.filtered_rank row by row = the original's vectorised formula, on scores full of ties."
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randint(0, levels, (B, V), generator=g).float() / levels
+    tg = torch.randint(0, V, (B,), generator=g)
+    fr, fc = torch.randint(0, B, (n_filter,), generator=g), torch.randint(0, V, (n_filter,), generator=g)
+    got = filtered_ranks(s, tg, fr, fc).tolist()
+    assert got == [metrics.filtered_rank(s[i].numpy(), int(tg[i]), fc[fr == i].numpy()) for i in range(B)]
+    keep = torch.ones_like(s, dtype=torch.bool); keep[fr, fc] = False; keep[torch.arange(B), tg] = False
+    assert got == (((s >= s.gather(1, tg.view(-1, 1))) & keep).sum(1) + 1).tolist()
+    assert filtered_ranks(s, tg).tolist() == [metrics.filtered_rank(s[i].numpy(), int(tg[i])) for i in range(B)]
+
+
+def test_forward_emits_no_warning():
+    "Building the graphs and a forward pass print nothing, in a fresh process (torch warns once per process) with warnings as errors."
+    code = ('import torch; from kgqa_nb.kg import KnowledgeGraph; from kgqa_nb.ultra import Ultra, ultra_graph\n'
+            "kg = KnowledgeGraph([0, 1, 2], [0, 1, 0], [1, 2, 0], ['Q1', 'Q2', 'Q3'], ['P1', 'P2'])\n"
+            'm = Ultra(dim=8, num_layers=2); g = ultra_graph(kg)\n'
+            'print(tuple(m(g, torch.tensor([0, 1]), torch.tensor([0, 3])).shape))\n')
+    r = subprocess.run([sys.executable, '-W', 'error', '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == '(2, 3)' and r.stderr == '', r.stderr
+
+
+TRIPLES = 'Q1\tP1\tQ2\nQ2\tP1\tQ3\nQ3\tP2\tQ1\nQ4\tP2\tQ2\nQ2\tP2\tQ5\n'
+LAYOUTS = {
+    'transductive': {'train.txt': TRIPLES, 'valid.txt': 'Q1\tP2\tQ3\n', 'test.txt': 'Q4\tP1\tQ1\nQ5\tP1\tQ3\nQ3\tP2\tQ4\n'},
+    'inductive': {'train.txt': 'Q90\tP1\tQ91\n', 'inference.txt': TRIPLES, 'inference_validation.txt': 'Q1\tP2\tQ3\n',
+                  'inference_test.txt': 'Q4\tP1\tQ1\nQ5\tP1\tQ3\nQ3\tP2\tQ4\n'},
+}
+
+
+def write_split(folder, files):
+    folder.mkdir(parents=True)
+    for n, rows in files.items(): (folder / n).write_text(rows)
+    return folder
+
+
+def run_cli(*argv):
+    "(exit code, stdout, stderr) of `kgqa ultra-eval` in a fresh process, as a user runs it."
+    r = subprocess.run([sys.executable, '-m', 'kgqa_nb.cli', 'ultra-eval', *argv], capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize('layout', sorted(LAYOUTS))
+def test_ultra_eval_on_both_layouts(tmp_path, capsys, layout):
+    d = write_split(tmp_path / layout, LAYOUTS[layout])
+    out = tmp_path / 'res.csv'
+    assert ultra_eval_cli(['--split', str(d), '--ckpt', 'ultra_3g', '--batch-size', '2', '--out', str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert ('inductive' if layout == 'inductive' else 'transductive') in printed and 'hits@10' in printed
+    t = pd.read_csv(out)
+    assert t.direction.tolist() == ['tail', 'head', 'both'] and t.n_queries.tolist() == [3, 3, 6]
+    assert t.checkpoint.unique().tolist() == ['ultra_3g'] and t.split.unique().tolist() == [layout]
+    assert t.mrr.between(0, 1).all() and (out.parent / 'res.provenance.json').exists()
+    # the same numbers as the library call, ranked against the split's filter set
+    from kgqa_nb.kg import load_split
+    sp = load_split(str(d))
+    res = evaluate_link_prediction(load_ultra('ultra_3g'), ultra_graph(sp.graph), sp.test, sp.known, batch_size=3)
+    assert t.mrr.tolist() == pytest.approx([res[k]['mrr'] for k in ('tail', 'head', 'both')], abs=1e-12)
+    assert ultra_eval_cli(['--split', str(d), '--max-queries', '1']) == 0
+    assert '1 of 3 test queries' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('case,match', [
+    ('missing', 'is not a folder'), ('malformed', 'test.txt:2: 4 tab-separated fields'), ('ckpt', "unknown checkpoint 'ultra_9g'"),
+    ('out', 'is a folder'), ('relation', "test.txt:1: relation 'P7' never occurs"), ('negative', 'max_queries must be >= 0'),
+])
+def test_ultra_eval_errors_are_one_line(tmp_path, capsys, case, match):
+    files = dict(LAYOUTS['transductive'])
+    if case == 'malformed': files['test.txt'] = 'Q4\tP1\tQ1\nQ5\tP1\tQ3\tQ9\n'
+    if case == 'relation': files['test.txt'] = 'Q4\tP7\tQ1\n'
+    d = write_split(tmp_path / 's', files)
+    argv = ['--split', str(tmp_path / 'nowhere' if case == 'missing' else d), '--ckpt', 'ultra_9g' if case == 'ckpt' else 'ultra_3g']
+    if case == 'out': argv += ['--out', str(tmp_path)]
+    if case == 'negative': argv += ['--max-queries', '-1']
+    assert ultra_eval_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('kgqa ultra-eval: ') and err.count('\n') == 1 and match in err, err
+
+
+def test_ultra_eval_command_line_process(tmp_path):
+    "Through `python -m kgqa_nb.cli` when the CLI registers ultra-eval; exit code 2 and one stderr line on a bad split either way."
+    from kgqa_nb.cli import COMMANDS
+    if 'ultra-eval' not in COMMANDS: pytest.skip('ultra-eval is not registered in kgqa_nb.cli.COMMANDS yet')
+    rc, out, err = run_cli('--split', str(tmp_path / 'nowhere'))
+    assert rc == 2 and err.count('\n') == 1 and 'is not a folder' in err, err
+
+
+@pytest.mark.skipif(not (data_dir() / 'codex').exists(), reason='CoDEx-M not in the data dir')
+def test_ultra_eval_on_codex_m(tmp_path, capsys):
+    out = tmp_path / 'codex.csv'
+    assert ultra_eval_cli(['--split', 'codex-m', '--max-queries', '8', '--batch-size', '8', '--out', str(out)]) == 0
+    assert 'transductive: 17,050 entities' in capsys.readouterr().out
+    t = pd.read_csv(out)
+    assert t.n_queries.tolist() == [8, 8, 16] and t.split.unique().tolist() == ['codex-m']
+    assert t.mrr.iloc[0] > 0.1  # far above chance (1/17050)
+
+
 def test_bad_queries_are_errors():
     from kgqa_nb.kg import load_ilpc2022
     sp = load_ilpc2022()
@@ -126,6 +229,6 @@ def test_ilpc_small_parity(name, ref):
     sp = load_ilpc2022()
     G = ultra_graph(sp.graph, 'cuda' if torch.cuda.is_available() else 'cpu')
     m = load_ultra(name, device=G.device)
-    res = evaluate_link_prediction(m, G, sp.test, np.concatenate([sp.graph.triples, sp.valid, sp.test]), batch_size=16)['both']
+    res = evaluate_link_prediction(m, G, sp.test, sp.known, batch_size=16)['both']
     for k, r in (('mrr', 'mrr'), ('hits@1', 'h1'), ('hits@3', 'h3'), ('hits@10', 'h10')):
         assert abs(res[k] - ref[r]) <= 0.005, (k, res[k], ref[r])
