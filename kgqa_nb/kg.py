@@ -515,7 +515,8 @@ def read_synth_kgqa(folder, name: str | None = None) -> KnowledgeGraph:
                           None if rlab is None else list(rlab), None if ndesc is None else list(ndesc), name=name or folder.name)
 
 # %% ../nbs/01_kg.ipynb #c059
-def codex_labels(root=None) -> dict:  # data dir (default: `core.data_dir()`)
+def codex_labels(root=None  # data dir (default: `core.data_dir()`)
+                 ) -> dict:
     "QID -> (label, description) from CoDEx's entities.json when present, then the FB15k-237 Wikidata labels and CoDEx's type labels."
     root = Path(root) if root else data_dir()
     out = {}
@@ -630,7 +631,8 @@ def load_ilpc2022(size: str = 'small', root=None) -> LinkPredictionSplit:
 # %% ../nbs/01_kg.ipynb #c071
 METAQA_ERRATA = {'entity2text.txt': {22447: ('29', '22446')}}  # file -> {line: (ID written, ID meant)}
 
-def load_metaqa_kb(root=None) -> KnowledgeGraph:  # data dir (default: `core.data_dir()`)
+def load_metaqa_kb(root=None  # data dir (default: `core.data_dir()`)
+                   ) -> KnowledgeGraph:
     "The MetaQA movie KB (train+dev+test triple files merged, duplicates dropped) with entity and relation text."
     root = Path(root) if root else data_dir()
     base = root / 'metaqa'
