@@ -83,7 +83,9 @@ def serve_offline_cli(argv=None) -> int:
     from kgqa_nb.llm import OfflineChatServer
     server = OfflineChatServer(port=a.port)
     try: server.start()
-    except OSError as e: raise OSError(f'cannot listen on 127.0.0.1:{a.port}: {e.strerror or e}') from None
+    except OSError as e:  # ServerStartError already says which port and why; other OSErrors get that context here
+        if type(e).__name__ == 'ServerStartError': raise
+        raise OSError(f'cannot listen on 127.0.0.1:{a.port}: {e.strerror or e}') from None
     server.serve_forever()
     return 0
 

@@ -131,4 +131,4 @@ def test_serve_offline_port_in_use():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0)); s.listen(1)
         port = s.getsockname()[1]
-        one_line_error(kgqa('serve-offline', '--port', port, timeout=120), f'cannot listen on 127.0.0.1:{port}')
+        one_line_error(kgqa('serve-offline', '--port', port, timeout=120), f'port {port} on 127.0.0.1 is already in use')

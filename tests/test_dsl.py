@@ -578,10 +578,10 @@ def test_query_isomorphism_refuses_a_bare_entity():
 
 # ---------------------------------------------------------------- real data
 
+@pytest.mark.data('codex')
 def test_symbolic_executor_on_codex_m():
     from kgqa_nb.kg import load_codex_m
-    try: kg = load_codex_m()
-    except FileNotFoundError: pytest.skip('CoDEx-M not available')
+    kg = load_codex_m()
     ex = SymbolicExecutor(kg)
     h, r, t = kg.triples[0].tolist()
     e, p = kg.entity_ids[h], kg.relation_ids[r]

@@ -1,7 +1,7 @@
 """ULTRA / UltraQuery reimplementation: checkpoints (digests, parameter sums, download, corruption), message passing
 against a per-edge reference, the relation graph against its definition, neural vs symbolic execution on the toy world,
 filtered ranks equal to the metrics module's on random tied scores, no warning from a forward pass, `kgqa ultra-eval` on
-both split layouts (and CoDEx-M), and (KGQA_SLOW=1) the full ILPC2022-small zero-shot parity with the original code's numbers."""
+both split layouts (and CoDEx-M), and (`pytest --flags slow`) the full ILPC2022-small zero-shot parity with the original code's numbers."""
 import os, shutil, subprocess, sys
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from kgqa_nb.ultra import (ULTRA_CHECKPOINTS, CheckpointError, GeneralizedRelati
                            build_relation_graph, checkpoint_path, evaluate_link_prediction, filtered_ranks, load_ultra,
                            missing_fact_queries, ultra_eval_cli, ultra_graph)
 
-SLOW = os.environ.get('KGQA_SLOW') == '1'
 
 
 @pytest.mark.parametrize('name', sorted(ULTRA_CHECKPOINTS))
@@ -221,7 +220,8 @@ def test_neural_beats_symbolic_on_missing_fact():
     assert hits >= 1
 
 
-@pytest.mark.skipif(not SLOW, reason='full ILPC2022-small evaluation: minutes on 2 CPU cores (set KGQA_SLOW=1)')
+@pytest.mark.slow  # full ILPC2022-small evaluation: minutes on 2 CPU cores
+@pytest.mark.data('ilpc2022')
 @pytest.mark.parametrize('name,ref', [('ultra_3g', dict(mrr=0.2959, h1=0.2183, h3=0.3325, h10=0.4412)),
                                       ('ultra_4g', dict(mrr=0.2946, h1=0.2150, h3=0.3296, h10=0.4473))])
 def test_ilpc_small_parity(name, ref):
