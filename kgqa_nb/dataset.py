@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_dataset.ipynb #c002
 from __future__ import annotations
-import ast, json, os
+import ast, json, os, re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import data_dir, download, jsonable, provenance
+from .core import data_dir, download, jsonable, provenance, read_jsonl as read_jsonl_records
 from .kg import parse_item
+from .validate import QueryShapeError, canonical_query
 
 # %% auto #0
-__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_jsonl',
-           'write_parquet', 'read_dataset', 'load_gtsqa', 'record_relations', 'record_entities', 'record_answers',
-           'dataset_stats', 'stats_table', 'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'build_split',
-           'synthetic_records', 'check_split', 'dataset_card']
+__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl',
+           'read_jsonl', 'write_parquet', 'read_dataset', 'load_gtsqa', 'record_relations', 'record_entities',
+           'record_answers', 'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats',
+           'stats_table', 'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records',
+           'check_split', 'dataset_card']
 
 # %% ../nbs/10_dataset.ipynb #c005
 GTSQA_COLUMNS = {  # column -> (type, meaning)
@@ -73,15 +75,8 @@ def write_jsonl(records, path) -> Path:
     return path
 
 def read_jsonl(path) -> pd.DataFrame:
-    "Read a JSONL dataset (a truncated last line from an interrupted writer is skipped with a warning)."
-    rows, bad = [], 0
-    with open(path) as f:
-        for line in f:
-            if not line.strip(): continue
-            try: rows.append(json.loads(line))
-            except json.JSONDecodeError: bad += 1
-    if bad: print(f'warning: skipped {bad} unreadable line(s) in {path}')
-    return normalize_frame(pd.DataFrame(rows))
+    "Read a JSONL dataset (`core.read_jsonl`: a torn last line is dropped, a damaged line elsewhere warned about by number)."
+    return normalize_frame(pd.DataFrame(read_jsonl_records(path)))
 
 def write_parquet(df: pd.DataFrame, path) -> Path:
     "Write a dataset as parquet (the GTSQA release format)."
@@ -125,6 +120,48 @@ def record_answers(rec, column: str = 'all_answers_wikidata') -> set:
     return {parse_item(rec['answer_node'])[1]}
 
 # %% ../nbs/10_dataset.ipynb #c016
+DEDUP_RULE = ('a record is a duplicate of an earlier one (by id) when it has the same query pattern (up to variable names, '
+              'pattern order and prefixes) and the same answer set, or the same question text (case, spacing and final '
+              'punctuation ignored); only the first is kept')
+
+def normalize_question(q: str) -> str:
+    "Question key: case-folded, whitespace collapsed, final punctuation and spaces dropped."
+    return re.sub(r'[\s?.!。？！]+$', '', ' '.join(str(q).split()).casefold())
+
+def datapoint_keys(rec: dict, answers_column: str = 'all_answers_wikidata') -> tuple:
+    "(query key or None without a query, question key); a query the reader cannot parse is keyed by its text, spaces collapsed."
+    sparql, qk = rec.get('sparql_query'), None
+    if sparql:
+        try: q = canonical_query(sparql)
+        except QueryShapeError: q = ' '.join(sparql.split())
+        qk = f"{q} | answers: {' '.join(sorted(record_answers(rec, answers_column)))}"
+    return qk, normalize_question(rec['question'])
+
+# %% ../nbs/10_dataset.ipynb #c019
+class DedupIndex:
+    "The keys of the records kept so far; `check(rec)` says whether a new record repeats one of them."
+    def __init__(self, answers_column: str = 'all_answers_wikidata'):
+        self.answers_column, self.by_query, self.by_question = answers_column, {}, {}
+
+    def check(self, rec: dict,  # a GTSQA record with an 'id'
+              keys: tuple | None = None):  # its `datapoint_keys`, when already computed
+        "None for a new record (and remember its keys), else (id of the kept record it repeats, 'query' or 'question')."
+        qk, tk = keys or datapoint_keys(rec, self.answers_column)
+        if qk is not None and qk in self.by_query: return self.by_query[qk], 'query'
+        if tk in self.by_question: return self.by_question[tk], 'question'
+        if qk is not None: self.by_query[qk] = rec['id']
+        self.by_question[tk] = rec['id']
+        return None
+
+def find_duplicates(records, answers_column: str = 'all_answers_wikidata') -> dict:
+    "Record id -> (id of the earlier kept record it repeats, matching key) for every duplicate, records taken by id."
+    rows = records.to_dict('records') if isinstance(records, pd.DataFrame) else list(records)
+    index, out = DedupIndex(answers_column), {}
+    for rec in sorted(rows, key=lambda r: r['id']):
+        if (hit := index.check(rec)) is not None: out[rec['id']] = hit
+    return out
+
+# %% ../nbs/10_dataset.ipynb #c022
 def dataset_stats(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> dict:
     "The Table 1 statistics of one split."
     recs = df.to_dict('records')
@@ -140,12 +177,12 @@ def dataset_stats(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata'
             'avg # ground-truth edges': mean([len(r['answer_subgraph']) for r in recs])}
 
 def stats_table(splits: dict, answers_column: str = 'all_answers_wikidata') -> pd.DataFrame:
-    "Table 1: statistics per split plus 'All'."
+    "Table 1: statistics per split, plus 'All' when there is more than one split."
     cols = {n: dataset_stats(d, answers_column) for n, d in splits.items()}
-    cols['All'] = dataset_stats(pd.concat(list(splits.values()), ignore_index=True), answers_column)
+    if len(splits) > 1: cols['All'] = dataset_stats(pd.concat(list(splits.values()), ignore_index=True), answers_column)
     return pd.DataFrame(cols)
 
-# %% ../nbs/10_dataset.ipynb #c019
+# %% ../nbs/10_dataset.ipynb #c025
 @dataclass
 class SplitConfig:
     "Thresholds of the zero-shot split."
@@ -169,14 +206,14 @@ class SplitResult:
     unsatisfied: list = field(default_factory=list)
     cells: pd.DataFrame | None = None
 
-# %% ../nbs/10_dataset.ipynb #c021
+# %% ../nbs/10_dataset.ipynb #c027
 def reserve_rare_relations(df: pd.DataFrame, n: int | None = None, share: float = 0.45) -> list:
     "The least frequent relation types (by number of questions using them), ties broken by ID."
     cnt = Counter(r for rels in df['answer_subgraph'].map(lambda s: record_relations({'answer_subgraph': s})) for r in rels)
     n = int(round(share * len(cnt))) if n is None else n
     return [r for r, _ in sorted(cnt.items(), key=lambda kv: (kv[1], kv[0]))[:n]]
 
-# %% ../nbs/10_dataset.ipynb #c022
+# %% ../nbs/10_dataset.ipynb #c028
 def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResult:
     "Zero-shot train/test split with test_type labels; rules that cannot be met are reported, not hidden."
     rng = np.random.default_rng(cfg.seed)
@@ -214,7 +251,7 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     return SplitResult(train.reset_index(drop=True), test.drop(columns='_cat').reset_index(drop=True), unseen_rel,
                        list(cfg.unseen_graph_types), dropped, unsatisfied, cells.rename(columns={'_cat': 'category'}))
 
-# %% ../nbs/10_dataset.ipynb #c024
+# %% ../nbs/10_dataset.ipynb #c030
 def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400, seed: int = 0) -> pd.DataFrame:
     "Random GTSQA-schema records with chain or star answer subgraphs (for examples and tests only)."
     rng = np.random.default_rng(seed)
@@ -235,7 +272,7 @@ def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400
                                  graph_isomorphism=kind, redundant=bool(rng.random() < 0.2), all_answers_wikidata=[f'Q{1000 + ents[0]}']))
     return pd.DataFrame(recs)
 
-# %% ../nbs/10_dataset.ipynb #c027
+# %% ../nbs/10_dataset.ipynb #c033
 def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') -> list:
     "Violations of the zero-shot rules in a split (empty when all hold)."
     bad = []
@@ -252,15 +289,24 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
         if set(r['test_type']) != (want or {'in_distribution'}): bad.append(f"wrong test_type for id {r['id']}"); break
     return bad
 
-# %% ../nbs/10_dataset.ipynb #c030
-def dataset_card(name: str, splits: dict, kg: str, llm_backend: str, acceptance: dict | None = None,
-                 split_cfg: SplitConfig | None = None, split_result: SplitResult | None = None, notes: str = '') -> str:
+# %% ../nbs/10_dataset.ipynb #c036
+def dataset_card(name: str,  # the dataset's title
+                 splits: dict,  # split name -> DataFrame of records
+                 kg: str,  # the KG the records were generated on (name and view)
+                 llm_backend: str,  # `LLMClient.describe()` of the generator
+                 acceptance: dict | None = None,  # the generation funnel: candidates, accepted, rejections by reason
+                 split_cfg: SplitConfig | None = None, split_result: SplitResult | None = None,
+                 notes: str = '',  # free text for a Notes section
+                 duplicates: int | None = None) -> str:  # candidates dropped as duplicates (None: records were not deduplicated)
     "Markdown dataset card for a generated dataset."
     lines = [f'# {name}', '', f'Generated by kgqa_nb from KG **{kg}** with LLM backend **{llm_backend}**.', '',
              'Records follow the GTSQA schema; the `*_wikidata`/`*_wikikg2` columns hold results on the KG named above.', '',
-             '## Statistics', '', stats_table(splits).to_markdown() if hasattr(pd.DataFrame, 'to_markdown') and _has_tabulate() else stats_table(splits).to_string(), '']
+             '## Statistics', '', _stats_text(stats_table(splits)), '']
     if acceptance:
         lines += ['## Generation filters', '', *[f'- {k}: {v}' for k, v in acceptance.items()], '']
+    if duplicates is not None:
+        lines += ['## Duplicates', '', f'No two records are the same datapoint: {DEDUP_RULE}. '
+                  f'{duplicates} candidate(s) were dropped as duplicates (rejection reason `duplicate`).', '']
     if split_cfg:
         lines += ['## Split rules', '', *[f'- {k}: {v}' for k, v in split_cfg.__dict__.items()], '']
     if split_result:
@@ -269,6 +315,12 @@ def dataset_card(name: str, splits: dict, kg: str, llm_backend: str, acceptance:
     if notes: lines += ['## Notes', '', notes, '']
     lines += ['## Provenance', '', '```json', json.dumps({k: v for k, v in provenance().items() if k in ('created', 'git', 'packages')}, indent=1), '```', '']
     return '\n'.join(lines)
+
+def _stats_text(tbl: pd.DataFrame) -> str:
+    "The statistics table as text: counts as integers, averages with two decimals (markdown when tabulate is installed)."
+    tbl = tbl.astype(object).apply(lambda col: [v if v != v else (f'{v:.2f}' if name.startswith('avg') else f'{int(v)}')
+                                                for name, v in col.items()])
+    return tbl.to_markdown() if _has_tabulate() else tbl.to_string()
 
 def _has_tabulate():
     try: import tabulate; return True

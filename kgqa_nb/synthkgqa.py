@@ -4,7 +4,7 @@
 
 # %% ../nbs/10a_synthkgqa.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, json, os, sys, time
+import argparse, hashlib, json, math, os, re, sys, time, warnings
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,28 +12,35 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import git_state, package_versions, progress, write_text_atomic, PKG_DIR
+from .core import JsonlWarning, git_state, package_versions, progress, read_jsonl, write_text_atomic, PKG_DIR
 from .kg import KnowledgeGraph, kg_fingerprint, load_kg
 from .sparql import OxigraphStore
-from .llm import LLMClient, LLMError
+from .llm import LLMClient, LLMError, read_ledger
 from .sampling import SampledSubgraph, sample_seed_subgraph, subgraph_text
 from .generate import (ParseError, datapoint_prompt, aggregation_prompt, paraphrase_prompt,
                               parse_paraphrase_response)
-from .validate import FilterLog, Validation, validate_response
+from .validate import FilterLog, Validation, reason_family, validate_response
 from .minimality import MinimalityError, minimality
-from .dataset import dataset_card, empty_record, write_jsonl
+from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
 
 # %% auto #0
-__all__ = ['CODE_MODULES', 'GenerationConfig', 'Candidate', 'plan_candidate', 'finish_record', 'ManifestMismatch',
-           'GenerationError', 'code_version', 'run_manifest', 'open_run_folder', 'read_outcomes', 'OutcomeLog',
-           'process_batch', 'run_generation', 'finalize_run', 'generate_parser', 'generate_cli']
+__all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
+           'RunRefused', 'ManifestMismatch', 'GenerationError', 'code_version', 'run_manifest', 'open_run_folder',
+           'read_outcomes', 'OutcomeLog', 'process_batch', 'Selection', 'select_records', 'early_stop_reason',
+           'run_generation', 'finalize_run', 'generate_parser', 'generate_cli']
 
 # %% ../nbs/10a_synthkgqa.ipynb #c006
+class ConfigError(ValueError):
+    "Generation parameters that cannot produce a dataset; `.problems` holds (field, what it must be) pairs."
+    def __init__(self, problems: list):
+        self.problems = problems
+        super().__init__('; '.join(f'{f} must be {want}' for f, want in problems))
+
 @dataclass
 class GenerationConfig:
     "Parameters of a SynthKGQA generation run."
     kg: str = 'toyworld'  # KG name for `kg.load_kg` (toyworld | codex-m | a folder)
-    n_target: int = 500  # stop once this many candidates are accepted
+    n_target: int = 500  # stop once this many distinct candidates are accepted
     max_candidates: int | None = None  # stop after this many candidates (default 20 x n_target)
     seed: int = 0  # run seed: candidate i samples from numpy default_rng([seed, i])
     backend: str = 'offline'  # LLM backend: offline | openai
@@ -48,23 +55,43 @@ class GenerationConfig:
     aggregation_fraction: float = 0.0  # share of candidates asked for COUNT / FILTER NOT EXISTS questions (Appendix A.5)
     batch_size: int = 32  # candidates per batch (one concurrent LLM batch, one fsync)
     concurrency: int = 8  # concurrent LLM requests
+    early_stop: int = 50  # stop when the first this-many candidates all fail for the same reason (0: never)
 
-    RUNTIME_FIELDS = ('n_target', 'max_candidates', 'batch_size', 'concurrency')
+    RUNTIME_FIELDS = ('n_target', 'max_candidates', 'batch_size', 'concurrency', 'early_stop')
 
     def __post_init__(self):
-        self.k_choices = tuple(int(k) for k in self.k_choices)
-        if self.n_target < 1: raise ValueError(f'n_target must be >= 1, got {self.n_target}')
-        if self.max_candidates is None: self.max_candidates = 20 * self.n_target
-        if not self.k_choices or min(self.k_choices) < 1: raise ValueError(f'k_choices must be positive integers, got {self.k_choices}')
-        if not 0 <= self.aggregation_fraction <= 1: raise ValueError(f'aggregation_fraction must be in [0, 1], got {self.aggregation_fraction}')
-        if self.batch_size < 1 or self.concurrency < 1: raise ValueError('batch_size and concurrency must be >= 1')
+        if isinstance(self.k_choices, (list, tuple)): self.k_choices = tuple(self.k_choices)
+        if self.max_candidates is None and _is_int(self.n_target): self.max_candidates = 20 * self.n_target
+        if problems := config_problems(self): raise ConfigError(problems)
 
     def identity(self) -> dict:
         "The fields that decide the outcome of every candidate (compared on resume)."
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in fields(self) if f.name not in self.RUNTIME_FIELDS}
 
-# %% ../nbs/10a_synthkgqa.ipynb #c009
+# %% ../nbs/10a_synthkgqa.ipynb #c008
+def _is_int(v) -> bool: return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+def _is_num(v) -> bool: return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+def config_problems(c: GenerationConfig) -> list:
+    "(field, what it must be) for every parameter that makes the run impossible; empty when the run can go ahead."
+    n = c.n_target if _is_int(c.n_target) and c.n_target >= 1 else 1
+    rules = [('n_target', _is_int(c.n_target) and c.n_target >= 1, 'an integer >= 1'),
+             ('max_candidates', _is_int(c.max_candidates) and c.max_candidates >= n, f'an integer >= n_target ({n}): each candidate gives at most one datapoint'),
+             ('seed', _is_int(c.seed) and c.seed >= 0, 'an integer >= 0'),
+             ('backend', c.backend in ('offline', 'openai'), "'offline' or 'openai'"),
+             ('k_choices', isinstance(c.k_choices, tuple) and bool(c.k_choices) and all(_is_int(k) and k >= 1 for k in c.k_choices), 'one or more integers >= 1'),
+             ('max_nodes', _is_int(c.max_nodes) and c.max_nodes >= 2, 'an integer >= 2'),
+             ('max_edges', _is_int(c.max_edges) and c.max_edges >= 1, 'an integer >= 1'),
+             ('max_answers', _is_int(c.max_answers) and c.max_answers >= 1, 'an integer >= 1'),
+             ('query_timeout', _is_num(c.query_timeout) and c.query_timeout > 0, 'a number of seconds > 0'),
+             ('aggregation_fraction', _is_num(c.aggregation_fraction) and 0 <= c.aggregation_fraction <= 1, 'a number in [0, 1]'),
+             ('batch_size', _is_int(c.batch_size) and c.batch_size >= 1, 'an integer >= 1'),
+             ('concurrency', _is_int(c.concurrency) and c.concurrency >= 1, 'an integer >= 1'),
+             ('early_stop', _is_int(c.early_stop) and c.early_stop >= 0, 'an integer >= 0 (0: never stop early)')]
+    return [(f, f'{want}, got {getattr(c, f)!r}') for f, ok, want in rules if not ok]
+
+# %% ../nbs/10a_synthkgqa.ipynb #c011
 @dataclass
 class Candidate:
     "One planned candidate: its sample and the prompt sent to the generator LLM."
@@ -83,7 +110,7 @@ def plan_candidate(kg: KnowledgeGraph, cfg: GenerationConfig, i: int) -> Candida
     if u < cfg.aggregation_fraction: return Candidate(i, sample, 'aggregation', op, aggregation_prompt(text, op))
     return Candidate(i, sample, 'datapoint', str(k), datapoint_prompt(text, k))
 
-# %% ../nbs/10a_synthkgqa.ipynb #c024
+# %% ../nbs/10a_synthkgqa.ipynb #c026
 def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str | None,
                   min_cache: dict | None = None) -> tuple:
     "(record, None) for an accepted candidate, or (None, reason) when the minimality analysis rejects it."
@@ -101,8 +128,11 @@ def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str
                minimal_seeds_and_queries=str(m.minimal_seeds_and_queries))
     return rec, None
 
-# %% ../nbs/10a_synthkgqa.ipynb #c027
-class ManifestMismatch(RuntimeError):
+# %% ../nbs/10a_synthkgqa.ipynb #c029
+class RunRefused(RuntimeError):
+    "The run folder cannot be used for this run as asked (nothing was changed in it)."
+
+class ManifestMismatch(RunRefused):
     "The run folder belongs to a different run (its manifest differs from this run's)."
 
 class GenerationError(RuntimeError):
@@ -116,7 +146,7 @@ def code_version() -> str:
     for m in CODE_MODULES: h.update((PKG_DIR / f'{m}.py').read_bytes())
     return h.hexdigest()[:16]
 
-# %% ../nbs/10a_synthkgqa.ipynb #c028
+# %% ../nbs/10a_synthkgqa.ipynb #c030
 def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient) -> dict:
     "The manifest of a run: `identity` (compared on resume) and `info` (recorded only)."
     identity = dict(config=cfg.identity(), kg=dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples,
@@ -138,29 +168,23 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
     if mpath.exists():
         old = json.loads(mpath.read_text())
         diffs = _diff(old.get('identity'), manifest['identity'])
-        if diffs: raise ManifestMismatch(f'{out} holds a different run; refusing to resume it:\n  ' + '\n  '.join(diffs)
-                                         + '\nuse a new --out folder, or rerun with the original parameters')
+        if diffs: raise ManifestMismatch(f'{out} holds a different run ({"; ".join(diffs)}): use a new --out folder, '
+                                         'or rerun with the original parameters')
     elif (out / 'outcomes.jsonl').exists():
         raise ManifestMismatch(f'{out} has outcomes.jsonl but no manifest.json: not a run folder this code can resume')
     else:
         write_text_atomic(mpath, json.dumps(manifest, indent=1) + '\n')
     return out
 
-# %% ../nbs/10a_synthkgqa.ipynb #c030
+# %% ../nbs/10a_synthkgqa.ipynb #c032
 def read_outcomes(path, repair: bool = True) -> dict:
-    "Candidate id -> outcome of every complete line; with `repair`, cut off a partial last line left by a kill."
-    path = Path(path)
-    if not path.exists(): return {}
-    data = path.read_bytes()
-    end = data.rfind(b'\n') + 1
-    if end < len(data) and repair:
-        with open(path, 'r+b') as f: f.truncate(end); f.flush(); os.fsync(f.fileno())
+    "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about."
     out = {}
-    for line in data[:end].split(b'\n'):
-        if not line.strip(): continue
-        try: o = json.loads(line)
-        except ValueError: continue  # not ours to interpret; a complete line is always valid JSON when we wrote it
-        out.setdefault(int(o['candidate_id']), o)
+    for o in read_jsonl(path, on_bad='warn', repair=repair):
+        try: i, ok = int(o['candidate_id']), o['status'] in ('accepted', 'rejected') and (o['status'] == 'rejected' or isinstance(o['record'], dict))
+        except (KeyError, TypeError, ValueError): i, ok = None, False
+        if ok: out.setdefault(i, o)
+        else: warnings.warn(f'{path}: an outcome that is not a candidate ({json.dumps(o)[:80]}) was skipped; its candidate will be redone', JsonlWarning, stacklevel=2)
     return out
 
 class OutcomeLog:
@@ -181,7 +205,7 @@ class OutcomeLog:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/10a_synthkgqa.ipynb #c033
+# %% ../nbs/10a_synthkgqa.ipynb #c037
 @dataclass
 class _Ctx:
     kg: KnowledgeGraph
@@ -217,17 +241,64 @@ def process_batch(ctx: _Ctx, ids: list) -> tuple:
         if i not in outcomes: outcomes[i] = _outcome(c, 'rejected', v.reason, v.details.get('detail', ''))
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/10a_synthkgqa.ipynb #c035
-def _default_clients(cfg: GenerationConfig, cache_dir):
-    kw = dict(backend=cfg.backend, base_url=cfg.base_url, cache_dir=cache_dir, concurrency=cfg.concurrency)
+# %% ../nbs/10a_synthkgqa.ipynb #c039
+@dataclass
+class Selection:
+    "The dataset the outcome log gives: records, the funnel that produced them and the duplicates dropped."
+    records: list  # GTSQA records of the first n_target distinct accepted candidates, by candidate id
+    funnel: FilterLog  # outcome of every candidate up to the last record kept (all, when the target was not reached)
+    duplicates: dict  # candidate id -> (id of the record it repeats, 'query' or 'question')
+    beyond: int  # candidates processed after the last record kept (not in the funnel)
+
+def select_records(done: dict,  # candidate id -> outcome
+                   n_target: int,  # records wanted
+                   key_cache: dict | None = None) -> Selection:  # candidate id -> dedup keys, reused across calls
+    "Deduplicate the accepted candidates by id, keep the first `n_target`, and count the funnel up to the last one kept."
+    index, records, funnel, dups, i = DedupIndex(), [], FilterLog(), {}, 0
+    key_cache = {} if key_cache is None else key_cache
+    while i in done and len(records) < n_target:  # candidates 0, 1, 2, ...: a candidate not done yet ends the walk
+        cid, o, i = i, done[i], i + 1
+        if o['status'] != 'accepted': funnel.add(o['reason']); continue
+        rec = empty_record(**o['record'])  # GTSQA column order
+        if cid not in key_cache: key_cache[cid] = datapoint_keys(rec)
+        hit = index.check(rec, key_cache[cid])
+        if hit is None: records.append(rec); funnel.add(None)
+        else: dups[cid] = hit; funnel.add('duplicate')
+    return Selection(records, funnel, dups, len(done) - i)
+
+# %% ../nbs/10a_synthkgqa.ipynb #c042
+def early_stop_reason(done: dict, n: int) -> str | None:
+    "Why to stop when the first `n` candidates are all done and all rejected for one family of reasons; else None."
+    if n <= 0 or any(i not in done for i in range(n)): return None
+    first = [done[i] for i in range(n)]
+    families = {reason_family(o['reason']) if o['status'] == 'rejected' else None for o in first}
+    if len(families) != 1 or None in families: return None
+    ex = first[0]
+    return f"the first {n} candidates were all rejected as {families.pop()} (e.g. candidate 0: {ex['reason']}{': ' + ex['detail'][:100] if ex.get('detail') else ''})"
+
+# %% ../nbs/10a_synthkgqa.ipynb #c045
+def _default_clients(cfg: GenerationConfig, cache_dir, ledger):
+    kw = dict(backend=cfg.backend, base_url=cfg.base_url, cache_dir=cache_dir, concurrency=cfg.concurrency, ledger=ledger)
     gen = LLMClient(model=cfg.model, **kw)
     para = LLMClient(model=cfg.paraphrase_model or gen.model, **kw)
     return gen, para
 
-def _pending(done: dict, cfg: GenerationConfig):
-    return (i for i in range(cfg.max_candidates) if i not in done)
+def _batches(done: dict, cfg: GenerationConfig):
+    "The not-yet-done candidates of each batch-size-aligned window, in order (`done` is read as it grows)."
+    for w in range(0, cfg.max_candidates, cfg.batch_size):
+        ids = [i for i in range(w, min(w + cfg.batch_size, cfg.max_candidates)) if i not in done]
+        if ids: yield ids
 
-# %% ../nbs/10a_synthkgqa.ipynb #c036
+class _Status:
+    "One-line progress reports on stderr, every `every` candidates, when stderr is not a terminal."
+    def __init__(self, every: int, on: bool): self.every, self.on, self.next, self.shown = max(1, every), on, 0, None
+    def __call__(self, done: dict, sel: Selection, ledger, last: bool = False):
+        if not self.on or self.shown == len(done) or (len(done) < self.next and not last): return
+        self.next, self.shown = (len(done) // self.every + 1) * self.every, len(done)
+        print(f'kgqa generate: {len(done)} candidates done, {len(sel.records)} records, '
+              f'{sel.funnel.total - sel.funnel.accepted} rejected, {read_ledger(ledger)["calls"]} model calls', file=sys.stderr, flush=True)
+
+# %% ../nbs/10a_synthkgqa.ipynb #c046
 def run_generation(out_dir,  # the run folder (created, or resumed when it holds the same run)
                    cfg: GenerationConfig,
                    kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -235,81 +306,124 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
                    gen: LLMClient | None = None,  # generator client (default from cfg, cache in out_dir/llm_cache)
                    para: LLMClient | None = None,  # paraphraser client
                    cache_dir=None,  # LLM cache folder (default: out_dir/llm_cache)
-                   verbose: bool = True) -> dict:
+                   verbose: bool = True,  # print the result line and, when stderr is not a terminal, status lines
+                   status_every: int = 100) -> dict:  # candidates between two status lines
     "Generate (or resume) a SynthKGQA run in `out_dir`; returns the run summary."
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir)
-    if gen is None or para is None:
-        g, p = _default_clients(cfg, cache_dir or out / 'llm_cache'); gen, para = gen or g, para or p
+    gen, para = _clients(cfg, out, gen, para, cache_dir)
     out = open_run_folder(out, run_manifest(cfg, kg, gen, para))
+    _refuse_shrinking(out, cfg)
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
-    ctx = _Ctx(kg, store, cfg, gen, para)
+    ctx, keys, stop = _Ctx(kg, store, cfg, gen, para), {}, None
+    status = _Status(status_every, verbose and not sys.stderr.isatty())
     with OutcomeLog(out / 'outcomes.jsonl') as log:
         n_before = len(log.done)
-        accepted = sum(o['status'] == 'accepted' for o in log.done.values())
-        pending = _pending(log.done, cfg)
-        bar = progress(total=cfg.n_target, initial=min(accepted, cfg.n_target), desc='accepted')
-        while accepted < cfg.n_target:
-            ids = [i for _, i in zip(range(cfg.batch_size), pending)]
-            if not ids: break
+        sel = select_records(log.done, cfg.n_target, keys)
+        bar = progress(total=cfg.n_target, initial=len(sel.records), desc='records')
+        batches = _batches(log.done, cfg)
+        while len(sel.records) < cfg.n_target and not (stop := early_stop_reason(log.done, cfg.early_stop)):
+            ids = next(batches, None)
+            if ids is None: break
             outcomes, errors = process_batch(ctx, ids)
             log.append(outcomes)
-            new = sum(o['status'] == 'accepted' for o in outcomes)
-            accepted += new; bar.update(min(new, max(0, cfg.n_target - bar.n)))
+            sel = select_records(log.done, cfg.n_target, keys)
+            bar.update(max(0, len(sel.records) - bar.n)); status(log.done, sel, gen.ledger)
             if errors:
                 bar.close()
                 raise GenerationError(f'{len(errors)} LLM call(s) failed for good (first: {errors[0]}); the other candidates '
                                       f'are saved in {out}: rerun the same command to resume')
-        bar.close()
+        bar.close(); status(log.done, sel, gen.ledger, last=True)
         done = dict(log.done)
-    summary = finalize_run(out, cfg, kg, gen, para, done, seconds=time.perf_counter() - t0, processed=len(done) - n_before)
+    summary = finalize_run(out, cfg, kg, gen, para, done, seconds=time.perf_counter() - t0, processed=len(done) - n_before,
+                           stopped=f'early stop: {stop}' if stop else None)
     if verbose: print(f"{summary['records']} records from {summary['candidates']} candidates "
                       f"(acceptance {summary['acceptance_rate']:.1%}) in {out}")
+    _raise_if_empty(summary, stop, out, gen)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c038
+# %% ../nbs/10a_synthkgqa.ipynb #c048
+def _clients(cfg: GenerationConfig, out: Path, gen, para, cache_dir) -> tuple:
+    "The generator and paraphraser clients, both writing to the run's usage ledger `out/llm_calls.jsonl`."
+    ledger = out / 'llm_calls.jsonl'
+    if gen is None or para is None:
+        g, p = _default_clients(cfg, cache_dir or out / 'llm_cache', ledger); gen, para = gen or g, para or p
+    for c in (gen, para):
+        if c.ledger is None: c.ledger = ledger
+        elif Path(c.ledger).resolve() != ledger.resolve():
+            raise ValueError(f"an LLM client writes its usage to {c.ledger}; the run's ledger is {ledger}: pass clients with ledger=None")
+    return gen, para
+
+def _refuse_shrinking(out: Path, cfg: GenerationConfig):
+    "Refuse a target smaller than the dataset the folder already holds."
+    have = len(read_jsonl(out / 'records.jsonl'))
+    if have > cfg.n_target:
+        raise RunRefused(f'{out} already holds a dataset of {have} records; --n {cfg.n_target} would shrink it: rerun with '
+                         f'--n {have} or more (its first {cfg.n_target} lines are the --n {cfg.n_target} dataset), or use a new --out folder')
+
+def _raise_if_empty(summary: dict, stop: str | None, out: Path, gen: LLMClient):
+    "A run that stopped early or produced no record fails, with the reason (its summary files are written first)."
+    if stop:
+        raise GenerationError(f'stopped early: {stop}; check the model and server ({gen.describe()}) and the parameters. '
+                              f'The replies are cached in the run folder {out}: after a fix use a new --out folder '
+                              f'(or --early-stop 0 to go on regardless)')
+    if not summary['records']:
+        top = ', '.join(f'{k} {v}' for k, v in list(summary['rejected'].items())[:3])
+        raise GenerationError(f"no record: all {summary['candidates']} candidates were rejected ({top}); see {out / 'filter_log.json'}")
+
+# %% ../nbs/10a_synthkgqa.ipynb #c050
 def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient,
-                 done: dict, seconds: float, processed: int) -> dict:
-    "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log."
-    outs = [done[i] for i in sorted(done)]
-    records = [empty_record(**o['record']) for o in outs if o['status'] == 'accepted'][:cfg.n_target]  # GTSQA column order
-    write_jsonl(records, out / 'records.jsonl')
-    flog = FilterLog()
-    for o in outs: flog.add(None if o['status'] == 'accepted' else o['reason'])
-    (out / 'filter_log.json').write_text(json.dumps(flog.to_dict(), indent=1) + '\n')
+                 done: dict, seconds: float, processed: int, stopped: str | None = None) -> dict:
+    "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
+    sel = select_records(done, cfg.n_target)
+    write_jsonl(sel.records, out / 'records.jsonl')
+    flog = sel.funnel
+    dups = [dict(candidate=i, repeats=j, key=k) for i, (j, k) in sorted(sel.duplicates.items())]
+    write_text_atomic(out / 'filter_log.json', json.dumps(dict(flog.to_dict(), duplicates=dups), indent=1) + '\n')
     spath, sessions = out / 'run_summary.json', []
     if spath.exists():
         try: sessions = json.loads(spath.read_text()).get('sessions', [])
         except ValueError: sessions = []
     sessions.append(dict(finished=datetime.now(timezone.utc).isoformat(timespec='seconds'), seconds=round(seconds, 2),
                          candidates_processed=processed, generator=gen.usage_summary(), paraphraser=para.usage_summary()))
-    tot = lambda k: sum((s[r].get(k) or 0) for s in sessions for r in ('generator', 'paraphraser'))
-    costs = [s[r].get('cost_usd') for s in sessions for r in ('generator', 'paraphraser')]
+    usage = read_ledger(gen.ledger)
+    stopped = stopped or ('n_target reached' if len(sel.records) >= cfg.n_target else 'max_candidates used up')
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), paraphraser=para.describe()),
-                   candidates=flog.total, accepted=flog.accepted, records=len(records), acceptance_rate=flog.acceptance_rate,
-                   stopped=('n_target reached' if len(records) >= cfg.n_target else 'max_candidates used up'),
-                   rejected=dict(flog.rejected.most_common()),
-                   prompt_tokens=tot('prompt_tokens'), completion_tokens=tot('completion_tokens'), llm_calls=tot('calls'),
-                   cache_hits=tot('cache_hits'), cost_usd=None if any(c is None for c in costs) else round(sum(costs), 6),
+                   candidates=flog.total, accepted=flog.accepted, records=len(sel.records), acceptance_rate=flog.acceptance_rate,
+                   duplicates=len(dups), candidates_processed=len(done), candidates_after_last_record=sel.beyond,
+                   stopped=stopped, rejected=dict(flog.rejected.most_common()),
+                   llm_calls=usage['calls'], prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
+                   cost_usd=usage['cost_usd'], usage_by_model=usage['by_model'], usage_ledger=gen.ledger.name,
+                   cache_hits=sum(s[r].get('cache_hits') or 0 for s in sessions for r in ('generator', 'paraphraser')),
                    seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
     write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
-    if records:
-        card = dataset_card(f'SynthKGQA on {kg.name}', {'all': pd.DataFrame(records)}, kg.name, gen.describe(),
-                            acceptance={'candidates': flog.total, 'accepted': flog.accepted,
-                                        'acceptance rate': f'{flog.acceptance_rate:.1%}',
-                                        **{f'rejected: {k}': v for k, v in flog.rejected.most_common()}},
-                            notes='Split not built yet (`test_type` is empty); see chapter 10.')
-        (out / 'dataset_card.md').write_text(card)
+    if sel.records:
+        funnel = {'candidates': flog.total, 'accepted (= records)': flog.accepted, 'acceptance rate': f'{flog.acceptance_rate:.1%}',
+                  **{f'rejected: {k}': v for k, v in flog.rejected.most_common()},
+                  'processed after the last record (not in this dataset; a larger --n reuses them)': sel.beyond}
+        card = dataset_card(f'SynthKGQA on {kg.name}', {'all': pd.DataFrame(sel.records)}, kg.name, gen.describe(), acceptance=funnel,
+                            notes='Split not built yet (`test_type` is empty); see chapter 10.', duplicates=len(dups))
+        write_text_atomic(out / 'dataset_card.md', card)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c046
+# %% ../nbs/10a_synthkgqa.ipynb #c060
+_FLAGS = {f.name: '--' + f.name.replace('_', '-') for f in fields(GenerationConfig)} | {'n_target': '--n', 'query_timeout': '--timeout', 'k_choices': '--k'}
+
+class _OneLineParser(argparse.ArgumentParser):
+    "An argument parser whose errors are one line (no usage block), with exit status 2."
+    def error(self, message): self.exit(2, f'{self.prog}: {message} (see --help)\n')
+
+def _int_list(text: str) -> tuple:
+    try: return tuple(int(k) for k in text.split(','))
+    except ValueError: raise argparse.ArgumentTypeError(f'expected comma-separated integers, got {text!r}') from None
+
 def generate_parser() -> argparse.ArgumentParser:
     "Arguments of `kgqa generate`."
     d = GenerationConfig()
-    p = argparse.ArgumentParser(prog='kgqa generate', description='Generate a SynthKGQA dataset into a crash-safe, resumable run folder.')
+    p = _OneLineParser(prog='kgqa generate', description='Generate a SynthKGQA dataset into a crash-safe, resumable run folder.')
     p.add_argument('--kg', default=d.kg, help='KG name (toyworld | codex-m | ...) or folder')
-    p.add_argument('--n', type=int, default=d.n_target, help='accepted datapoints to produce')
+    p.add_argument('--n', type=int, default=d.n_target, help='distinct accepted datapoints to produce')
     p.add_argument('--out', required=True, help='run folder (rerun the same command to resume)')
     p.add_argument('--backend', default=d.backend, choices=['offline', 'openai'])
     p.add_argument('--model', default=None, help='generator model')
@@ -319,23 +433,27 @@ def generate_parser() -> argparse.ArgumentParser:
     p.add_argument('--max-candidates', type=int, default=None, help='candidate budget (default 20 x --n)')
     p.add_argument('--concurrency', type=int, default=d.concurrency)
     p.add_argument('--batch-size', type=int, default=d.batch_size)
-    p.add_argument('--k', default=','.join(map(str, d.k_choices)), help='comma-separated triple counts k to ask for')
+    p.add_argument('--k', type=_int_list, default=d.k_choices, help='comma-separated triple counts k to ask for')
     p.add_argument('--max-answers', type=int, default=d.max_answers)
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     p.add_argument('--aggregation-fraction', type=float, default=d.aggregation_fraction)
+    p.add_argument('--early-stop', type=int, default=d.early_stop, help='stop when the first N candidates all fail for the same reason (0: never)')
     p.add_argument('--cache-dir', default=None, help='LLM cache folder (default: OUT/llm_cache)')
     return p
 
 def generate_cli(argv=None) -> int:
-    "`kgqa generate`: run or resume a generation run; 0 on success, 1 when stopped early, 2 on a refused folder."
-    a = generate_parser().parse_args(argv)
+    "`kgqa generate`: run or resume a generation run; 0 done, 1 stopped before its end, 2 refused before any work."
+    say = lambda msg: print(f'kgqa generate: {msg}', file=sys.stderr)
+    try: a = generate_parser().parse_args(argv)
+    except SystemExit as e: return int(e.code or 0)
     try:
         cfg = GenerationConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
-                               model=a.model, paraphrase_model=a.paraphrase_model, base_url=a.base_url,
-                               k_choices=tuple(int(k) for k in a.k.split(',')), max_answers=a.max_answers,
-                               query_timeout=a.timeout, aggregation_fraction=a.aggregation_fraction,
-                               batch_size=a.batch_size, concurrency=a.concurrency)
-        run_generation(a.out, cfg, cache_dir=a.cache_dir)
-    except ManifestMismatch as e: print(f'kgqa generate: {e}', file=sys.stderr); return 2
-    except (GenerationError, LLMError, ValueError, FileNotFoundError) as e: print(f'kgqa generate: {e}', file=sys.stderr); return 1
+                               model=a.model, paraphrase_model=a.paraphrase_model, base_url=a.base_url, k_choices=a.k,
+                               max_answers=a.max_answers, query_timeout=a.timeout, aggregation_fraction=a.aggregation_fraction,
+                               batch_size=a.batch_size, concurrency=a.concurrency, early_stop=a.early_stop)
+    except ConfigError as e: say(re.sub(r'\b(' + '|'.join(_FLAGS) + r')\b', lambda m: _FLAGS[m[1]], str(e))); return 2
+    if Path(a.out).exists() and not Path(a.out).is_dir(): say(f'--out {a.out} is a file, not a folder'); return 2
+    try: run_generation(a.out, cfg, cache_dir=a.cache_dir)
+    except RunRefused as e: say(e); return 2
+    except (GenerationError, LLMError, ValueError, FileNotFoundError) as e: say(e); return 1
     return 0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08a_validate.ipynb #c002
 from __future__ import annotations
-import json
+import json, re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -19,7 +19,7 @@ from .isomorphism import IsomorphismError, classify_answer_subgraph
 
 # %% auto #0
 __all__ = ['VALIDATION_REASONS', 'reason_family', 'QueryShapeError', 'QueryShape', 'read_query', 'construct_query', 'items_query',
-           'Validation', 'validate_candidate', 'validate_response', 'FilterLog']
+           'canonical_query', 'Validation', 'validate_candidate', 'validate_response', 'FilterLog']
 
 # %% ../nbs/08a_validate.ipynb #c006
 VALIDATION_REASONS = (  # in the order the checks run
@@ -228,6 +228,49 @@ def items_query(shape: QueryShape) -> str:
     return f'{shape.prologue}SELECT DISTINCT {shape.answer_var} WHERE {{{shape.body}}}'
 
 # %% ../nbs/08a_validate.ipynb #c024
+def _full_term(t: str, prefixes: dict) -> str:
+    "A term with a prefixed name expanded to `<IRI>` (variables and literals as written; `a` is rdf:type)."
+    if t == 'a': return '<http://www.w3.org/1999/02/22-rdf-syntax-ns#type>'
+    if t[:1] in '?$': return '?' + t[1:]
+    pre, colon, local = t.partition(':')
+    if colon and t[:1] not in '<"\'' and pre in prefixes: return f'<{prefixes[pre]}{local}>'
+    return t
+
+def _short_term(t: str) -> str:
+    "`<IRI>` written back with the standard prefixes (`wd:Q5`), for a readable key."
+    for pre, base in sorted(SPARQL_PREFIXES.items(), key=lambda kv: -len(kv[1])):
+        if t.startswith('<' + base) and re.fullmatch(r'[\w-]+', t[len(base) + 1:-1]): return f'{pre}:{t[len(base) + 1:-1]}'
+    return t
+
+def _roles(pats: list, answer: str) -> dict:
+    "Variable -> colour after colour refinement over the patterns (the answer variable starts with a colour of its own)."
+    vars_ = sorted({x for p in pats for x in p[1:] if x.startswith('?')})
+    colour = {v: int(v != answer) for v in vars_}
+    for _ in range(len(vars_)):
+        c = lambda x: f'#{colour[x]}' if x in colour else x
+        sig = {v: repr((colour[v], sorted((p[0], i, [c(x) if j != i else '*' for j, x in enumerate(p[1:])])
+                                          for p in pats for i, y in enumerate(p[1:]) if y == v))) for v in vars_}
+        ranks = {g: k for k, g in enumerate(sorted(set(sig.values())))}
+        new = {v: ranks[sig[v]] for v in vars_}
+        stable = len(set(new.values())) == len(set(colour.values()))
+        colour = new
+        if stable: break
+    return colour
+
+def canonical_query(query: str) -> str:
+    "The query's pattern as one text, the same for every spelling of it (variable names, pattern order, prefixes)."
+    shape = read_query(query)
+    prefixes = {**SPARQL_PREFIXES, **dict(re.findall(r'(?i)PREFIX\s+([\w.-]*):\s*<([^>]*)>', shape.prologue))}
+    pats = [('+', *(_full_term(x, prefixes) for x in p)) for p in shape.patterns]
+    pats += [('-', *(_full_term(x, prefixes) for x in p)) for block in shape.not_exists for p in block]
+    answer = '?' + shape.answer_var[1:]
+    colour = _roles(pats, answer)
+    name = {v: f'?v{k}' for k, v in enumerate(sorted((v for v in colour if v != answer), key=lambda v: (colour[v], v)), 1)}
+    name[answer] = '?answer'
+    body = sorted(f'{p[0]} ' + ' '.join(name.get(x) or _short_term(x) for x in p[1:]) for p in pats)
+    return ('COUNT ' if shape.count_var else 'SELECT ') + ' . '.join(body)
+
+# %% ../nbs/08a_validate.ipynb #c027
 @dataclass
 class Validation:
     "The outcome of validating one candidate."
@@ -243,7 +286,7 @@ def _reject(reason: str, detail: str = '', **kw) -> Validation:
     v.details = dict(detail=detail, **kw)
     return v
 
-# %% ../nbs/08a_validate.ipynb #c026
+# %% ../nbs/08a_validate.ipynb #c029
 def _lookup(kg: KnowledgeGraph, text: str, relation: bool = False):
     "(index, None) or (None, (reason, detail)) for a 'Label (ID)' item."
     try: label, id_ = parse_item(text)
@@ -253,7 +296,7 @@ def _lookup(kg: KnowledgeGraph, text: str, relation: bool = False):
     try: return (kg.parse_relation(text) if relation else kg.parse_entity(text)), None
     except UnknownIdError as e: return None, ('label_mismatch', str(e))
 
-# %% ../nbs/08a_validate.ipynb #c028
+# %% ../nbs/08a_validate.ipynb #c031
 def _check_items(kg: KnowledgeGraph, sample: SampledSubgraph, parsed: ParsedDatapoint):
     "(seed indices, answer index, deduplicated (h, r, t) index triples) or a rejection."
     seeds, triples = [], []
@@ -279,7 +322,7 @@ def _check_items(kg: KnowledgeGraph, sample: SampledSubgraph, parsed: ParsedData
         if (h, r, o) not in in_sample: return _reject('triple_not_in_sample', f'{txt} is not in the sampled subgraph')
     return list(dict.fromkeys(seeds)), a, triples
 
-# %% ../nbs/08a_validate.ipynb #c030
+# %% ../nbs/08a_validate.ipynb #c033
 def _check_query(kg: KnowledgeGraph, query: str, seed_ids: list):
     "The query's `QueryShape`, or a rejection (unsafe, unparsable, unsupported, rdfs, constants other than the seeds)."
     try: check_read_only(query)
@@ -291,7 +334,7 @@ def _check_query(kg: KnowledgeGraph, query: str, seed_ids: list):
         return _reject('constants_not_seeds', f'query constants {sorted(shape.entities)} != seeds {sorted(set(seed_ids))}')
     return shape
 
-# %% ../nbs/08a_validate.ipynb #c032
+# %% ../nbs/08a_validate.ipynb #c035
 def _run(store, kind: str, query: str, timeout):
     "('ok', result) or a rejection for one store call."
     try: return 'ok', (store.select(query, timeout=timeout) if kind == 'select' else store.construct(query, timeout=timeout))
@@ -302,7 +345,7 @@ def _run(store, kind: str, query: str, timeout):
 def _id_triples(triples) -> list:
     return sorted({(term_id(s), term_id(p), term_id(o)) for s, p, o in triples})
 
-# %% ../nbs/08a_validate.ipynb #c033
+# %% ../nbs/08a_validate.ipynb #c036
 def _full_subgraph_check(kg, store, shape, triples, seeds, timeout):
     "(full answer subgraph as [h, p, t] lists) or a rejection when it misses a triple used or a seed."
     st, res = _run(store, 'construct', construct_query(shape), timeout)
@@ -319,7 +362,7 @@ def _full_subgraph_check(kg, store, shape, triples, seeds, timeout):
         if kg.entity_ids[s] not in nodes: return _reject('seed_not_in_full_subgraph', f'{kg.entity_text(s)} is not in the full answer subgraph')
     return [list(t) for t in full]
 
-# %% ../nbs/08a_validate.ipynb #c035
+# %% ../nbs/08a_validate.ipynb #c038
 def validate_candidate(kg: KnowledgeGraph,
                        store,  # a SparqlStore over the same KG (select/construct with timeouts)
                        sample: SampledSubgraph,  # the subgraph shown to the LLM
@@ -332,7 +375,7 @@ def validate_candidate(kg: KnowledgeGraph,
     except Exception as e:  # a bug or an input we did not foresee must not stop a generation run
         return _reject('query_error' if isinstance(e, SparqlError) else 'internal_error', f'{type(e).__name__}: {e}')
 
-# %% ../nbs/08a_validate.ipynb #c036
+# %% ../nbs/08a_validate.ipynb #c039
 def _validate(kg, store, sample, parsed, max_answers, timeout):
     got = _check_items(kg, sample, parsed)
     if isinstance(got, Validation): return got
@@ -372,7 +415,7 @@ def _validate(kg, store, sample, parsed, max_answers, timeout):
         out.details.update(graph_isomorphism=None, n_hops=None)
     return out
 
-# %% ../nbs/08a_validate.ipynb #c038
+# %% ../nbs/08a_validate.ipynb #c041
 def validate_response(kg: KnowledgeGraph, store, sample: SampledSubgraph,
                       text: str,  # the raw LLM reply
                       max_answers: int | None = 10, timeout: float | None = 10.0) -> tuple:
@@ -382,7 +425,7 @@ def validate_response(kg: KnowledgeGraph, store, sample: SampledSubgraph,
     except Exception as e: return None, _reject('parse:internal_error', f'{type(e).__name__}: {e}')
     return parsed, validate_candidate(kg, store, sample, parsed, max_answers, timeout)
 
-# %% ../nbs/08a_validate.ipynb #c049
+# %% ../nbs/08a_validate.ipynb #c052
 class FilterLog:
     "Counts of validation outcomes: accepted, and rejections by reason."
     def __init__(self): self.accepted, self.rejected = 0, Counter()

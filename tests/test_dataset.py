@@ -36,3 +36,44 @@ def test_parquet_and_jsonl_agree(tmp_path):
     a = read_dataset(write_jsonl(ds, tmp_path / 'd.jsonl')); b = read_dataset(write_parquet(ds, tmp_path / 'd.parquet'))
     assert a['answer_subgraph'].tolist() == b['answer_subgraph'].tolist()
     pd.testing.assert_frame_equal(stats_table({'all': a}), stats_table({'all': b}))
+
+
+# --- issue 10: one statistics column per split; duplicates; one JSONL reader --------------------------------------------
+import json
+import warnings
+
+from kgqa_nb.dataset import dataset_card, empty_record, find_duplicates, normalize_question
+
+
+def test_single_split_has_one_statistics_column():
+    ds = synthetic_records(n=30)
+    assert list(stats_table({'all': ds}).columns) == ['all']
+    assert list(stats_table({'train': ds, 'test': ds}).columns) == ['train', 'test', 'All']
+    card = dataset_card('x', {'all': ds}, 'synthetic', 'none')
+    header = card.split('## Statistics')[1].strip().splitlines()[0].split()
+    assert header == ['all']
+
+
+def _rec(i, q, sparql, answers):
+    return empty_record(id=i, question=q, sparql_query=sparql, answer_node=f'a ({answers[0]})', all_answers_wikidata=answers)
+
+
+def test_find_duplicates_by_query_or_question():
+    recs = [_rec(5, 'Who performed Western City?', 'SELECT ?answer WHERE { wd:Q9 wdt:P175 ?answer . }', ['Q1']),
+            _rec(1, 'Who sang Western City?', 'SELECT ?answer WHERE { wd:Q9 wdt:P175 ?answer . }', ['Q1']),
+            _rec(3, 'who performed  western city', 'SELECT ?answer WHERE { wd:Q8 wdt:P175 ?answer . }', ['Q2']),
+            _rec(4, 'Who performed Western Town?', 'SELECT ?p WHERE { wd:Q9 wdt:P175 ?p }', ['Q1', 'Q3']),  # other answers
+            _rec(6, 'Other?', None, ['Q1']), _rec(7, 'Another?', None, ['Q1']),  # no query: compared by question only
+            _rec(8, 'Who performed Western City!', 'SELECT ?answer WHERE { wd:Q7 wdt:P175 ?answer . }', ['Q4'])]
+    assert find_duplicates(recs) == {5: (1, 'query'), 8: (3, 'question')}
+    assert normalize_question('Who performed Western City?') == normalize_question('who performed  western city')
+
+
+def test_damaged_middle_line_of_a_dataset_is_reported(tmp_path):
+    ds = synthetic_records(n=5)
+    p = write_jsonl(ds, tmp_path / 'd.jsonl')
+    lines = p.read_text().splitlines()
+    lines[2] = lines[2][:30]
+    p.write_text('\n'.join(lines) + '\n')
+    with pytest.warns(UserWarning, match=r'd\.jsonl:3: damaged line'):
+        assert len(read_dataset(p)) == 4

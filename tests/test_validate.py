@@ -180,3 +180,52 @@ def test_filter_log_counts(world):
     assert d['candidates'] == len(BAD) + 1 and d['accepted'] == 1
     assert d['rejected']['unsafe_query'] == sum(r == 'unsafe_query' for _, r in BAD.values())
     assert abs(d['acceptance_rate'] - 1 / (len(BAD) + 1)) < 1e-3
+
+
+# --- canonical_query: one key for every spelling of a query (the dedup key of issue 10, item 1) ------------------------
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from kgqa_nb.kg import load_kg
+from kgqa_nb.sampling import sample_seed_subgraphs, subgraph_text
+from kgqa_nb.generate import datapoint_prompt, offline_datapoint_model, parse_datapoint_response
+from kgqa_nb.validate import canonical_query
+
+
+def _respell(query: str, rng: random.Random) -> str:
+    "The same query written differently: other variable names, patterns shuffled, some constants as full IRIs."
+    shape = read_query(query)
+    vars_ = sorted({x for p in shape.patterns for x in p if x.startswith('?')})
+    new = dict(zip(vars_, rng.sample([f'?n{i}' for i in range(50)], len(vars_))))
+    iri = lambda t: f'<http://www.wikidata.org/entity/{t[3:]}>' if t.startswith('wd:') and rng.random() < .5 else t
+    pats = [tuple(iri(new.get(x, x)) for x in p) for p in shape.patterns]
+    rng.shuffle(pats)
+    return f"SELECT DISTINCT {new[shape.answer_var]} WHERE {{ {' '.join(f'{s} {p} {o} .' for s, p, o in pats)} }}"
+
+
+@pytest.fixture(scope='module')
+def toy_queries():
+    toy = load_kg('toyworld')
+    out = []
+    for i, s in enumerate(sample_seed_subgraphs(toy, 60, seed=21)):
+        out.append(parse_datapoint_response(offline_datapoint_model(datapoint_prompt(subgraph_text(toy, s.edges), 1 + i % 4))).sparql)
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 59), st.randoms(use_true_random=False))
+def test_canonical_query_ignores_spelling(toy_queries, i, rnd):
+    q = toy_queries[i]
+    assert canonical_query(_respell(q, rnd)) == canonical_query(q)
+
+
+def test_canonical_query_separates_different_queries(toy_queries):
+    keys = {}
+    for q in toy_queries:
+        keys.setdefault(canonical_query(q), set()).add(' '.join(q.split()))
+    assert all(len(v) == 1 for v in keys.values())  # different query texts of the offline generator never share a key
+    a = 'SELECT ?answer WHERE { ?x wdt:P1 ?answer . ?x wdt:P2 wd:Q1 . ?y wdt:P1 ?answer . ?y wdt:P3 wd:Q2 . }'
+    b = 'SELECT ?answer WHERE { ?x wdt:P1 ?answer . ?x wdt:P3 wd:Q1 . ?y wdt:P1 ?answer . ?y wdt:P2 wd:Q2 . }'
+    assert canonical_query(a) != canonical_query(b)  # same shape, constants swapped: a different question
+    assert canonical_query(a.replace('wdt:P1 ?answer', 'wdt:P1 ?a2').replace('SELECT ?answer', 'SELECT ?a2')) == canonical_query(a)
