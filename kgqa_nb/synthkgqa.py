@@ -306,8 +306,8 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
                    gen: LLMClient | None = None,  # generator client (default from cfg, cache in out_dir/llm_cache)
                    para: LLMClient | None = None,  # paraphraser client
                    cache_dir=None,  # LLM cache folder (default: out_dir/llm_cache)
-                   verbose: bool = True,  # print the result line and, when stderr is not a terminal, status lines
-                   status_every: int = 100) -> dict:  # candidates between two status lines
+                   verbose: bool = True,  # print the result line
+                   status_every: int = 100) -> dict:  # candidates between two status lines on a non-terminal stderr (0: none)
     "Generate (or resume) a SynthKGQA run in `out_dir`; returns the run summary."
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
@@ -317,7 +317,7 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
     _refuse_shrinking(out, cfg)
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
     ctx, keys, stop = _Ctx(kg, store, cfg, gen, para), {}, None
-    status = _Status(status_every, verbose and not sys.stderr.isatty())
+    status = _Status(status_every, status_every > 0 and not sys.stderr.isatty())
     with OutcomeLog(out / 'outcomes.jsonl') as log:
         n_before = len(log.done)
         sel = select_records(log.done, cfg.n_target, keys)

@@ -277,3 +277,14 @@ def test_labels_with_brackets_survive_generation_and_validation():
             reasons.append(v.reason)
     assert not [r for r in reasons if r and (r.startswith('parse') or r in ('label_mismatch', 'unknown_entity'))], reasons
     assert reasons.count(None) >= kg.num_triples
+
+
+@pytest.mark.data('codex')
+def test_codex_labels_with_brackets_round_trip():
+    "The labels the issue found on CoDEx-M ('(500) Days of Summer', 'Frankfurt (Oder)') come back from the prompt text intact."
+    kg = load_kg('codex-m')
+    odd = [i for i, l in enumerate(kg.entity_labels) if '(' in l or ' - ' in l]
+    assert len(odd) >= 2
+    for i in odd:
+        edges = np.flatnonzero((kg.head == i) | (kg.tail == i))[:30]
+        assert parse_graph_text(subgraph_text(kg, edges)) == [kg.triple_text(int(e)) for e in edges]

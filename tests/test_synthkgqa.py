@@ -285,3 +285,15 @@ def test_damaged_middle_line_is_reported_and_its_candidate_redone(reference, tmp
     redone = [json.loads(l) for l in (out / 'outcomes.jsonl').read_bytes().split(b'\n')[len(lines) - 1:] if l.strip()]
     assert [o['candidate_id'] for o in redone] == [victim]  # only that candidate was done again
     assert (out / 'records.jsonl').read_bytes() == (reference / 'records.jsonl').read_bytes()
+
+
+def test_status_lines_when_stderr_is_not_a_terminal(tmp_path):
+    env = {**os.environ, 'KGQA_PROGRESS': '0'}  # as under make: no bars, so the status lines are all a log shows
+    res = subprocess.run(cli('--kg', 'toyworld', '--n', 60, '--out', tmp_path / 'st', '--batch-size', 16), cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [l for l in res.stderr.splitlines() if l.startswith('kgqa generate: ')]
+    assert len(lines) >= 2 and 'candidates done' in lines[0]  # the first batch is reported at once
+    summary = json.loads((tmp_path / 'st' / 'run_summary.json').read_text())
+    assert lines[-1] == (f"kgqa generate: {summary['candidates_processed']} candidates done, 60 records, "
+                         f"{summary['candidates'] - 60} rejected, {summary['llm_calls']} model calls")
