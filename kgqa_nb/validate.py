@@ -98,11 +98,14 @@ def _term(r: _Reader, verb: bool = False) -> str:
     "Read one term (with a literal's @lang / ^^type); returns its text."
     kind, text, s, e = r.next()
     if kind == 'name' and verb and text == 'a': return 'a'
+    if verb and text in ('^', '!', '('): raise QueryShapeError('sparql_unsupported', f'property path starting {text!r}')
     if kind == 'punct' and text == '[': raise QueryShapeError('sparql_unsupported', 'blank node [ ] pattern')
     if kind == 'punct' and text == '(': raise QueryShapeError('sparql_unsupported', 'RDF collection ( )')
+    if kind == 'pname' and text.startswith('_:'): raise QueryShapeError('sparql_unsupported', f'blank node {text}')
+    if text == '_' and r.peek()[1].startswith(':'): raise QueryShapeError('sparql_unsupported', f'blank node _{r.peek()[1]}')
     if kind in ('var', 'iri', 'pname'):
         _iri_of(r, kind, text)
-        if verb and r.peek()[0] == 'punct' and r.peek()[1] in _PATH_PUNCT: raise QueryShapeError('sparql_unsupported', f'property path {r.peek()[1]!r}')
+        if verb and r.peek()[1] in _PATH_PUNCT: raise QueryShapeError('sparql_unsupported', f'property path {r.peek()[1]!r}')
         return text
     if verb: raise QueryShapeError('sparql_syntax', f'{text!r} cannot be a predicate')
     if kind == 'string':
@@ -194,6 +197,8 @@ def read_query(query: str) -> QueryShape:
         if p[0] != 'pname' or not p[1].endswith(':') or iri[0] != 'iri': raise QueryShapeError('sparql_syntax', 'malformed PREFIX declaration')
         r.prefixes[p[1][:-1]] = iri[1][1:-1]
     prologue = query[:toks[r.i][2]] if r.i < len(toks) else query
+    if r.word() in ('ASK', 'CONSTRUCT', 'DESCRIBE'):
+        raise QueryShapeError('sparql_unsupported', f'{r.word()} queries are not supported (a datapoint query returns entity sets)')
     if r.word() != 'SELECT': raise QueryShapeError('sparql_syntax', f'expected SELECT, found {r.peek()[1]!r}')
     r.next()
     answer_var, count_var = _projection(r)
