@@ -264,8 +264,11 @@ def run_artifact(art: Artifact,  # the artifact to run
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
     with Timer() as t:
         try:
-            pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
-                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False)
+            # the kernel's stderr (a long run's status lines, warnings) reaches the terminal; its stdout stays in the notebook
+            with open(os.devnull, 'w') as quiet:
+                pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
+                                    cwd=str(project_dirs.nbs), progress_bar=bar, log_output=True, stdout_file=quiet,
+                                    stderr_file=sys.stderr)
         except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
