@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_text.ipynb #c002
 from __future__ import annotations
-import hashlib, json, os, re, struct, zlib
+import hashlib, json, os, struct, zlib
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +155,7 @@ def key(self: TextEncoder) -> str:
                     for chunk in iter(lambda: f.read(1 << 22), b''): h.update(chunk)
             self._key = f'{p.name}@{h.hexdigest()[:16]}'
         else: self._key = self.name
+        if getattr(self, 'max_seq_length', None): self._key += f'|max_seq_length={self.max_seq_length}'
     return self._key
 
 # %% ../nbs/14_text.ipynb #c025
