@@ -324,13 +324,11 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
                    filter_cols: torch.Tensor | None = None):  # entities of those pairs
-    "Rank of each row's target among its unfiltered candidates by `metrics.filtered_rank` (ties count against it; 1 = best)."
+    "Rank of each row's target among its unfiltered candidates by `metrics.filtered_ranks` (ties count against it; 1 = best)."
     s, tg = scores.detach().float().cpu().numpy(), target.cpu().numpy()
     rows = np.zeros(0, np.int64) if filter_rows is None else filter_rows.cpu().numpy()
     cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
-    order = np.argsort(rows, kind='stable'); rows, cols = rows[order], cols[order]
-    bounds = np.searchsorted(rows, np.arange(len(s) + 1))
-    return torch.tensor([metrics.filtered_rank(s[i], int(tg[i]), cols[bounds[i]:bounds[i + 1]]) for i in range(len(s))], dtype=torch.long)
+    return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
 
 # %% ../nbs/18_ultra.ipynb #c049
 def ranking_metrics(ranks) -> dict:
@@ -409,10 +407,11 @@ def ultra_eval_cli(argv=None) -> int:
         if a.ckpt not in ULTRA_CHECKPOINTS and not Path(a.ckpt).is_file():
             raise CheckpointError(f'unknown checkpoint {a.ckpt!r}: use one of {sorted(ULTRA_CHECKPOINTS)} or the path of a .pth file')
         if a.out and Path(a.out).is_dir(): raise ValueError(f'--out {a.out} is a folder: give the path of a .csv file')
-        dev = get_device(a.device)
+        try: dev = get_device(a.device)
+        except RuntimeError as e: raise ValueError(str(e)) from None  # CUDA asked for but absent: bad input, not a bug
         split = load_split(a.split)
         table = evaluate_split(load_ultra(a.ckpt, device=dev), split, a.which, a.max_queries, a.batch_size)
-    except (OSError, ValueError, UnknownIdError, RuntimeError) as e:
+    except (OSError, ValueError, UnknownIdError) as e:
         print(f'kgqa ultra-eval: {e}', file=sys.stderr); return 2
     n_all = len(split.queries(a.which))
     print(f'{Path(a.ckpt).stem} on {split!r}: {int(table.n_queries[0]):,} of {n_all:,} {a.which} queries')
