@@ -12,7 +12,7 @@ from scipy import stats
 
 # %% auto #0
 __all__ = ['normalize_answer', 'answer_hit', 'exact_match', 'set_prf', 'filtered_ranks', 'filtered_rank', 'ranking_metrics',
-           'pearson']
+           'pearson', 'hit_at_1', 'one_sided_test']
 
 # %% ../nbs/13_metrics.ipynb #c006
 _PUNCT = re.compile(f'[{re.escape(string.punctuation)}]')
@@ -121,3 +121,28 @@ def pearson(x,  # first sample
     if len(x) != len(y) or len(x) < 3: raise ValueError('pearson needs two equal-length samples of at least 3 values')
     r = stats.pearsonr(x, y)
     return float(r.statistic), float(r.pvalue)
+
+# %% ../nbs/13_metrics.ipynb #c027
+def hit_at_1(pred: str,  # the system's final answer (one string)
+             gold,  # the gold answers (strings)
+            ) -> bool:
+    "KG-RAG's Hit@1: the answer equals a gold answer after lower-casing and stripping whitespace."
+    if not isinstance(pred, str): raise TypeError(f'pred must be one answer string, got {type(pred).__name__}')
+    g = _answers(gold, 'gold')
+    if not g: raise ValueError('no gold answers to compare with')
+    return pred.strip().lower() in {x.strip().lower() for x in g}
+
+# %% ../nbs/13_metrics.ipynb #c030
+def one_sided_test(better,  # per-seed scores of the arm expected to be higher (e.g. GT supervision)
+                   worse,  # per-seed scores of the other arm (e.g. SP supervision)
+                   equal_var: bool = False,  # Student's t-test instead of Welch's
+                  ) -> dict:
+    "Means, stds, % variation (worse vs better) and the p-value of H0: mean(worse) >= mean(better)."
+    a, b = np.asarray(better, dtype=float), np.asarray(worse, dtype=float)
+    if len(a) < 2 or len(b) < 2: raise ValueError('each arm needs at least 2 runs (seeds) for a two-sample test')
+    if np.isnan(a).any() or np.isnan(b).any(): raise ValueError('scores contain NaN')
+    t = stats.ttest_ind(a, b, equal_var=equal_var, alternative='greater')
+    p = float(t.pvalue) if np.isfinite(t.pvalue) else (0.0 if a.mean() > b.mean() else 1.0)  # zero variance in both arms
+    return dict(mean_better=float(a.mean()), std_better=float(a.std(ddof=1)), mean_worse=float(b.mean()),
+                std_worse=float(b.std(ddof=1)), pct_variation=float(100 * (b.mean() - a.mean()) / a.mean()) if a.mean() else float('nan'),
+                p_value=p)
