@@ -11,8 +11,8 @@ import numpy as np
 from scipy import stats
 
 # %% auto #0
-__all__ = ['normalize_answer', 'answer_hit', 'exact_match', 'set_prf', 'filtered_ranks', 'filtered_rank', 'ranking_metrics',
-           'pearson', 'hit_at_1', 'one_sided_test']
+__all__ = ['RETRIEVAL_KS', 'normalize_answer', 'answer_hit', 'exact_match', 'set_prf', 'filtered_ranks', 'filtered_rank',
+           'ranking_metrics', 'pearson', 'hit_at_1', 'one_sided_test', 'triple_ranking', 'retrieval_metrics']
 
 # %% ../nbs/13_metrics.ipynb #c006
 _PUNCT = re.compile(f'[{re.escape(string.punctuation)}]')
@@ -146,3 +146,43 @@ def one_sided_test(better,  # per-seed scores of the arm expected to be higher (
     return dict(mean_better=float(a.mean()), std_better=float(a.std(ddof=1)), mean_worse=float(b.mean()),
                 std_worse=float(b.std(ddof=1)), pct_variation=float(100 * (b.mean() - a.mean()) / a.mean()) if a.mean() else float('nan'),
                 p_value=p)
+
+# %% ../nbs/13_metrics.ipynb #c033
+RETRIEVAL_KS = (10, 30, 50, 100, 200, 500)  # cut-offs of SynthKGQA's retrieval evaluation
+
+def triple_ranking(scores) -> np.ndarray:
+    "Triple positions from best to worst score; ties keep their order (stable)."
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 1: raise ValueError(f'scores must be one vector, got shape {s.shape}')
+    if np.isnan(s).any(): raise ValueError('scores contain NaN')
+    return np.argsort(-s, kind='stable')
+
+# %% ../nbs/13_metrics.ipynb #c035
+def retrieval_metrics(scores,  # (E,) one score per triple of the question graph, higher = more relevant
+                      gt,  # (E,) 1/True where the triple is in the GT answer subgraph
+                      heads,  # (E,) head entity of each triple (any ids)
+                      tails,  # (E,) tail entity of each triple (same ids)
+                      answers,  # the question's answer entities (same ids)
+                      ks=RETRIEVAL_KS,  # cut-offs K
+                     ) -> dict:
+    "GT-triple recall/precision@K, answer-node recall@K and GT-triple MRR of one question's triple scores."
+    order = triple_ranking(scores); E = len(order)
+    gt = np.asarray(gt).astype(bool); h, t = np.asarray(heads), np.asarray(tails); ans = np.unique(np.asarray(answers))
+    if not E: raise ValueError('no triples to rank')
+    if gt.shape != (E,) or h.shape != (E,) or t.shape != (E,): raise ValueError(f'gt, heads and tails must have one entry per score ({E})')
+    if not gt.any(): raise ValueError('no ground-truth triple among the scored triples')
+    if not len(ans): raise ValueError('no answer entity')
+    if any(not isinstance(k, (int, np.integer)) or k < 1 for k in ks): raise ValueError(f'ks must be positive integers, got {ks!r}')
+    hit = gt[order]; cum = np.cumsum(hit)
+    first = np.full(len(ans), E + 1)  # best rank (1-based) at which each answer appears as an endpoint
+    for end in (h[order], t[order]):
+        pos = np.searchsorted(ans, end); ok = (pos < len(ans)) & (ans[np.minimum(pos, len(ans) - 1)] == end)
+        np.minimum.at(first, pos[ok], np.nonzero(ok)[0] + 1)
+    out = {}
+    for k in ks:
+        n = min(int(k), E)
+        out[f'gt_recall@{k}'] = float(cum[n - 1] / gt.sum())
+        out[f'gt_precision@{k}'] = float(cum[n - 1] / n)
+        out[f'answer_recall@{k}'] = float((first <= k).mean())
+    out['gt_mrr'] = float(1 / (np.argmax(hit) + 1))
+    return out
