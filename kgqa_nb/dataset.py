@@ -12,16 +12,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import data_dir, download, jsonable, provenance, read_jsonl as read_jsonl_records
-from .kg import parse_item
+from .core import MalformedFileError, data_dir, jsonable, provenance, read_jsonl as read_jsonl_records
+from .kg import format_item, normalize_label, parse_item
 from .validate import QueryShapeError, canonical_query
 
 # %% auto #0
-__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl',
-           'read_jsonl', 'write_parquet', 'read_dataset', 'load_gtsqa', 'record_relations', 'record_entities',
-           'record_answers', 'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats',
-           'stats_table', 'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records',
-           'check_split', 'dataset_card']
+__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY', 'MINTAKA_ANSWER_TYPES',
+           'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_jsonl', 'write_parquet',
+           'read_dataset', 'record_relations', 'record_entities', 'record_answers', 'check_gtsqa_record',
+           'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items', 'mintaka_record',
+           'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen', 'normalize_question',
+           'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table', 'SplitConfig',
+           'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records', 'check_split', 'dataset_card']
 
 # %% ../nbs/10_dataset.ipynb #c005
 GTSQA_COLUMNS = {  # column -> (type, meaning)
@@ -88,23 +90,15 @@ def read_dataset(path) -> pd.DataFrame:
     "Read a GTSQA-schema dataset from .jsonl or .parquet (ours or the published GTSQA files)."
     path = Path(path)
     if path.suffix == '.jsonl': return read_jsonl(path)
-    if path.suffix == '.parquet': return normalize_frame(pd.read_parquet(path))
+    if path.suffix == '.parquet':
+        import pyarrow as pa
+        try: return normalize_frame(pd.read_parquet(path))
+        except (pa.ArrowException, OSError) as e:
+            if not path.is_file(): raise
+            raise MalformedFileError(path, None, f'not a complete parquet file ({type(e).__name__}: {str(e)[:160]})') from None
     raise ValueError(f'unknown dataset format {path.suffix!r} (use .jsonl or .parquet)')
 
 # %% ../nbs/10_dataset.ipynb #c011
-GTSQA_URL = 'https://huggingface.co/datasets/Graphcore/GTSQA/resolve/main/gtsqa/{split}.parquet'
-
-def load_gtsqa(split: str = 'test',  # 'train' or 'test'
-               allow_download: bool = True):  # fetch from Hugging Face when missing (needs network)
-    "The published GTSQA split as a DataFrame in our schema."
-    path = data_dir('gtsqa') / 'gtsqa' / f'{split}.parquet'
-    if not path.exists():
-        if not allow_download or os.environ.get('HF_HUB_OFFLINE') == '1':
-            raise FileNotFoundError(f'GTSQA {split} not found at {path}; download {GTSQA_URL.format(split=split)} there (or unset HF_HUB_OFFLINE)')
-        download(GTSQA_URL.format(split=split), path)
-    return read_dataset(path)
-
-# %% ../nbs/10_dataset.ipynb #c013
 def record_relations(rec) -> set:
     "Relation IDs used by the answer subgraph."
     return {parse_item(r)[1] for _, r, _ in rec['answer_subgraph'] or []}
@@ -119,7 +113,219 @@ def record_answers(rec, column: str = 'all_answers_wikidata') -> set:
     if a is not None and len(a): return {parse_item(x)[1] if '(' in str(x) else str(x) for x in a}
     return {parse_item(rec['answer_node'])[1]}
 
-# %% ../nbs/10_dataset.ipynb #c016
+# %% ../nbs/10_dataset.ipynb #c014
+GTSQA_URL = 'https://huggingface.co/datasets/Graphcore/GTSQA/resolve/main/gtsqa/{split}.parquet'
+GTSQA_FILES = {  # config -> split -> files inside <data dir>/gtsqa, as published
+    'gtsqa': {'train': ['gtsqa/train.parquet'], 'test': ['gtsqa/test.parquet']},
+    'gtsqa-with-graphs': {'train': [f'gtsqa-with-graphs/train-{b:05d}-of-00022.parquet' for b in range(22)],
+                          'test': ['gtsqa-with-graphs/test-00000-of-00001.parquet']},
+}
+
+def _triples_ok(v, parse: bool) -> bool:
+    "Is `v` a list of [head, relation, tail] strings (each 'Label (ID)' when `parse`)?"
+    if not isinstance(v, list): return False
+    for t in v:
+        if not (isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t)): return False
+        if parse:
+            try: [parse_item(x) for x in t]
+            except ValueError: return False
+    return True
+
+_GTSQA_CHECKS = {  # column -> (test, what it must be)
+    'id': (lambda v: isinstance(v, int) and not isinstance(v, bool), 'an integer'),
+    'question': (lambda v: isinstance(v, str) and bool(v.strip()), 'non-empty text'),
+    'seed_entities': (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and parse_item(x) for x in v), "a list of 'Label (ID)'"),
+    'answer_node': (lambda v: isinstance(v, str) and bool(parse_item(v)), "'Label (ID)'"),
+    'answer_subgraph': (lambda v: _triples_ok(v, True) and bool(v), "a list of ['Label (ID)', 'relation (PID)', 'Label (ID)'] triples"),
+    'sparql_query': (lambda v: isinstance(v, str), 'text'),
+    'all_answers_wikidata': (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), 'a list of IDs'),
+    'all_answers_wikikg2': (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), 'a list of IDs'),
+    'full_answer_subgraph_wikidata': (lambda v: _triples_ok(v, False), 'a list of [ID, ID, ID] triples'),
+    'full_answer_subgraph_wikikg2': (lambda v: _triples_ok(v, False), 'a list of [ID, ID, ID] triples'),
+    'n_hops': (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, 'a non-negative integer'),
+    'redundant': (lambda v: isinstance(v, bool), 'true or false'),
+    'test_type': (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v), 'a list of categories'),
+    'graph': (lambda v: _triples_ok(v, False), "a list of ['Label (ID)', 'relation (PID)', 'Label (ID)'] triples"),
+}
+
+def check_gtsqa_record(rec: dict, path, row: int, graph: bool = False) -> dict:
+    "`rec` when its fields have GTSQA's types; else `MalformedFileError` naming the file, the row, the record's id and the field."
+    for col, (ok, what) in _GTSQA_CHECKS.items():
+        if col == 'graph' and not graph: continue
+        try: good = ok(rec.get(col))
+        except ValueError: good = False
+        if not good: raise MalformedFileError(path, None, f'row {row} (id {rec.get("id")!r}): {col} must be {what}, got {repr(rec.get(col))[:80]}')
+    return rec
+
+def _gtsqa_batches(path, columns: list, batch_size: int = 256):
+    "Record dicts of a parquet file, batch by batch; `MalformedFileError` for a damaged file or a missing column."
+    import pyarrow as pa, pyarrow.parquet as pq
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    try:
+        pf = pq.ParquetFile(path)
+        missing = [c for c in columns if c not in pf.schema_arrow.names]
+        if missing: raise MalformedFileError(path, None, f'missing column(s) {missing}; the file has {pf.schema_arrow.names}')
+        for b in pf.iter_batches(batch_size=batch_size): yield b.to_pylist()
+    except (pa.ArrowException, OSError) as e:
+        raise MalformedFileError(path, None, f'not a complete parquet file ({type(e).__name__}: {str(e)[:160]}); a truncated download?') from None
+
+def read_gtsqa_parquet(path, config: str = 'gtsqa', batch_size: int = 256):  # 'gtsqa' or 'gtsqa-with-graphs'
+    "The records of one published GTSQA parquet file, each checked (`check_gtsqa_record`), as a generator."
+    graph = config == 'gtsqa-with-graphs'
+    row = 0
+    for batch in _gtsqa_batches(path, list(GTSQA_COLUMNS) + (['graph'] if graph else []), batch_size):
+        for rec in batch: row += 1; yield check_gtsqa_record(rec, path, row, graph)
+
+def gtsqa_files(split: str = 'test', config: str = 'gtsqa', root=None) -> list:
+    "Paths of the published files of a GTSQA split and configuration in the data dir."
+    if config not in GTSQA_FILES: raise ValueError(f'unknown GTSQA config {config!r}: use one of {sorted(GTSQA_FILES)}')
+    if split not in GTSQA_FILES[config]: raise ValueError(f"unknown GTSQA split {split!r}: use 'train' or 'test'")
+    return [(Path(root) if root else data_dir()) / 'gtsqa' / f for f in GTSQA_FILES[config][split]]
+
+def _ensure_files(files: list, allow_download: bool, root) -> list:
+    "`files`, fetching missing ones through `kg.fetch` when allowed; else one error naming what is missing and how to get it."
+    from kgqa_nb.kg import DOWNLOADS, fetch
+    base = (Path(root) if root else data_dir())
+    missing = [f for f in files if not f.exists()]
+    names = [next((k for k, d in DOWNLOADS.items() if base / d.dest == f), None) for f in missing]
+    if missing and (not allow_download or os.environ.get('HF_HUB_OFFLINE') == '1'):
+        how = f'kgqa_nb.kg.fetch({names[0]!r})' + (f' (and {len(names) - 1} more)' if len(names) > 1 else '')
+        raise FileNotFoundError(f'{len(missing)} of {len(files)} published file(s) missing, e.g. {missing[0]}; run {how} (or unset HF_HUB_OFFLINE)')
+    for n in names: fetch(n, root=base)
+    return files
+
+def iter_gtsqa(split: str = 'test', config: str = 'gtsqa', allow_download: bool = True, root=None):
+    "Stream the checked records of a published GTSQA split (every shard, in order), fetching missing files when allowed."
+    for f in _ensure_files(gtsqa_files(split, config, root), allow_download, root): yield from read_gtsqa_parquet(f, config)
+
+def load_gtsqa(split: str = 'test',  # 'train' or 'test'
+               allow_download: bool = True,  # fetch missing files from Hugging Face (needs network)
+               config: str = 'gtsqa',  # 'gtsqa' or 'gtsqa-with-graphs' (adds the `graph` column)
+               root=None) -> pd.DataFrame:  # data dir (default: `core.data_dir()`)
+    "A published GTSQA split as a DataFrame in our schema, every record checked."
+    return pd.DataFrame(list(iter_gtsqa(split, config, allow_download, root)))
+
+# %% ../nbs/10_dataset.ipynb #c018
+MINTAKA_COMPLEXITY = ('ordinal', 'intersection', 'count', 'superlative', 'yesno', 'comparative', 'multihop', 'difference', 'generic')
+MINTAKA_ANSWER_TYPES = ('entity', 'boolean', 'number', 'date', 'string')
+_QID = re.compile(r'Q\d+')
+
+def _utf8_text(path) -> str:
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    data = path.read_bytes().removeprefix(b'\xef\xbb\xbf')
+    try: return data.decode('utf-8')
+    except UnicodeDecodeError as e: raise MalformedFileError(path, data[:e.start].count(b'\n') + 1, f'not UTF-8 text ({e.reason})') from None
+
+def json_array_items(path) -> list:
+    "(line, item) for every element of a file holding one JSON array, `line` where the element starts; `MalformedFileError` otherwise."
+    path = Path(path); text = _utf8_text(path)
+    dec, ws, out = json.JSONDecoder(), re.compile(r'\s*'), []
+    line = lambda p: text.count('\n', 0, p) + 1
+    pos = ws.match(text).end()
+    if text[pos:pos + 1] != '[': raise MalformedFileError(path, line(pos), 'expected a JSON array of records')
+    pos = ws.match(text, pos + 1).end(); done = text[pos:pos + 1] == ']'
+    last, last_line = 0, 1
+    while not done:
+        try: item, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg})' + ('; the file ends early (truncated?)' if e.pos >= len(text.rstrip()) else '')) from None
+        last_line += text.count('\n', last, pos); last = pos
+        out.append((last_line, item))
+        pos = ws.match(text, end).end(); c = text[pos:pos + 1]
+        if c == ',': pos = ws.match(text, pos + 1).end()
+        elif c == ']': done = True
+        else: raise MalformedFileError(path, line(pos), "expected ',' or ']' after a record" + ('; the file ends early (truncated?)' if not c else ''))
+    if text[pos + 1:].strip(): raise MalformedFileError(path, line(pos + 1 + len(text[pos + 1:]) - len(text[pos + 1:].lstrip())), 'text after the closing ]')
+    return out
+
+def _label(v, lang: str):
+    "A Mintaka label: a string, or a dict of languages (the requested one, else English); None when absent."
+    if isinstance(v, dict): v = v.get(lang) or v.get('en')
+    return v if isinstance(v, str) and v else None
+
+def mintaka_record(item, path, line: int, lang: str = 'en') -> dict:
+    "One Mintaka record in our schema (see above); `MalformedFileError` naming the file, line and field when it is not Mintaka's layout."
+    bad = lambda what: MalformedFileError(path, line, f'record {item.get("id") if isinstance(item, dict) else None!r}: {what}')
+    if not isinstance(item, dict): raise MalformedFileError(path, line, f'expected a record object, got {type(item).__name__}')
+    for k, t in (('id', str), ('question', str), ('questionEntity', list), ('answer', dict), ('complexityType', str), ('category', str)):
+        if not isinstance(item.get(k), t): raise bad(f'{k} must be {"a list" if t is list else "an object" if t is dict else "text"}, got {repr(item.get(k))[:60]}')
+    if item['complexityType'] not in MINTAKA_COMPLEXITY: raise bad(f'complexityType {item["complexityType"]!r} is not one of {MINTAKA_COMPLEXITY}')
+    seeds = []
+    for k, qe in enumerate(item['questionEntity']):
+        if not (isinstance(qe, dict) and isinstance(qe.get('entityType'), str) and 'name' in qe): raise bad(f'questionEntity[{k}] needs entityType and name')
+        if qe['entityType'] == 'entity':
+            if not (isinstance(qe['name'], str) and _QID.fullmatch(qe['name'])): raise bad(f'questionEntity[{k}].name {qe["name"]!r} is not a QID')
+            seeds.append(format_item(_label(qe.get('label'), lang) or qe['name'], qe['name']))
+    ans = item['answer']; atype, values = ans.get('answerType'), ans.get('answer')
+    if atype not in MINTAKA_ANSWER_TYPES: raise bad(f'answer.answerType {atype!r} is not one of {MINTAKA_ANSWER_TYPES}')
+    if values is not None and not isinstance(values, list): raise bad(f'answer.answer must be a list or null, got {repr(values)[:60]}')
+    values = values or []
+    if atype == 'entity':
+        for k, a in enumerate(values):
+            if not (isinstance(a, dict) and isinstance(a.get('name'), str) and _QID.fullmatch(a['name'])): raise bad(f'answer.answer[{k}] is not {{"name": QID, ...}}: {repr(a)[:60]}')
+        answers = [format_item(_label(a.get('label'), lang) or a['name'], a['name']) for a in values]
+        all_answers, answer_values = [a['name'] for a in values], None
+    else: answers, all_answers, answer_values = [], [str(v) for v in values], values
+    return {**empty_record(id=item['id'], question=item['question'], seed_entities=seeds, answer_node=answers[0] if answers else None,
+                           all_answers_wikidata=all_answers),
+            'complexity_type': item['complexityType'], 'category': item['category'], 'lang': item.get('lang', 'en'),
+            'answer_type': atype, 'answer_values': answer_values, 'answer_mention': ans.get('mention')}
+
+def read_mintaka(path,  # mintaka_{train,dev,test}.json
+                 lang: str = 'en') -> pd.DataFrame:  # language of the labels taken from multilingual label dicts
+    "A Mintaka split as records in our schema (plus complexity type, category, answer type and non-entity answers), every record checked."
+    path = Path(path)
+    return pd.DataFrame([mintaka_record(item, path, line, lang) for line, item in json_array_items(path)])
+
+def load_mintaka(split: str = 'test', allow_download: bool = True, root=None) -> pd.DataFrame:
+    "The published Mintaka split ('train', 'dev' or 'test') from `<data dir>/mintaka`, fetched when missing and allowed."
+    if split not in ('train', 'dev', 'test'): raise ValueError(f"unknown Mintaka split {split!r}: use 'train', 'dev' or 'test'")
+    return read_mintaka(_ensure_files([(Path(root) if root else data_dir()) / 'mintaka' / f'mintaka_{split}.json'], allow_download, root)[0])
+
+# %% ../nbs/10_dataset.ipynb #c021
+_WD_CONST = re.compile(r'\bwd:(Q\d+)\b')
+
+def kgqagen_record(obj, path, line: int) -> dict:
+    "One KGQAGen-10k record in our schema (see above); `MalformedFileError` naming file, line and field when a field is missing or mistyped."
+    bad = lambda what: MalformedFileError(path, line, f'record {obj.get("id") if isinstance(obj, dict) else None!r}: {what}')
+    if not isinstance(obj, dict): raise MalformedFileError(path, line, f'expected a JSON object, got {type(obj).__name__}')
+    checks = (('id', lambda v: isinstance(v, int) and not isinstance(v, bool), 'an integer'), ('seed', lambda v: isinstance(v, str) and _QID.fullmatch(v), 'a QID'),
+              ('question', lambda v: isinstance(v, str) and v.strip(), 'non-empty text'), ('answer', lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x in v), 'a non-empty list of labels'),
+              ('sparql', lambda v: isinstance(v, str) and v.strip(), 'a query'), ('proof', lambda v: _triples_ok(v, False), 'a list of [head, relation, tail] texts'))
+    for k, ok, what in checks:
+        if not ok(obj.get(k)): raise bad(f'{k} must be {what}, got {repr(obj.get(k))[:60]}')
+    labels, triples = {}, []
+    for t in obj['proof']:
+        try: items = [parse_item(x) for x in t]
+        except ValueError: continue  # a literal-valued triple: kept in `proof` only
+        triples.append(list(t)); labels.update({i: l for l, i in (items[0], items[2])})
+    seeds = list(dict.fromkeys(_WD_CONST.findall(obj['sparql'])))
+    by_label = {}
+    for i, l in labels.items(): by_label.setdefault(normalize_label(l), set()).add(i)
+    resolved = [next(iter(by_label[normalize_label(a)])) if len(by_label.get(normalize_label(a), ())) == 1 else None for a in obj['answer']]
+    return {**empty_record(id=obj['id'], question=obj['question'], seed_entities=[format_item(labels.get(q, q), q) for q in seeds],
+                           answer_node=format_item(obj['answer'][0], resolved[0]) if resolved[0] else None, answer_subgraph=triples,
+                           sparql_query=obj['sparql'], all_answers_wikidata=resolved if all(resolved) else None),
+            'seed': format_item(labels.get(obj['seed'], obj['seed']), obj['seed']), 'answer_labels': obj['answer'], 'proof': obj['proof']}
+
+def read_kgqagen(path) -> pd.DataFrame:  # the KGQAGen-10k JSON-lines file
+    "KGQAGen-10k as records in our schema (answers, seed, SPARQL and proof kept), every line checked; a torn line is refused."
+    path = Path(path); out = []
+    for i, line in enumerate(_utf8_text(path).split('\n'), 1):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError as e: raise MalformedFileError(path, i, f'not a JSON object ({e.msg}); a truncated or damaged line') from None
+        out.append(kgqagen_record(obj, path, i))
+    if not out: raise MalformedFileError(path, None, 'no records in the file')
+    return pd.DataFrame(out)
+
+def load_kgqagen(allow_download: bool = True, root=None) -> pd.DataFrame:
+    "KGQAGen-10k from `<data dir>/kgqagen/data.jsonl`, fetched when missing and allowed."
+    return read_kgqagen(_ensure_files([(Path(root) if root else data_dir()) / 'kgqagen' / 'data.jsonl'], allow_download, root)[0])
+
+# %% ../nbs/10_dataset.ipynb #c024
 DEDUP_RULE = ('a record is a duplicate of an earlier one (by id) when it has the same query pattern (up to variable names, '
               'pattern order and prefixes) and the same answer set, or the same question text (case, spacing and final '
               'punctuation ignored); only the first is kept')
@@ -137,7 +343,7 @@ def datapoint_keys(rec: dict, answers_column: str = 'all_answers_wikidata') -> t
         qk = f"{q} | answers: {' '.join(sorted(record_answers(rec, answers_column)))}"
     return qk, normalize_question(rec['question'])
 
-# %% ../nbs/10_dataset.ipynb #c019
+# %% ../nbs/10_dataset.ipynb #c027
 class DedupIndex:
     "The keys of the records kept so far; `check(rec)` says whether a new record repeats one of them."
     def __init__(self, answers_column: str = 'all_answers_wikidata'):
@@ -161,7 +367,7 @@ def find_duplicates(records, answers_column: str = 'all_answers_wikidata') -> di
         if (hit := index.check(rec)) is not None: out[rec['id']] = hit
     return out
 
-# %% ../nbs/10_dataset.ipynb #c022
+# %% ../nbs/10_dataset.ipynb #c030
 def dataset_stats(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> dict:
     "The Table 1 statistics of one split."
     recs = df.to_dict('records')
@@ -182,7 +388,7 @@ def stats_table(splits: dict, answers_column: str = 'all_answers_wikidata') -> p
     if len(splits) > 1: cols['All'] = dataset_stats(pd.concat(list(splits.values()), ignore_index=True), answers_column)
     return pd.DataFrame(cols)
 
-# %% ../nbs/10_dataset.ipynb #c025
+# %% ../nbs/10_dataset.ipynb #c033
 @dataclass
 class SplitConfig:
     "Thresholds of the zero-shot split."
@@ -206,14 +412,14 @@ class SplitResult:
     unsatisfied: list = field(default_factory=list)
     cells: pd.DataFrame | None = None
 
-# %% ../nbs/10_dataset.ipynb #c027
+# %% ../nbs/10_dataset.ipynb #c035
 def reserve_rare_relations(df: pd.DataFrame, n: int | None = None, share: float = 0.45) -> list:
     "The least frequent relation types (by number of questions using them), ties broken by ID."
     cnt = Counter(r for rels in df['answer_subgraph'].map(lambda s: record_relations({'answer_subgraph': s})) for r in rels)
     n = int(round(share * len(cnt))) if n is None else n
     return [r for r, _ in sorted(cnt.items(), key=lambda kv: (kv[1], kv[0]))[:n]]
 
-# %% ../nbs/10_dataset.ipynb #c028
+# %% ../nbs/10_dataset.ipynb #c036
 def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResult:
     "Zero-shot train/test split with test_type labels; rules that cannot be met are reported, not hidden."
     rng = np.random.default_rng(cfg.seed)
@@ -251,7 +457,7 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     return SplitResult(train.reset_index(drop=True), test.drop(columns='_cat').reset_index(drop=True), unseen_rel,
                        list(cfg.unseen_graph_types), dropped, unsatisfied, cells.rename(columns={'_cat': 'category'}))
 
-# %% ../nbs/10_dataset.ipynb #c030
+# %% ../nbs/10_dataset.ipynb #c038
 def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400, seed: int = 0) -> pd.DataFrame:
     "Random GTSQA-schema records with chain or star answer subgraphs (for examples and tests only)."
     rng = np.random.default_rng(seed)
@@ -272,7 +478,7 @@ def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400
                                  graph_isomorphism=kind, redundant=bool(rng.random() < 0.2), all_answers_wikidata=[f'Q{1000 + ents[0]}']))
     return pd.DataFrame(recs)
 
-# %% ../nbs/10_dataset.ipynb #c033
+# %% ../nbs/10_dataset.ipynb #c041
 def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') -> list:
     "Violations of the zero-shot rules in a split (empty when all hold)."
     bad = []
@@ -289,7 +495,7 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
         if set(r['test_type']) != (want or {'in_distribution'}): bad.append(f"wrong test_type for id {r['id']}"); break
     return bad
 
-# %% ../nbs/10_dataset.ipynb #c036
+# %% ../nbs/10_dataset.ipynb #c044
 def dataset_card(name: str,  # the dataset's title
                  splits: dict,  # split name -> DataFrame of records
                  kg: str,  # the KG the records were generated on (name and view)

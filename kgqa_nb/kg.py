@@ -16,10 +16,14 @@ from .core import data_dir, MalformedFileError
 
 # %% auto #0
 __all__ = ['HEADER_WORDS', 'WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'CODEX_VIEWS', 'LP_LAYOUTS', 'LP_SPLITS',
-           'METAQA_ERRATA', 'KG_REGISTRY', 'format_item', 'parse_item', 'normalize_label', 'UnknownIdError',
-           'KnowledgeGraph', 'CSR', 'kg_fingerprint', 'check_id', 'read_triple_file', 'read_id_text', 'read_tsv',
-           'read_ntriples', 'read_synth_kgqa', 'codex_labels', 'load_codex_m', 'load_codex_m_labelled',
-           'LinkPredictionSplit', 'load_split', 'load_ilpc2022', 'load_metaqa_kb', 'load_kg']
+           'METAQA_ERRATA', 'OGB_WIKIKG2_SPLITS', 'HETIONET_DIRECTIONS', 'DOWNLOADS', 'KG_REGISTRY', 'KG_DATA',
+           'format_item', 'parse_item', 'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'kg_fingerprint',
+           'check_id', 'read_triple_file', 'read_id_text', 'read_tsv', 'read_ntriples', 'read_synth_kgqa',
+           'codex_labels', 'load_codex_m', 'load_codex_m_labelled', 'LinkPredictionSplit', 'load_split',
+           'load_ilpc2022', 'load_metaqa_kb', 'read_ogb_mapping', 'read_ogb_split', 'read_wikikg90m_text',
+           'with_wikikg90m_text', 'read_ogbl_wikikg2', 'write_ogb_layout', 'load_wikikg2', 'hetionet_id',
+           'metaedge_abbrev', 'read_hetionet_json', 'read_hetionet_tsv', 'load_hetionet', 'Download', 'human_size',
+           'download_table', 'remote_size', 'fetch', 'load_kg']
 
 # %% ../nbs/01_kg.ipynb #c005
 _TEXT_RE = re.compile(r'^\s*(?P<label>.*?)\s*\(\s*(?P<id>[A-Za-z]{1,3}-?\d+)\s*\)\s*$', re.S)
@@ -324,11 +328,21 @@ def check_id(x: str,  # the candidate ID
     return x
 
 # %% ../nbs/01_kg.ipynb #c040
-def _read_text(path) -> str:
-    "The text of a UTF-8 file (a byte-order mark dropped); `MalformedFileError` with the line of the first bad byte."
+def _read_bytes(path) -> bytes:
+    "The bytes of a file, decompressed when its name ends in .gz or .bz2; a damaged or truncated archive is a `MalformedFileError`."
+    import bz2, zlib
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
-    data = path.read_bytes().removeprefix(b'\xef\xbb\xbf')
+    data = path.read_bytes()
+    if path.suffix not in ('.gz', '.bz2'): return data
+    try: return gzip.decompress(data) if path.suffix == '.gz' else bz2.decompress(data)
+    except (EOFError, OSError, ValueError, zlib.error) as e:
+        raise MalformedFileError(path, None, f'damaged or truncated {path.suffix[1:]} file ({type(e).__name__}: {e})') from None
+
+def _read_text(path) -> str:
+    "The text of a UTF-8 file (.gz/.bz2 decompressed, a byte-order mark dropped); `MalformedFileError` with the line of the first bad byte."
+    path = Path(path)
+    data = _read_bytes(path).removeprefix(b'\xef\xbb\xbf')
     try: return data.decode('utf-8')
     except UnicodeDecodeError as e:
         raise MalformedFileError(path, data[:e.start].count(b'\n') + 1, f'not UTF-8 text ({e.reason})') from None
@@ -391,7 +405,7 @@ def read_id_text(path,  # a text file of `ID<TAB>text` lines
 def _read_json(path):
     "A JSON file, or `MalformedFileError` with the line of the first syntax error."
     path = Path(path)
-    try: return json.loads(path.read_text(encoding='utf-8'))
+    try: return json.loads(_read_bytes(path).decode('utf-8'))
     except json.JSONDecodeError as e: raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg})') from None
     except UnicodeDecodeError as e: raise MalformedFileError(path, None, f'not UTF-8 text ({e.reason})') from None
 
@@ -490,31 +504,85 @@ def read_ntriples(path, name: str | None = None) -> KnowledgeGraph:
     return KnowledgeGraph.from_id_triples(triples, labels, labels, descs, descs, extra_entities=extra, name=name or path.stem)
 
 # %% ../nbs/01_kg.ipynb #c056
+def _load_npy(path) -> np.ndarray:
+    "The array in a .npy file, unpickled only when it holds objects (text saved from pandas); `MalformedFileError` when damaged."
+    import pickle
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    try:
+        try: return np.load(path, allow_pickle=False)
+        except ValueError as e:
+            if 'allow_pickle' not in str(e): raise
+            return np.load(path, allow_pickle=True)
+    except (ValueError, EOFError, OSError, TypeError, pickle.UnpicklingError) as e:
+        raise MalformedFileError(path, None, f'not a complete .npy array ({type(e).__name__}: {str(e)[:120]}); damaged or truncated?') from None
+
+def _text_list(arr: np.ndarray, path, n: int, what: str) -> list:
+    "A 1-D array of `n` strings as a list, or `MalformedFileError` naming the first entry that is not text."
+    if arr.ndim != 1: raise MalformedFileError(path, None, f'{what}: expected a 1-D array, got shape {arr.shape}')
+    if len(arr) != n: raise MalformedFileError(path, None, f'{len(arr):,} {what}, expected {n:,} (one per entry of the table)')
+    xs = arr.tolist()
+    bad = next((i for i, x in enumerate(xs) if not isinstance(x, str)), None)
+    if bad is not None: raise MalformedFileError(path, None, f'{what} [{bad}] is {xs[bad]!r}, not text')
+    return xs
+
+def _check_ids(ids: list, path, what: str = 'ID', first_line: int | None = None) -> list:
+    "`ids` when each is a valid ID (`check_id`) and none repeats; else `MalformedFileError` naming its line (or position)."
+    where = lambda i: (first_line + i, what) if first_line is not None else (None, f'{what} [{i}]')
+    joined = '\x00'.join(ids)  # one regex pass over all IDs; NUL is not in the class of forbidden characters
+    m = _BAD_ID_CHARS.search(joined)
+    bad = [i for i in (joined.count('\x00', 0, m.start()) if m else None, ids.index('') if '' in ids else None) if i is not None]
+    if bad: check_id(ids[min(bad)], path, *where(min(bad)))
+    if len(set(ids)) != len(ids):
+        first = {}
+        for i, x in enumerate(ids):
+            if x in first:
+                line, w = where(i)
+                raise MalformedFileError(path, line, f'{w} {x!r} is listed twice (first at {"line " + str(where(first[x])[0]) if first_line is not None else f"[{first[x]}]"})')
+            first[x] = i
+    return ids
+
+def _check_range(idx: np.ndarray, n: int, path, what: str):
+    "`MalformedFileError` when an index in `idx` is outside 0..n-1 (naming the first such position)."
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        pos = tuple(int(p) for p in np.unravel_index(np.flatnonzero((idx < 0) | (idx >= n))[0], idx.shape))
+        raise MalformedFileError(path, None, f'{what} index {int(idx[pos])} at position {list(pos)} is outside the {n:,} {what} rows 0..{n - 1}')
+
+# %% ../nbs/01_kg.ipynb #c057
+_SYNTH_TEXT = ('node_ids', 'node_labels', 'node_descriptions', 'relation_ids', 'relation_labels', 'relation_descriptions')
+
 @patch
 def to_synth_kgqa(self: KnowledgeGraph, folder):
     "Write the synth-kgqa `--kg-path` layout (edge_ids, relation_types, labels, IDs, descriptions as .npy)."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / 'edge_ids.npy', np.stack([self.head, self.tail]))
     np.save(folder / 'relation_types.npy', self.rel)
-    for n, v in (('node_labels', self.entity_labels), ('relation_labels', self.relation_labels), ('node_ids', self.entity_ids),
-                 ('relation_ids', self.relation_ids), ('node_descriptions', self.entity_descriptions)):
+    for n, v in zip(_SYNTH_TEXT, (self.entity_ids, self.entity_labels, self.entity_descriptions, self.relation_ids,
+                                  self.relation_labels, self.relation_descriptions)):
         if v is not None: np.save(folder / f'{n}.npy', np.asarray(v, dtype=object), allow_pickle=True)
     return folder
 
-def read_synth_kgqa(folder, name: str | None = None) -> KnowledgeGraph:
-    "Read the synth-kgqa numpy layout; node/relation IDs default to 'N<i>'/'R<i>' when the optional files are absent."
-    folder = Path(folder)
-    ld = lambda n: np.load(folder / f'{n}.npy', allow_pickle=True) if (folder / f'{n}.npy').exists() else None
-    edges, rtypes = ld('edge_ids'), ld('relation_types')
-    nlab, rlab = ld('node_labels'), ld('relation_labels')
-    V = len(nlab) if nlab is not None else int(edges.max()) + 1
-    R = len(rlab) if rlab is not None else int(rtypes.max()) + 1
-    nid, rid, ndesc = ld('node_ids'), ld('relation_ids'), ld('node_descriptions')
-    return KnowledgeGraph(edges[0], rtypes, edges[1], list(nid) if nid is not None else [f'N{i}' for i in range(V)],
-                          list(rid) if rid is not None else [f'R{i}' for i in range(R)], None if nlab is None else list(nlab),
-                          None if rlab is None else list(rlab), None if ndesc is None else list(ndesc), name=name or folder.name)
+def read_synth_kgqa(folder,  # a folder holding edge_ids.npy and relation_types.npy (+ the optional text arrays)
+                    name: str | None = None) -> KnowledgeGraph:  # KG name (default: the folder's name)
+    "Read the synth-kgqa numpy layout, every file checked; entity/relation IDs default to 'N<i>'/'R<i>' when their files are absent."
+    folder = Path(folder); f = lambda n: folder / f'{n}.npy'
+    for n in ('edge_ids', 'relation_types'):
+        if not f(n).is_file(): raise FileNotFoundError(f'no {n}.npy in {folder}: a synth-kgqa KG folder holds edge_ids.npy and relation_types.npy (+ node_*.npy, relation_*.npy)')
+    edges, rtypes = _load_npy(f('edge_ids')), _load_npy(f('relation_types'))
+    if edges.ndim != 2 or edges.shape[0] != 2 or edges.dtype.kind not in 'iu':
+        raise MalformedFileError(f('edge_ids'), None, f'expected a (2, E) integer array of head and tail indices, got shape {edges.shape} of {edges.dtype}')
+    if rtypes.shape != (edges.shape[1],) or rtypes.dtype.kind not in 'iu':
+        raise MalformedFileError(f('relation_types'), None, f'expected ({edges.shape[1]:,},) integers, one per triple of edge_ids.npy, got shape {rtypes.shape} of {rtypes.dtype}')
+    arrays = {n: _load_npy(f(n)) for n in _SYNTH_TEXT if f(n).is_file()}
+    size = lambda kind, idx: next((len(a) for n, a in arrays.items() if n.startswith(kind)), int(idx.max()) + 1 if idx.size else 0)
+    V, R = size('node', edges), size('relation', rtypes)
+    text = {n: _text_list(a, f(n), V if n.startswith('node') else R, n.replace('_', ' ')) for n, a in arrays.items()}
+    _check_range(edges, V, f('edge_ids'), 'entity'); _check_range(rtypes, R, f('relation_types'), 'relation')
+    ids = lambda n, prefix, k: _check_ids(text[n], f(n), n[:-1].replace('_', ' ')) if n in text else [f'{prefix}{i}' for i in range(k)]
+    return KnowledgeGraph(edges[0], rtypes, edges[1], ids('node_ids', 'N', V), ids('relation_ids', 'R', R), text.get('node_labels'),
+                          text.get('relation_labels'), text.get('node_descriptions'), text.get('relation_descriptions'), name=name or folder.name)
 
-# %% ../nbs/01_kg.ipynb #c059
+# %% ../nbs/01_kg.ipynb #c062
 def codex_labels(root=None  # data dir (default: `core.data_dir()`)
                  ) -> dict:
     "QID -> (label, description) from CoDEx's entities.json when present, then the FB15k-237 Wikidata labels and CoDEx's type labels."
@@ -536,7 +604,7 @@ def codex_labels(root=None  # data dir (default: `core.data_dir()`)
         for q, v in _read_json(ty).items(): out.setdefault(q, (v['label'], v.get('description') or ''))
     return out
 
-# %% ../nbs/01_kg.ipynb #c061
+# %% ../nbs/01_kg.ipynb #c064
 CODEX_VIEWS = {'full': 'codex-m', 'labelled': 'codex-m-labelled'}  # view -> KG name
 
 def load_codex_m(view: str = 'full',  # 'full' (every triple) or 'labelled' (triples whose two ends have a label)
@@ -561,7 +629,7 @@ def load_codex_m_labelled(**kw) -> KnowledgeGraph:
     "The labelled-only view of CoDEx-M (`load_codex_m(view='labelled')`)."
     return load_codex_m(view='labelled', **kw)
 
-# %% ../nbs/01_kg.ipynb #c065
+# %% ../nbs/01_kg.ipynb #c068
 @dataclass
 class LinkPredictionSplit:
     "A link-prediction benchmark: message-passing graph, valid/test queries, the known-true filter set, transductive or inductive."
@@ -586,7 +654,7 @@ class LinkPredictionSplit:
         return (f'LinkPredictionSplit({self.name!r}, {"inductive" if self.inductive else "transductive"}: {self.graph.num_entities:,} entities, '
                 f'{self.graph.num_relations} relations, {self.graph.num_triples:,} graph triples, {len(self.valid):,} valid / {len(self.test):,} test queries)')
 
-# %% ../nbs/01_kg.ipynb #c067
+# %% ../nbs/01_kg.ipynb #c070
 LP_LAYOUTS = {  # setting -> (graph, valid, test) file stems; ILPC's train.txt is a separate training graph, unused here
     'inductive': ('inference', 'inference_validation', 'inference_test'),
     'transductive': ('train', 'valid', 'test'),
@@ -628,7 +696,7 @@ def load_ilpc2022(size: str = 'small', root=None) -> LinkPredictionSplit:
     if not base.exists(): raise FileNotFoundError(f'ILPC2022-{size} not found under {base}: get it from https://github.com/pykeen/ilpc2022 (data/{size})')
     return load_split(str(base), name=f'ilpc2022-{size}')
 
-# %% ../nbs/01_kg.ipynb #c071
+# %% ../nbs/01_kg.ipynb #c074
 METAQA_ERRATA = {'entity2text.txt': {22447: ('29', '22446')}}  # file -> {line: (ID written, ID meant)}
 
 def load_metaqa_kb(root=None  # data dir (default: `core.data_dir()`)
@@ -643,12 +711,355 @@ def load_metaqa_kb(root=None  # data dir (default: `core.data_dir()`)
     return KnowledgeGraph.from_id_triples(tri, {'M' + k: v for k, v in ents.items()}, {'R' + k: v for k, v in rels.items()}, name='metaqa')
 
 # %% ../nbs/01_kg.ipynb #c076
+OGB_WIKIKG2_SPLITS = ('train', 'valid', 'test')
+
+def read_ogb_mapping(path,  # an OGB `mapping/*.csv.gz` file
+                     header: tuple) -> list:  # its two column names, e.g. ('reltype', 'rel id')
+    "The IDs of an OGB mapping file in index order; the rows must be `index,ID` with indices 0, 1, 2, … and valid, distinct IDs."
+    path = Path(path)
+    lines = _read_text(path).split('\n')
+    if lines and not lines[-1].strip(): lines.pop()
+    if not lines or lines[0].rstrip('\r').split(',') != list(header):
+        raise MalformedFileError(path, 1, f"the first line must be the header {','.join(header)!r}")
+    ids = []
+    for i, line in enumerate(lines[1:], 2):
+        idx, sep, x = line.rstrip('\r').partition(',')
+        if not sep: raise MalformedFileError(path, i, f'expected "index,ID", got {line[:60]!r}')
+        if idx != str(i - 2): raise MalformedFileError(path, i, f'index {idx!r} out of order: this row must hold index {i - 2}')
+        ids.append(x)
+    return _check_ids(ids, path, header[1], first_line=2)
+
+def _numpy_pickle_names() -> list:
+    "The globals a pickled numpy array needs, under their numpy 1 and numpy 2 module names (for `torch.serialization.safe_globals`)."
+    rec = np._core.multiarray._reconstruct if hasattr(np, '_core') else np.core.multiarray._reconstruct
+    dtypes = {type(np.dtype(c)) for c in 'bBhHiIlLqQfd?'}
+    return [np.ndarray, np.dtype, rec, (rec, 'numpy.core.multiarray._reconstruct'), (rec, 'numpy._core.multiarray._reconstruct'), *dtypes]
+
+def read_ogb_split(path) -> np.ndarray:
+    "(n, 3) int64 (head, relation, tail) rows of an OGB split file (a `torch.save`d dict of arrays), loaded without running code."
+    import pickle, torch
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    try:
+        with torch.serialization.safe_globals(_numpy_pickle_names()): d = torch.load(path, weights_only=True, map_location='cpu')
+    except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as e:
+        raise MalformedFileError(path, None, f'not a readable torch.save file ({type(e).__name__}: {str(e).splitlines()[0][:160]}); damaged or truncated?') from None
+    if not isinstance(d, dict) or not {'head', 'relation', 'tail'} <= set(d):
+        raise MalformedFileError(path, None, f'expected a dict with head, relation and tail arrays, got {type(d).__name__} {sorted(d) if isinstance(d, dict) else ""}')
+    cols = [np.asarray(d[k]) for k in ('head', 'relation', 'tail')]
+    if any(c.ndim != 1 or c.dtype.kind not in 'iu' for c in cols) or len({len(c) for c in cols}) != 1:
+        raise MalformedFileError(path, None, 'head, relation and tail must be 1-D integer arrays of one length, got '
+                                 + ', '.join(f'{k} {c.shape} {c.dtype}' for k, c in zip(('head', 'relation', 'tail'), cols)))
+    return np.stack(cols, 1).astype(np.int64)
+
+def _int_csv(path, ncols: int) -> np.ndarray:
+    "(n, ncols) int64 rows of a headerless CSV of non-negative integers (OGB's raw files), refusing any other line by number."
+    path = Path(path)
+    lines = _read_text(path).split('\n')
+    if lines and not lines[-1].strip(): lines.pop()
+    body = '\n'.join(l.rstrip('\r') for l in lines)
+    pat = re.compile(r'(?:\d+' + r',\d+' * (ncols - 1) + r'\n)*\d+' + r',\d+' * (ncols - 1))
+    if lines and not pat.fullmatch(body):
+        bad = next(i for i, l in enumerate(lines, 1) if not re.fullmatch(r'\d+' + r',\d+' * (ncols - 1), l.rstrip('\r')))
+        raise MalformedFileError(path, bad, f'expected {ncols} comma-separated non-negative integers, got {lines[bad - 1][:60]!r}')
+    return np.array(body.replace(',', '\n').split(), dtype=np.int64).reshape(-1, ncols) if lines else np.zeros((0, ncols), np.int64)
+
+def _read_ogb_raw(raw) -> np.ndarray:
+    "(n, 3) int64 triples of OGB's raw layout: raw/edge.csv.gz (head,tail) and raw/edge_reltype.csv.gz (relation), row by row."
+    raw = Path(raw)
+    ht, r = _int_csv(raw / 'edge.csv.gz', 2), _int_csv(raw / 'edge_reltype.csv.gz', 1)
+    if len(ht) != len(r): raise MalformedFileError(raw / 'edge_reltype.csv.gz', None, f'{len(r):,} relations for {len(ht):,} edges in edge.csv.gz')
+    return np.stack([ht[:, 0], r[:, 0], ht[:, 1]], 1)
+
+# %% ../nbs/01_kg.ipynb #c078
+def read_wikikg90m_text(path,  # `entity.csv` or `relation.csv` of the WikiKG90Mv2 text mapping
+                        ids,  # the IDs wanted (QIDs or PIDs)
+                        key: str) -> tuple[dict, dict]:  # the ID column: 'entity' or 'relation'
+    "(ID -> title, ID -> desc) for `ids` from a WikiKG90Mv2 text mapping file; a missing title or description is left out."
+    path, want, labels, descs = Path(path), set(ids), {}, {}
+    if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
+    try:
+        with pd.read_csv(path, usecols=[key, 'title', 'desc'], dtype=str, chunksize=1_000_000) as chunks:
+            for c in chunks:
+                c = c[c[key].isin(want)]
+                labels.update(c.dropna(subset=['title']).set_index(key)['title'].to_dict())
+                descs.update(c.dropna(subset=['desc']).set_index(key)['desc'].to_dict())
+    except pd.errors.ParserError as e:
+        m = re.search(r'line (\d+)', str(e))
+        raise MalformedFileError(path, int(m[1]) if m else None, f'not a CSV row ({str(e).strip()[:160]})') from None
+    except ValueError as e: raise MalformedFileError(path, 1, f'the header must name {key}, title and desc ({e})') from None
+    except (EOFError, OSError, UnicodeDecodeError) as e: raise MalformedFileError(path, None, f'unreadable ({type(e).__name__}: {e})') from None
+    return labels, descs
+
+def with_wikikg90m_text(kg: KnowledgeGraph, folder,  # the `wikikg90mv2_mapping` folder (entity.csv, relation.csv)
+                        name: str = 'wikikg2') -> KnowledgeGraph:
+    "`kg` with WikiKG90Mv2 labels and descriptions, keeping (as GTSQA did) entities with both, relations with a label, and the triples between them."
+    folder = Path(folder)
+    el, ed = read_wikikg90m_text(folder / 'entity.csv', kg.entity_ids, 'entity')
+    rl, rd = read_wikikg90m_text(folder / 'relation.csv', kg.relation_ids, 'relation')
+    keep_e = np.array([q in el and q in ed for q in kg.entity_ids], bool); keep_r = np.array([p in rl for p in kg.relation_ids], bool)
+    new_e, new_r = np.cumsum(keep_e) - 1, np.cumsum(keep_r) - 1
+    m = keep_e[kg.head] & keep_e[kg.tail] & keep_r[kg.rel]
+    E = [q for q, k in zip(kg.entity_ids, keep_e) if k]; R = [p for p, k in zip(kg.relation_ids, keep_r) if k]
+    return KnowledgeGraph(new_e[kg.head[m]], new_r[kg.rel[m]], new_e[kg.tail[m]], E, R, [el[q] for q in E], [rl[p] for p in R],
+                          [ed[q] for q in E], [rd.get(p, '') for p in R], name=name)
+
+def read_ogbl_wikikg2(folder=None,  # OGB's `ogbl_wikikg2` folder (default: `<data dir>/ogbl_wikikg2`)
+                      splits=OGB_WIKIKG2_SPLITS,  # the split files merged into the KG
+                      text=None,  # a `wikikg90mv2_mapping` folder: add labels and descriptions and keep what has them (GTSQA's KG)
+                      name: str | None = None) -> KnowledgeGraph:  # default 'wikikg2-ogb', or 'wikikg2' with `text`
+    "ogbl-wikikg2 from OGB's on-disk layout (split dicts, else the raw CSVs), IDs from its mapping files; labelled and filtered as for GTSQA given `text`."
+    folder = Path(folder) if folder else data_dir('ogbl_wikikg2')
+    if not (folder / 'mapping').is_dir():
+        raise FileNotFoundError(f'no OGB ogbl-wikikg2 layout at {folder} (mapping/ missing): run kgqa_nb.kg.fetch("ogbl-wikikg2")')
+    ents = read_ogb_mapping(folder / 'mapping' / 'nodeidx2entityid.csv.gz', ('node idx', 'entity id'))
+    rels = read_ogb_mapping(folder / 'mapping' / 'reltype2relid.csv.gz', ('reltype', 'rel id'))
+    split_dir = folder / 'split' / 'time'
+    if split_dir.is_dir(): parts = [(split_dir / f'{s}.pt', read_ogb_split(split_dir / f'{s}.pt')) for s in splits]
+    elif (folder / 'raw' / 'edge.csv.gz').is_file(): parts = [(folder / 'raw' / 'edge.csv.gz', _read_ogb_raw(folder / 'raw'))]
+    else: raise FileNotFoundError(f'{folder} holds neither split/time/{{train,valid,test}}.pt nor raw/edge.csv.gz')
+    for p, tr in parts: _check_range(tr[:, [0, 2]], len(ents), p, 'entity'); _check_range(tr[:, 1], len(rels), p, 'relation')
+    tr = np.concatenate([t for _, t in parts])
+    kg = KnowledgeGraph(tr[:, 0], tr[:, 1], tr[:, 2], ents, rels, name=name or 'wikikg2-ogb')
+    return kg if text is None else with_wikikg90m_text(kg, text, name=name or 'wikikg2')
+
+# %% ../nbs/01_kg.ipynb #c080
+def write_ogb_layout(folder, entity_ids, relation_ids,  # the mapping tables
+                     splits: dict,  # split name -> (n, 3) (head, relation, tail) index rows
+                     numpy1_names: bool = True):  # name numpy's pickle globals as numpy 1 did (like the published files)
+    "Write a KG in OGB's ogbl-wikikg2 layout (mapping CSVs and torch.save'd split dicts): test fixtures and small exports."
+    import io, torch, zipfile
+    folder = Path(folder); (folder / 'mapping').mkdir(parents=True, exist_ok=True); (folder / 'split' / 'time').mkdir(parents=True, exist_ok=True)
+    for fname, head, ids in (('nodeidx2entityid', 'node idx,entity id', entity_ids), ('reltype2relid', 'reltype,rel id', relation_ids)):
+        with gzip.open(folder / 'mapping' / f'{fname}.csv.gz', 'wt') as f: f.write(head + '\n' + ''.join(f'{i},{x}\n' for i, x in enumerate(ids)))
+    for s, rows in splits.items():
+        rows = np.asarray(rows, np.int64).reshape(-1, 3); buf = io.BytesIO()
+        torch.save({'head': rows[:, 0], 'relation': rows[:, 1], 'tail': rows[:, 2]}, buf, pickle_protocol=2)
+        data = buf.getvalue()
+        if numpy1_names:  # protocol 2 writes globals as text lines, so the module name can be swapped in place
+            zin, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+            with zipfile.ZipFile(out, 'w') as zout:
+                for n in zin.namelist():
+                    b = zin.read(n)
+                    zout.writestr(zin.getinfo(n), b.replace(b'numpy._core.multiarray', b'numpy.core.multiarray') if n.endswith('data.pkl') else b)
+            data = out.getvalue()
+        (folder / 'split' / 'time' / f'{s}.pt').write_bytes(data)
+    return folder
+
+# %% ../nbs/01_kg.ipynb #c085
+def load_wikikg2(root=None,  # data dir (default: `core.data_dir()`)
+                 layout: str = 'auto') -> KnowledgeGraph:  # 'synth-kgqa', 'ogb' or 'auto' (the first present)
+    "GTSQA's KG (ogbl-wikikg2 with labels) from `<data dir>/ogbl_wikikg2`, in the synth-kgqa or OGB layout."
+    if layout not in ('auto', 'synth-kgqa', 'ogb'): raise ValueError(f"layout must be 'auto', 'synth-kgqa' or 'ogb', not {layout!r}")
+    root = Path(root) if root else data_dir(); folder = root / 'ogbl_wikikg2'
+    if layout != 'ogb' and (folder / 'edge_ids.npy').is_file(): return read_synth_kgqa(folder, name='wikikg2')
+    if layout != 'synth-kgqa' and (folder / 'mapping').is_dir():
+        text = root / 'wikikg90mv2_mapping'
+        return read_ogbl_wikikg2(folder, text=text if (text / 'entity.csv').is_file() else None)
+    raise FileNotFoundError(f'ogbl-wikikg2 not found in {folder}: run kgqa_nb.kg.fetch("ogbl-wikikg2") (and fetch("wikikg90mv2-mapping") '
+                            f'for labels), or put the synth-kgqa layout (edge_ids.npy, ...) there')
+
+# %% ../nbs/01_kg.ipynb #c087
+HETIONET_DIRECTIONS = ('both', 'forward', 'backward')
+
+def hetionet_id(kind: str, identifier) -> str:
+    "Our ID of a Hetionet node: `kind::identifier` with the spaces of the kind written as '_' (e.g. 'Side_Effect::C0000737')."
+    return f"{kind.replace(' ', '_')}::{identifier}"
+
+def metaedge_abbrev(source_kind: str, kind: str, target_kind: str, direction: str, kind_to_abbrev: dict) -> str:
+    "Hetionet's abbreviation of a metaedge: source, edge and target abbreviations, '>' after a forward edge kind, '<' before a backward one."
+    e = kind_to_abbrev[kind]
+    e = f'{e}>' if direction == 'forward' else f'<{e}' if direction == 'backward' else e
+    return f'{kind_to_abbrev[source_kind]}{e}{kind_to_abbrev[target_kind]}'
+
+def _metaedge_text(source_kind, kind, target_kind, direction) -> str:
+    return f"{source_kind} {kind} {target_kind}" + ('' if direction == 'both' else f' ({direction})')
+
+def read_hetionet_json(path,  # hetionet-v1.0.json (.bz2 / .gz compressed or plain)
+                       name: str = 'hetionet') -> KnowledgeGraph:
+    "Hetionet from its JSON layout, every node and edge checked (the first bad one is named by its position)."
+    path = Path(path); d = _read_json(path)
+    if not (isinstance(d, dict) and isinstance(d.get('nodes'), list) and isinstance(d.get('edges'), list)):
+        raise MalformedFileError(path, None, 'expected a JSON object with "nodes" and "edges" lists (the Hetionet JSON layout)')
+    abbrev = d.get('kind_to_abbrev')
+    if not isinstance(abbrev, dict): raise MalformedFileError(path, None, 'no "kind_to_abbrev" object (the abbreviations that name metaedges)')
+    index, labels, kinds = {}, [], []
+    for i, n in enumerate(d['nodes']):
+        if not (isinstance(n, dict) and isinstance(n.get('kind'), str) and isinstance(n.get('identifier'), (str, int))
+                and not isinstance(n.get('identifier'), bool) and isinstance(n.get('name'), str)):
+            raise MalformedFileError(path, None, f'nodes[{i}]: expected {{"kind": text, "identifier": text or integer, "name": text}}, got {json.dumps(n)[:100]}')
+        key = (n['kind'], n['identifier'])
+        if key in index: raise MalformedFileError(path, None, f'nodes[{i}]: node {list(key)} is listed twice (first as nodes[{index[key]}])')
+        index[key] = i; labels.append(n['name'] or hetionet_id(*key)); kinds.append(n['kind'])
+    ids = _check_ids([hetionet_id(*k) for k in index], path, 'node ID')
+    rel_index, h, r, t = {}, [], [], []
+    for i, e in enumerate(d['edges']):
+        ends = [e.get(k) if isinstance(e, dict) else None for k in ('source_id', 'target_id')]
+        if not (all(isinstance(x, list) and len(x) == 2 for x in ends) and isinstance(e.get('kind'), str) and e.get('direction') in HETIONET_DIRECTIONS):
+            raise MalformedFileError(path, None, f'edges[{i}]: expected {{"source_id": [kind, id], "target_id": [kind, id], "kind": text, '
+                                     f'"direction": both|forward|backward}}, got {json.dumps(e)[:100]}')
+        s, o = (index.get(tuple(x)) for x in ends)
+        for x, k, end in ((s, 'source_id', ends[0]), (o, 'target_id', ends[1])):
+            if x is None: raise MalformedFileError(path, None, f'edges[{i}].{k} {json.dumps(end)} is not a node')
+        key = (ends[0][0], e['kind'], ends[1][0], e['direction'])
+        if key not in rel_index:
+            missing = [k for k in key[:3] if k not in abbrev]
+            if missing: raise MalformedFileError(path, None, f'edges[{i}]: kind_to_abbrev has no abbreviation for {missing}')
+            rel_index[key] = len(rel_index)
+        h.append(s); r.append(rel_index[key]); t.append(o)
+    rels = list(rel_index)
+    rel_ids = _check_ids([metaedge_abbrev(*k, abbrev).replace('>', '_').replace('<', '_') for k in rels], path, 'metaedge ID')
+    return KnowledgeGraph(h, r, t, ids, rel_ids, labels, [k[1] for k in rels], kinds, [_metaedge_text(*k) for k in rels], name=name)
+
+def _hetionet_metaedges(path) -> dict:
+    "abbreviation -> (source kind, edge kind, target kind, direction) from a Hetionet metagraph JSON (metaedge_tuples, kind_to_abbrev)."
+    path = Path(path); m = _read_json(path)
+    if not (isinstance(m, dict) and isinstance(m.get('metaedge_tuples'), list) and isinstance(m.get('kind_to_abbrev'), dict)):
+        raise MalformedFileError(path, None, 'expected a JSON object with "metaedge_tuples" and "kind_to_abbrev" (the Hetionet metagraph)')
+    out = {}
+    for i, tup in enumerate(m['metaedge_tuples']):
+        if not (isinstance(tup, list) and len(tup) == 4 and tup[3] in HETIONET_DIRECTIONS):
+            raise MalformedFileError(path, None, f'metaedge_tuples[{i}]: expected [source kind, target kind, edge kind, direction], got {tup!r}')
+        src, tgt, kind, direction = tup
+        try: out[metaedge_abbrev(src, kind, tgt, direction, m['kind_to_abbrev'])] = (src, kind, tgt, direction)
+        except KeyError as e: raise MalformedFileError(path, None, f'metaedge_tuples[{i}]: kind_to_abbrev has no abbreviation for {e}') from None
+    return out
+
+def read_hetionet_tsv(nodes,  # hetionet-v1.0-nodes.tsv: header `id name kind`
+                      edges,  # hetionet-v1.0-edges.sif(.gz): header `source metaedge target`
+                      metagraph=None,  # hetionet-v1.0-metagraph.json: gives relations their kind names (else the abbreviation)
+                      name: str = 'hetionet') -> KnowledgeGraph:
+    "Hetionet from its TSV layout, every line checked (file and line named on the first bad one)."
+    nodes, edges = Path(nodes), Path(edges)
+    lines = _tsv_lines(nodes); first = next(lines, None)
+    if first is None or first[1] != ['id', 'name', 'kind']:
+        raise MalformedFileError(nodes, first[0] if first else None, "the first line must be the header 'id<TAB>name<TAB>kind'")
+    index, ids, labels, kinds = {}, [], [], []
+    for i, f in lines:
+        if len(f) != 3: raise MalformedFileError(nodes, i, _width_error(f, 3, 'id, name, kind'))
+        nid, nm, kind = f
+        ident = nid[len(kind) + 2:] if nid.startswith(kind + '::') else ''
+        if not ident: raise MalformedFileError(nodes, i, f'node id {nid!r} does not start with its kind {kind!r} followed by "::"')
+        if nid in index: raise MalformedFileError(nodes, i, f'node {nid!r} is listed twice (first on line {index[nid][1]})')
+        index[nid] = (len(ids), i); ids.append(check_id(hetionet_id(kind, ident), nodes, i, 'node ID')); labels.append(nm or ids[-1]); kinds.append(kind)
+    meta = _hetionet_metaedges(metagraph) if metagraph is not None else None
+    lines = _tsv_lines(edges); first = next(lines, None)
+    if first is None or first[1] != ['source', 'metaedge', 'target']:
+        raise MalformedFileError(edges, first[0] if first else None, "the first line must be the header 'source<TAB>metaedge<TAB>target'")
+    rel_index, h, r, t = {}, [], [], []
+    for i, f in lines:
+        if len(f) != 3: raise MalformedFileError(edges, i, _width_error(f, 3, 'source, metaedge, target'))
+        for x in (f[0], f[2]):
+            if x not in index: raise MalformedFileError(edges, i, f'{x!r} is not a node of {nodes.name}')
+        if not f[1] or (meta is not None and f[1] not in meta): raise MalformedFileError(edges, i, f'unknown metaedge {f[1]!r}')
+        h.append(index[f[0]][0]); r.append(rel_index.setdefault(f[1], len(rel_index))); t.append(index[f[2]][0])
+    rels = list(rel_index)
+    rel_ids = _check_ids([a.replace('>', '_').replace('<', '_') for a in rels], edges, 'metaedge ID')
+    rlab = [meta[a][1] for a in rels] if meta else rels
+    rdesc = [_metaedge_text(*meta[a]) for a in rels] if meta else None
+    return KnowledgeGraph(h, r, t, ids, rel_ids, labels, rlab, kinds, rdesc, name=name)
+
+def load_hetionet(root=None) -> KnowledgeGraph:  # data dir (default: `core.data_dir()`)
+    "Hetionet v1.0 from `<data dir>/hetionet`: the JSON layout when present, else the TSV layout."
+    base = (Path(root) if root else data_dir()) / 'hetionet'
+    js = next((base / f for f in ('hetionet-v1.0.json.bz2', 'hetionet-v1.0.json') if (base / f).is_file()), None)
+    if js: return read_hetionet_json(js)
+    nodes, edges = base / 'hetionet-v1.0-nodes.tsv', next((base / f for f in ('hetionet-v1.0-edges.sif.gz', 'hetionet-v1.0-edges.sif') if (base / f).is_file()), None)
+    if nodes.is_file() and edges:
+        meta = base / 'hetionet-v1.0-metagraph.json'
+        return read_hetionet_tsv(nodes, edges, meta if meta.is_file() else None)
+    raise FileNotFoundError(f'Hetionet not found in {base}: run kgqa_nb.kg.fetch("hetionet-json"), or fetch("hetionet-nodes") and fetch("hetionet-edges")')
+
+# %% ../nbs/01_kg.ipynb #c094
+@dataclass(frozen=True)
+class Download:
+    "A published file: its URL, where it goes in the data dir, and what is known of it before downloading."
+    url: str
+    dest: str  # path inside the data dir
+    size: int | None = None  # bytes, when the publisher states it (None: asked from the server before starting)
+    sha256: str | None = None  # pinned digest (None: not pinned; `fetch` prints the digest of the file it downloaded)
+    unpack: tuple = ()  # for a zip: (folder the archive holds, folder it becomes in the data dir)
+
+_HF_GTSQA = 'https://huggingface.co/datasets/Graphcore/GTSQA/resolve/main/'
+_HETIONET = 'https://github.com/hetio/hetionet/raw/main/hetnet/'
+DOWNLOADS = {
+    'ogbl-wikikg2': Download('https://snap.stanford.edu/ogb/data/linkproppred/wikikg-v2.zip', 'wikikg-v2.zip', unpack=('wikikg-v2', 'ogbl_wikikg2')),
+    'wikikg90mv2-mapping': Download('https://snap.stanford.edu/ogb/data/lsc/mapping/wikikg90mv2_mapping.zip', 'wikikg90mv2_mapping.zip',
+                                    size=2_536_451_815, unpack=('wikikg90mv2_mapping', 'wikikg90mv2_mapping')),
+    'gtsqa-train': Download(_HF_GTSQA + 'gtsqa/train.parquet', 'gtsqa/gtsqa/train.parquet'),
+    'gtsqa-test': Download(_HF_GTSQA + 'gtsqa/test.parquet', 'gtsqa/gtsqa/test.parquet'),
+    'gtsqa-with-graphs-test': Download(_HF_GTSQA + 'gtsqa-with-graphs/test-00000-of-00001.parquet', 'gtsqa/gtsqa-with-graphs/test-00000-of-00001.parquet'),
+    **{f'gtsqa-with-graphs-train-{b:05d}': Download(_HF_GTSQA + f'gtsqa-with-graphs/train-{b:05d}-of-00022.parquet',
+                                                    f'gtsqa/gtsqa-with-graphs/train-{b:05d}-of-00022.parquet') for b in range(22)},
+    **{f'mintaka-{s}': Download(f'https://raw.githubusercontent.com/amazon-science/mintaka/main/data/mintaka_{s}.json', f'mintaka/mintaka_{s}.json')
+       for s in ('train', 'dev', 'test')},
+    'kgqagen-10k': Download('https://raw.githubusercontent.com/liangliang6v6/KGQAGen/main/data/processed/data.jsonl', 'kgqagen/data.jsonl'),
+    'hetionet-json': Download(_HETIONET + 'json/hetionet-v1.0.json.bz2', 'hetionet/hetionet-v1.0.json.bz2'),
+    'hetionet-metagraph': Download(_HETIONET + 'json/hetionet-v1.0-metagraph.json', 'hetionet/hetionet-v1.0-metagraph.json'),
+    'hetionet-nodes': Download(_HETIONET + 'tsv/hetionet-v1.0-nodes.tsv', 'hetionet/hetionet-v1.0-nodes.tsv'),
+    'hetionet-edges': Download(_HETIONET + 'tsv/hetionet-v1.0-edges.sif.gz', 'hetionet/hetionet-v1.0-edges.sif.gz'),
+}
+
+def human_size(n: int | None) -> str:
+    "A byte count for people: '2.5 GB', '310 kB'; 'size unknown' for None."
+    if n is None: return 'size unknown'
+    for unit, k in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= k: return f'{n / k:.3g} {unit}'
+    return f'{n} B'
+
+def download_table(root=None) -> pd.DataFrame:  # data dir (default: `core.data_dir()`)
+    "Every entry of `DOWNLOADS`: URL, destination, stated size, whether a sha256 is pinned, and whether it is already here."
+    root = Path(root) if root else data_dir()
+    return pd.DataFrame([dict(name=k, url=d.url, dest=d.dest, size=human_size(d.size), sha256='pinned' if d.sha256 else 'not pinned',
+                              present=(root / d.dest).exists() or bool(d.unpack and (root / d.unpack[1]).exists())) for k, d in DOWNLOADS.items()])
+
+# %% ../nbs/01_kg.ipynb #c095
+def remote_size(url: str, timeout: float = 30.) -> int | None:
+    "The Content-Length the server states for `url` (a HEAD request), or None when it states none."
+    import urllib.request
+    with urllib.request.urlopen(urllib.request.Request(url, method='HEAD'), timeout=timeout) as r: n = r.headers.get('Content-Length')
+    return int(n) if n and n.isdigit() else None
+
+def _unzip(archive: Path, root: Path, unpack: tuple):
+    "Extract `archive` into `root` and rename the folder it holds, unless that folder is already there."
+    import zipfile
+    inner, final = unpack
+    if (root / final).exists(): return
+    try:
+        with zipfile.ZipFile(archive) as z: z.extractall(root)
+    except (zipfile.BadZipFile, EOFError) as e: raise MalformedFileError(archive, None, f'not a complete zip archive ({e}); delete it and fetch again') from None
+    if not (root / inner).is_dir(): raise MalformedFileError(archive, None, f'the archive does not hold the folder {inner}/')
+    if inner != final: (root / inner).rename(root / final)
+
+def fetch(name: str,  # an entry of `DOWNLOADS`
+          root=None,  # data dir (default: `core.data_dir()`)
+          force: bool = False,  # download again even when the file is there
+          echo=print) -> Path:  # where the size line and the digest line go
+    "Download a published file into the data dir, stating its size first, verifying its sha256 when pinned (else printing it); unzip archives."
+    from kgqa_nb.core import download, sha256_file
+    if name not in DOWNLOADS: raise UnknownIdError(f'unknown download {name!r}: use one of {sorted(DOWNLOADS)}')
+    d = DOWNLOADS[name]; root = Path(root) if root else data_dir(); dest = root / d.dest
+    if force or not (dest.exists() or (d.unpack and (root / d.unpack[1]).exists())):
+        size = d.size if d.size is not None else remote_size(d.url)
+        echo(f'{name}: downloading {d.url} ({human_size(size)}) to {dest}')
+        download(d.url, dest, sha256=d.sha256)
+        if d.sha256 is None: echo(f'{name}: sha256 {sha256_file(dest)} (not pinned in kgqa_nb.kg.DOWNLOADS; pin it to verify later downloads)')
+    if d.unpack: _unzip(dest, root, d.unpack)
+    return root / d.unpack[1] if d.unpack else dest
+
+# %% ../nbs/01_kg.ipynb #c099
 KG_REGISTRY = {
     'toyworld': 'kgqa_nb.toyworld:make_toyworld',
     'codex-m': 'kgqa_nb.kg:load_codex_m',
     'codex-m-labelled': 'kgqa_nb.kg:load_codex_m_labelled',
     'ilpc2022-small': 'kgqa_nb.kg:_ilpc_small_graph',
     'metaqa': 'kgqa_nb.kg:load_metaqa_kb',
+    'wikikg2': 'kgqa_nb.kg:load_wikikg2',
+    'hetionet': 'kgqa_nb.kg:load_hetionet',
+}
+KG_DATA = {  # registered name -> the data-dir folder it reads (None: built in code)
+    'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'ilpc2022-small': 'ilpc2022/data/small', 'metaqa': 'metaqa',
+    'wikikg2': 'ogbl_wikikg2', 'hetionet': 'hetionet',
 }
 
 def _ilpc_small_graph(**kw): return load_ilpc2022('small', **kw).graph

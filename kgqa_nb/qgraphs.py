@@ -20,7 +20,8 @@ from .dataset import empty_record
 # %% auto #0
 __all__ = ['QGRAPH_FORMAT', 'triple_ids', 'relation_edges', 'khop_edges', 'ppr_prune', 'metapath_edges', 'question_sp_labels',
            'QuestionGraph', 'load_question_graph', 'build_question_graph', 'random_tree_question', 'record_question',
-           'QuestionGraphs', 'question_seed', 'build_question_graphs']
+           'QuestionGraphs', 'question_seed', 'build_question_graphs', 'question_graph_from_record',
+           'published_question_graphs']
 
 # %% ../nbs/12_qgraphs.ipynb #c006
 _INDEX = weakref.WeakKeyDictionary()
@@ -369,5 +370,50 @@ def build_question_graphs(kg: KnowledgeGraph, records,  # GTSQA-schema records: 
         if not path.exists():
             q = record_question(kg, rec, check_labels, full_answer_column)
             build_question_graph(kg, **q, seed=question_seed(seed, qid), qid=str(qid), **kwargs).save(path)
+        out.append(path)
+    return QuestionGraphs(out)
+
+# %% ../nbs/12_qgraphs.ipynb #c043
+def _text_triples(kg: KnowledgeGraph, rows, check_labels: bool, qid) -> np.ndarray:
+    "(n, 3) KG indices of `'Label (ID)'` text triples, each distinct string parsed once; errors name the question and the triple."
+    rows = list(rows)
+    for k, t in enumerate(rows):
+        if not (isinstance(t, (list, tuple, np.ndarray)) and len(t) == 3): raise ValueError(f'question {qid!r}: graph triple {k} is not [head, relation, tail]: {t!r}')
+    def index(col, parse):
+        seen = {}
+        for k, s in enumerate(col):
+            if s not in seen:
+                try: seen[s] = parse(kg, s, check_labels)
+                except (KeyError, ValueError) as e: raise type(e)(f'question {qid!r}: graph triple {k}: {e}') from None
+        return np.fromiter((seen[s] for s in col), np.int64, len(col))
+    if not rows: return np.zeros((0, 3), np.int64)
+    h, r, t = zip(*rows)
+    return np.stack([index(h, _entity), index(r, _relation), index(t, _entity)], 1)
+
+def question_graph_from_record(kg: KnowledgeGraph, rec,  # a record with the `graph` column (dict or pandas row)
+                               check_labels: bool = False) -> QuestionGraph:  # also require the text labels to match the KG's
+    "The published question graph of a record as a `QuestionGraph` (no rebuild): its triples, GT flags from the answer subgraph, SP labels."
+    get = lambda c: rec[c] if c in rec and rec[c] is not None else None
+    if get('graph') is None: raise ValueError(f"record {get('id')!r} has no graph: read GTSQA's gtsqa-with-graphs configuration")
+    q = record_question(kg, rec, check_labels)
+    tr = _text_triples(kg, get('graph'), check_labels, get('id'))
+    key = lambda a: (a[:, 0] * kg.num_relations + a[:, 1]) * kg.num_entities + a[:, 2]
+    gt = q['gt_triples']
+    info = dict(source='published', n_triples=len(tr), n_gt=len(gt), n_gt_in_graph=int(np.isin(key(gt), key(tr)).sum()))
+    return QuestionGraph(str(get('id')), tr[:, 0], tr[:, 1], tr[:, 2], np.isin(key(tr), key(gt)).astype(np.uint8),
+                         np.unique(np.asarray(q['seeds'], np.int64)), np.unique(np.asarray(q['answers'], np.int64)), info=info)
+
+def published_question_graphs(kg: KnowledgeGraph, records,  # records with the `graph` column: list of dicts, DataFrame or a generator (`dataset.iter_gtsqa`)
+                              cache_dir,  # parent folder of the keyed graph folders (created)
+                              check_labels: bool = False) -> QuestionGraphs:
+    "Read (or reuse from `cache_dir`) the published question graph of every record, saved one file per question like `build_question_graphs`."
+    params = dict(format=QGRAPH_FORMAT, source='published', kg=kg.name, kg_fingerprint=kg_fingerprint(kg), check_labels=check_labels)
+    folder = keyed_folder(cache_dir, f'qgraphs-published-{kg.name}', params)
+    recs = records.to_dict('records') if hasattr(records, 'to_dict') else records
+    out = []
+    for rec in progress(recs, desc='published question graphs'):
+        what = {c: rec.get(c) for c in ('seed_entities', 'answer_node', 'answer_subgraph', 'graph')}
+        path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(rec.get('id')))}-{params_key(what, 10)}.npz"
+        if not path.exists(): question_graph_from_record(kg, rec, check_labels).save(path)
         out.append(path)
     return QuestionGraphs(out)

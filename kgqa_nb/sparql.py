@@ -16,12 +16,13 @@ from .core import SECRET_HINTS, ReplayCache
 from .kg import KnowledgeGraph, SPARQL_PREFIXES, WD, WDT
 
 # %% auto #0
-__all__ = ['XSD', 'MAX_QUERY_CHARS', 'QUERY_FORMS', 'UPDATE_KEYWORDS', 'term_id', 'row_ids', 'SparqlError', 'UnsafeQueryError',
-           'QueryKindError', 'QuerySyntaxError', 'QueryTimeout', 'sparql_tokens', 'query_form', 'check_read_only',
-           'normalize_query', 'declared_prefixes', 'SparqlStore', 'EndpointError', 'EndpointHTTPError',
-           'EndpointQueryError', 'EndpointTimeout', 'EndpointUnreachable', 'MalformedResponse', 'parse_results',
-           'transient_status', 'unreachable_reason', 'OxigraphStore', 'RdflibStore', 'ServerStartError', 'check_port',
-           'bind_http_server', 'SparqlServer', 'serve_sparql', 'public_endpoint', 'cache_key', 'RemoteSparqlStore']
+__all__ = ['XSD', 'MAX_QUERY_CHARS', 'QUERY_FORMS', 'UPDATE_KEYWORDS', 'MEDIA_TYPES', 'term_id', 'row_ids', 'SparqlError',
+           'UnsafeQueryError', 'QueryKindError', 'QuerySyntaxError', 'QueryTimeout', 'sparql_tokens', 'query_form',
+           'check_read_only', 'normalize_query', 'declared_prefixes', 'SparqlStore', 'EndpointError',
+           'EndpointHTTPError', 'EndpointQueryError', 'EndpointTimeout', 'EndpointUnreachable', 'MalformedResponse',
+           'parse_results', 'transient_status', 'unreachable_reason', 'OxigraphStore', 'RdflibStore',
+           'ServerStartError', 'check_port', 'bind_http_server', 'negotiate', 'SparqlServer', 'serve_sparql',
+           'public_endpoint', 'cache_key', 'RemoteSparqlStore']
 
 # %% ../nbs/03_sparql.ipynb #c005
 XSD = 'http://www.w3.org/2001/XMLSchema#'
@@ -435,21 +436,48 @@ def bind_http_server(server_cls,  # an `http.server.HTTPServer` subclass
                errno.EADDRNOTAVAIL: 'cannot be bound: the host is not an address of this machine'}
         raise ServerStartError(f'port {port} on {host} {why.get(e.errno, f"cannot be used ({e.strerror or e})")}') from None
 
-# %% ../nbs/03_sparql.ipynb #c051
+# %% ../nbs/03_sparql.ipynb #c052
+MEDIA_TYPES = {  # what the server can write: media type -> pyoxigraph format, first = default
+    'results': {'application/sparql-results+json': ox.QueryResultsFormat.JSON, 'application/json': ox.QueryResultsFormat.JSON,
+                'application/sparql-results+xml': ox.QueryResultsFormat.XML, 'application/xml': ox.QueryResultsFormat.XML,
+                'text/csv': ox.QueryResultsFormat.CSV, 'text/tab-separated-values': ox.QueryResultsFormat.TSV},
+    'graph': {'application/n-triples': ox.RdfFormat.N_TRIPLES, 'text/turtle': ox.RdfFormat.TURTLE, 'application/turtle': ox.RdfFormat.TURTLE,
+              'application/rdf+xml': ox.RdfFormat.RDF_XML},
+}
+
+def negotiate(accept: str,  # the request's Accept header ('' = anything)
+              form: str):  # the query form: SELECT, ASK, CONSTRUCT or DESCRIBE
+    "(media type, pyoxigraph format) of the answer to a query of `form` for this `Accept` header; None when none is acceptable (HTTP 406)."
+    offers = MEDIA_TYPES['graph' if form in ('CONSTRUCT', 'DESCRIBE') else 'results']
+    wanted = []
+    for i, part in enumerate((accept or '*/*').split(',')):
+        mt, *ps = [x.strip().lower() for x in part.split(';')]
+        q = next((p[2:] for p in ps if p.startswith('q=')), '1')
+        try: q = float(q)
+        except ValueError: q = 0.0
+        if mt and q > 0: wanted.append((-q, i, mt))
+    for _, _, mt in sorted(wanted):
+        if mt in offers: return mt, offers[mt]
+        hit = next((o for o in offers if mt == '*/*' or (mt.endswith('/*') and o.startswith(mt[:-1]))), None)
+        if hit: return hit, offers[hit]
+    return None
+
+# %% ../nbs/03_sparql.ipynb #c055
 class _SparqlHandler(BaseHTTPRequestHandler):
     server_version = 'kgqa_nb-sparql/0.1'
     def log_message(self, *a): pass
 
     def _params(self):
-        u = urllib.parse.urlsplit(self.path)
-        params = urllib.parse.parse_qs(u.query)
+        "The request's parameters, or (status, message) when the request is not a SPARQL protocol request."
+        params = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
         if self.command == 'POST':
             body = self.rfile.read(int(self.headers.get('Content-Length') or 0)).decode('utf-8', 'replace')
             ctype = (self.headers.get('Content-Type') or '').split(';')[0].strip().lower()
             if ctype == 'application/sparql-query': params.setdefault('query', []).append(body)
             elif ctype == 'application/sparql-update': params.setdefault('update', []).append(body)
-            else:
+            elif ctype == 'application/x-www-form-urlencoded':
                 for k, v in urllib.parse.parse_qs(body).items(): params.setdefault(k, []).extend(v)
+            else: return 415, f'unsupported POST body type {ctype!r}: send application/sparql-query or a form'
         return params
 
     def _send(self, status: int, body: bytes, ctype: str = 'text/plain; charset=utf-8', headers=()):
@@ -466,22 +494,29 @@ class _SparqlHandler(BaseHTTPRequestHandler):
         params = self._params()
         if fault == 'hang': srv.release.wait(srv.hang_s)
         if fault and fault.isdigit(): return self._send(int(fault), f'injected HTTP {fault}'.encode(), headers=[('Retry-After', '0')] if fault == '429' else [])
+        if isinstance(params, tuple): return self._send(params[0], params[1].encode())
         if 'update' in params: return self._send(403, b'this endpoint is read-only')
         if len(params.get('query', [])) != 1: return self._send(400, b'exactly one query parameter expected')
         query = params['query'][0]
         try:
             form = query_form(query)
-            body = _serialize(srv.store._raw(query), form)
+            offer = negotiate(self.headers.get('Accept', ''), form)
+            if offer is None: return self._send(406, f'cannot answer a {form} query as {self.headers.get("Accept")!r}'.encode())
+            run = lambda: srv.store._raw(query).serialize(format=offer[1])
+            body = srv._run(run)
+        except QueryTimeout: return self._send(503, f"query stopped at the server's {srv.query_timeout:g} s limit".encode())
         except (SparqlError, SyntaxError) as e: return self._send(400, str(e).encode())
         if fault == 'malformed': body = body[: max(1, len(body) // 2)]
-        self._send(200, body, 'application/n-triples' if form in ('CONSTRUCT', 'DESCRIBE') else 'application/sparql-results+json')
+        self._send(200, body, offer[0])
 
     do_GET = do_POST = _answer
 
 class SparqlServer:
-    "A local read-only SPARQL endpoint over an `OxigraphStore` (use via `serve_sparql`)."
-    def __init__(self, store: OxigraphStore, host: str = '127.0.0.1', port: int = 0, hang_s: float = 10.0):
-        self.store, self.requests, self.faults, self.fault, self.hang_s = store, 0, [], None, hang_s
+    "A local read-only SPARQL 1.1 protocol endpoint over an `OxigraphStore` (use via `serve_sparql`)."
+    def __init__(self, store: OxigraphStore, host: str = '127.0.0.1', port: int = 0, hang_s: float = 10.0,
+                 query_timeout: float | None = None):  # seconds a query may run (None: no limit); past it HTTP 503
+        if query_timeout is not None and query_timeout <= 0: raise ValueError(f'query_timeout must be positive, not {query_timeout}')
+        self.store, self.requests, self.faults, self.fault, self.hang_s, self.query_timeout = store, 0, [], None, hang_s, query_timeout
         self.lock, self.release = threading.Lock(), threading.Event()
         self.httpd = bind_http_server(ThreadingHTTPServer, host, port, _SparqlHandler)
         self.httpd.daemon_threads, self.httpd.owner = True, self
@@ -490,15 +525,21 @@ class SparqlServer:
     def url(self) -> str: return f'http://{self.httpd.server_address[0]}:{self.httpd.server_address[1]}/sparql'
     def start(self): self.thread.start(); return self
     def stop(self): self.release.set(); self.httpd.shutdown(); self.httpd.server_close()
+    def _run(self, fn) -> bytes:
+        "`fn()` (a query's serialised answer), under the server's deadline when it has one."
+        if self.query_timeout is None: return fn()
+        if hasattr(os, 'fork'): return _run_forked(fn, self.query_timeout)
+        return _run_threaded(lambda cancel: fn(), self.query_timeout)
 
 @contextlib.contextmanager
-def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', hang_s: float = 10.0):
+def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', hang_s: float = 10.0,
+                 query_timeout: float | None = None):  # seconds a query may run on the server (None: no limit)
     "Serve `store` over the SPARQL protocol on `host:port` (0 = a free port) while the block runs; yields the server."
-    srv = SparqlServer(store, host, port, hang_s).start()
+    srv = SparqlServer(store, host, port, hang_s, query_timeout).start()
     try: yield srv
     finally: srv.stop()
 
-# %% ../nbs/03_sparql.ipynb #c053
+# %% ../nbs/03_sparql.ipynb #c061
 def public_endpoint(url: str) -> str:
     "The endpoint URL without user:password and without secret-looking query parameters (what may be stored)."
     u = urllib.parse.urlsplit(url)
@@ -511,7 +552,7 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     "sha256 of (public endpoint, normalised query, form): the record/replay cache key."
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
-# %% ../nbs/03_sparql.ipynb #c055
+# %% ../nbs/03_sparql.ipynb #c063
 def _default_user_agent() -> str:
     from importlib import metadata
     try: v = metadata.version('kgqa_nb')
@@ -540,7 +581,7 @@ class RemoteSparqlStore(SparqlStore):
         have = declared_prefixes(query)
         return ''.join(f'PREFIX {p}: <{iri}>\n' for p, iri in self.prefixes.items() if p not in have) + query
 
-# %% ../nbs/03_sparql.ipynb #c057
+# %% ../nbs/03_sparql.ipynb #c065
 def _retry_after(headers) -> float | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError): return float(headers.get('Retry-After'))
     return None
@@ -581,7 +622,7 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
         raise EndpointUnreachable(f'connection failed ({type(e).__name__}: {e}); check the URL and that the server is running (not retried)', ep) from None
     except SE.SPARQLWrapperException as e: raise EndpointError(f'SPARQLWrapper error: {str(e)[:300]}', ep) from None
 
-# %% ../nbs/03_sparql.ipynb #c058
+# %% ../nbs/03_sparql.ipynb #c066
 def _retryable(e: EndpointError) -> bool:
     return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and transient_status(e.status or 0))
 
