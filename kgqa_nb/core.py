@@ -12,7 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from tqdm.auto import tqdm
+import warnings
+from tqdm import TqdmWarning
+with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import (IProgress not found); its text bar is fine
+    warnings.simplefilter('ignore', TqdmWarning)
+    from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir', 'data_dir',
