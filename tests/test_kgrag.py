@@ -1,0 +1,198 @@
+"""KG-RAG (chapter 21): candidate retrieval against networkx, top-K against brute force, the embedding store across
+processes, and replies that ignore the format, from a local OpenAI-compatible server."""
+import json, subprocess, sys, textwrap
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from kgqa_nb import kgrag
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.kgrag import (ISSUES, KGRAG, MetaQAQuestion, TripleRetriever, candidate_triples, evaluate, kgrag_cli,
+                           parse_decomposition, top_k, triple_texts)
+from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.text import HashingEncoder
+
+
+def random_kg(seed, n=40, e=90, r=4):
+    rng = np.random.default_rng(seed)
+    h, t, rel = rng.integers(0, n, e), rng.integers(0, n, e), rng.integers(0, r, e)
+    return KnowledgeGraph(h, rel, t, [f'e{i}' for i in range(n)], [f'r{i}' for i in range(r)],
+                          [f'Entity_{i}' for i in range(n)], [f'rel_{i}' for i in range(r)], name=f'random{seed}')
+
+
+def nx_candidates(kg, seeds, n_hops, direction):
+    "Reference: networkx shortest-path lengths, then every triple with an end closer than N hops."
+    g = nx.MultiDiGraph(); g.add_nodes_from(range(kg.num_entities))
+    for i, (h, t) in enumerate(zip(kg.head.tolist(), kg.tail.tolist())): g.add_edge(h, t, key=i)
+    view = {'both': g.to_undirected(as_view=True), 'out': g, 'in': g.reverse(copy=False)}[direction]
+    dist = {}
+    for s in seeds:
+        for v, d in nx.single_source_shortest_path_length(view, s, cutoff=n_hops - 1).items(): dist[v] = min(d, dist.get(v, d))
+    out = {}
+    for i, (h, t) in enumerate(zip(kg.head.tolist(), kg.tail.tolist())):
+        ends = {'both': (h, t), 'out': (h,), 'in': (t,)}[direction]
+        ds = [dist[x] + 1 for x in ends if x in dist]
+        if ds: out[i] = min(ds)
+    return out
+
+
+@pytest.mark.parametrize('seed', range(12))
+def test_candidates_equal_networkx_bfs(seed):
+    kg = random_kg(seed, n=30 + seed * 5, e=40 + seed * 15)
+    rng = np.random.default_rng(100 + seed)
+    for direction in ('both', 'out', 'in'):
+        for n_hops in (1, 2, 3):
+            seeds = rng.choice(kg.num_entities, 1 + seed % 2, replace=False).tolist()
+            c = candidate_triples(kg, seeds, n_hops, direction)
+            ref = nx_candidates(kg, seeds, n_hops, direction)
+            assert dict(zip(c.eids.tolist(), c.hop.tolist())) == ref, (seed, direction, n_hops)
+            assert len(set(c.eids.tolist())) == len(c)  # each triple once
+            assert list(c.hop) == sorted(c.hop)  # by hop
+
+
+def test_top_k_equals_brute_force():
+    rng = np.random.default_rng(0)
+    for metric in ('cosine', 'ip'):
+        for n, k in ((1, 5), (7, 3), (200, 10), (3000, 30)):
+            x, q = rng.normal(size=(n, 16)).astype(np.float32), rng.normal(size=16).astype(np.float32)
+            s, i = top_k(q, x, k, metric)
+            xs = x / np.linalg.norm(x, axis=1, keepdims=True) if metric == 'cosine' else x
+            qs = q / np.linalg.norm(q) if metric == 'cosine' else q
+            ref = xs @ qs
+            want = np.argsort(-ref, kind='stable')[:k]
+            assert i.tolist() == want.tolist(), (metric, n, k)
+            np.testing.assert_allclose(s, ref[want], rtol=1e-5, atol=1e-5)
+
+
+def test_select_ranks_the_candidates_by_similarity(tmp_path):
+    kg = random_kg(3)
+    ret = TripleRetriever(kg, HashingEncoder(), store_root=tmp_path)
+    c = ret.candidates('Entity_0', 2)
+    top = ret.select('Entity 0 rel 1', c, 5)
+    texts = triple_texts(kg, c.eids)
+    enc = HashingEncoder()
+    sims = enc.encode(texts) @ enc.encode(['Entity 0 rel 1'], role='query')[0]
+    np.testing.assert_allclose([x for _, x, _ in top], np.sort(sims)[::-1][:5], rtol=1e-5, atol=1e-6)  # ties may swap places
+    pos = {t: j for j, t in enumerate(texts)}
+    np.testing.assert_allclose([sims[pos[t]] for t, _, _ in top], [x for _, x, _ in top], rtol=1e-5, atol=1e-6)
+    assert [e for _, _, e in top] == [int(c.eids[pos[t]]) for t, _, _ in top]
+
+
+STORE_SCRIPT = textwrap.dedent('''
+    import json, sys, numpy as np
+    from kgqa_nb.kg import KnowledgeGraph
+    from kgqa_nb.kgrag import TripleRetriever, triple_texts
+    from kgqa_nb.text import HashingEncoder
+    class Forbidden(HashingEncoder):
+        def _embed(self, texts): raise AssertionError(f're-embedded {len(texts)} texts')
+    rng = np.random.default_rng(7)
+    kg = KnowledgeGraph(rng.integers(0, 50, 150), rng.integers(0, 3, 150), rng.integers(0, 50, 150), [f'e{i}' for i in range(50)],
+                        ['a', 'b', 'c'], [f'Thing_{i}' for i in range(50)], ['made_by', 'has_part', 'near'])
+    enc = HashingEncoder() if sys.argv[2] == 'first' else Forbidden()
+    ret = TripleRetriever(kg, enc, store_root=sys.argv[1])
+    vecs = ret.vectors(triple_texts(kg, np.arange(kg.num_triples)))
+    print(json.dumps(dict(sum=float(vecs.sum()), n=len(vecs))))
+''')
+
+
+def test_triple_vectors_are_reused_across_processes(tmp_path):
+    run = lambda which: subprocess.run([sys.executable, '-c', STORE_SCRIPT, str(tmp_path / 'store'), which], capture_output=True, text=True)
+    first = run('first'); assert first.returncode == 0, first.stderr
+    second = run('second'); assert second.returncode == 0, second.stderr  # the encoder of the second process refuses to embed
+    assert json.loads(first.stdout) == json.loads(second.stdout)
+    empty = subprocess.run([sys.executable, '-c', STORE_SCRIPT, str(tmp_path / 'other'), 'second'], capture_output=True, text=True)
+    assert empty.returncode != 0 and 're-embedded' in empty.stderr  # the check can fail: a fresh store must embed
+
+
+# --- replies that ignore the format, through a real local OpenAI-compatible server --------------------------------------
+
+TOY = KnowledgeGraph.from_id_triples(
+    [('m1', 'directed_by', 'p1'), ('m1', 'starred_actors', 'p2'), ('m2', 'starred_actors', 'p2'), ('m2', 'directed_by', 'p3')],
+    {'m1': 'Inception', 'm2': 'Warrior', 'p1': 'Christopher Nolan', 'p2': 'Tom Hardy', 'p3': 'Gavin O\'Connor'}, name='toy')
+Q = MetaQAQuestion('2hop-test-1', 'who directed the movies starred by [Tom Hardy]', 'Tom Hardy', ('Christopher Nolan', "Gavin O'Connor"), 2)
+
+
+@pytest.fixture
+def scripted():
+    "Replace the offline KG-RAG roles by scripted ones for one test, then restore them."
+    saved = {n: m for n, m in kgrag.register_offline_model.__globals__['_OFFLINE_MODELS'].items() if n.startswith('kg-rag-')}
+    def script(**replies):
+        for role, fn in replies.items():
+            register_offline_model(f'kg-rag-{role}', matches=lambda ms, r=role: kgrag.prompt_role(ms) == r, version='test')(fn)
+    yield script
+    for n, m in saved.items(): register_offline_model(n, m.matches, m.version)(m.fn)
+
+
+def online(srv, **kw):
+    return LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, backoff_base=0.01, **kw)
+
+
+def test_bad_replies_are_named_counted_and_survived(scripted, tmp_path):
+    scripted(decompose=lambda ms: 'Reasoning: go via the movies\nSub-questions:\n1. Which movies did Tom Hardy star in?\n2.\n3. Who directed [answer 1]?',
+             answer=lambda ms: 'Probably someone famous, I think.' if 'directed' in ms[-1]['content'].rpartition('Question: ')[2] else 'Inception; Warrior',
+             reformulate=lambda ms: '', synthesize=lambda ms: '')
+    with OfflineChatServer() as srv:
+        system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv), n_hops=2, top_k=5)
+        t = system.answer(Q.question)
+        df = evaluate(system, [Q])
+    assert [s['question'] for s in t['steps']] == ['Which movies did Tom Hardy star in?', 'Who directed Inception; Warrior?']  # reformulation fell back
+    assert sorted(t['issues']) == ['empty_reply', 'empty_reply', 'empty_subquestion', 'non_entity_answer']
+    assert t['prediction'] == 'Probably someone famous, I think.'  # empty synthesis: the last sub-answer
+    row = df.iloc[0]
+    assert (row.issue_empty_reply, row.issue_empty_subquestion, row.issue_non_entity_answer, row.hit_at_1) == (2, 1, 1, 0.0)
+    assert srv.requests and all(r['params']['temperature'] == 0.3 and r['params']['max_tokens'] in (256, 512) for r in srv.requests)
+
+
+def test_no_subquestions_falls_back_to_the_whole_question(scripted, tmp_path):
+    scripted(decompose=lambda ms: "I'd be happy to help! This is an interesting question about movies.",
+             synthesize=lambda ms: 'They are directed by him.')
+    with OfflineChatServer() as srv:
+        system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv), n_hops=2, top_k=10)
+        t = system.answer(Q.question)
+    assert [s['question'] for s in t['steps']] == ['who directed the movies starred by Tom Hardy']
+    assert t['issues'] == ['no_subquestions', 'no_final_answer']
+    assert t['prediction'] == 'They are directed by him.'
+
+
+def test_sampling_parameters_reach_the_server(tmp_path):
+    with OfflineChatServer() as srv:
+        system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv), n_hops=2, top_k=10)
+        system.answer('who directed [Inception]', 'llm+kg')
+    p = srv.requests[0]['params']
+    assert (p['max_tokens'], p['temperature'], p['top_k'], p['min_p'], p['repeat_penalty']) == (256, 0.3, 40, 0.05, 1.1)
+
+
+def test_truncated_decomposition_is_named():
+    assert parse_decomposition('Reasoning: x\nSub-questions:\n1. Who directed Heat?\n2. Wh', 'length')[2] == ['no_end_marker']
+    assert parse_decomposition('Reasoning: x\nSub-questions:\n1. Who directed Heat?', 'stop')[2] == []  # the server removed <END>
+
+
+def test_llm_error_is_recorded_and_the_run_goes_on(tmp_path):
+    with OfflineChatServer(faults=['500'] * 4) as srv:
+        system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv, max_retries=1), n_hops=2, top_k=5)
+        df = evaluate(system, [Q, Q], mode='llm+kg')
+    assert df.llm_error.iloc[0] != '' and df.llm_error.iloc[1] != ''
+    assert set(ISSUES) <= {c.removeprefix('issue_') for c in df.columns}
+
+
+def test_cli_bad_question_is_one_line(capsys):
+    assert kgrag_cli(['ask', 'who directed Inception']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('kgqa kgrag: ') and err.count('\n') == 1 and 'brackets' in err
+
+
+@pytest.mark.data('metaqa')
+def test_cli_unknown_entity_is_one_line(capsys):
+    assert kgrag_cli(['ask', 'who directed [No Such Film 12345]', '--encoder', 'all-MiniLM-L6-v2']) == 2
+    assert "no entity labelled 'No Such Film 12345'" in capsys.readouterr().err
+
+
+@pytest.mark.data('metaqa')
+def test_offline_decomposer_follows_every_test_template():
+    from kgqa_nb.kgrag import load_metaqa_questions, offline_decompose, decomposition_messages, parse_decomposition, type_chain
+    for h in (1, 2, 3):
+        qs = load_metaqa_questions(h)[:300]
+        for q in qs:
+            _, subqs, issues = parse_decomposition(offline_decompose(decomposition_messages(q.question)))
+            assert issues == [] and len(subqs) == len(type_chain(q.qtype)), q
