@@ -223,6 +223,7 @@ def json_array_items(path) -> list:
     path = Path(path); text = _utf8_text(path)
     dec, ws, out = json.JSONDecoder(), re.compile(r'\s*'), []
     line = lambda p: text.count('\n', 0, p) + 1
+    early = '' if text.rstrip().endswith(']') else '; the file ends early (truncated?)'  # a whole array ends with ']'
     pos = ws.match(text).end()
     if text[pos:pos + 1] != '[': raise MalformedFileError(path, line(pos), 'expected a JSON array of records')
     pos = ws.match(text, pos + 1).end(); done = text[pos:pos + 1] == ']'
@@ -230,13 +231,13 @@ def json_array_items(path) -> list:
     while not done:
         try: item, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg})' + ('; the file ends early (truncated?)' if e.pos >= len(text.rstrip()) else '')) from None
+            raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg}){early}') from None
         last_line += text.count('\n', last, pos); last = pos
         out.append((last_line, item))
         pos = ws.match(text, end).end(); c = text[pos:pos + 1]
         if c == ',': pos = ws.match(text, pos + 1).end()
         elif c == ']': done = True
-        else: raise MalformedFileError(path, line(pos), "expected ',' or ']' after a record" + ('; the file ends early (truncated?)' if not c else ''))
+        else: raise MalformedFileError(path, line(pos), f"expected ',' or ']' after a record{early}")
     if text[pos + 1:].strip(): raise MalformedFileError(path, line(pos + 1 + len(text[pos + 1:]) - len(text[pos + 1:].lstrip())), 'text after the closing ]')
     return out
 

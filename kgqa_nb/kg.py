@@ -504,8 +504,8 @@ def read_ntriples(path, name: str | None = None) -> KnowledgeGraph:
     return KnowledgeGraph.from_id_triples(triples, labels, labels, descs, descs, extra_entities=extra, name=name or path.stem)
 
 # %% ../nbs/01_kg.ipynb #c056
-def _load_npy(path) -> np.ndarray:
-    "The array in a .npy file, unpickled only when it holds objects (text saved from pandas); `MalformedFileError` when damaged."
+def _load_npy(path, text: bool = False) -> np.ndarray:  # `text`: the file may hold Python objects (strings saved from pandas)
+    "The array in a .npy file, unpickled only for a `text` file that holds objects; `MalformedFileError` when damaged."
     import pickle
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
@@ -513,7 +513,9 @@ def _load_npy(path) -> np.ndarray:
         try: return np.load(path, allow_pickle=False)
         except ValueError as e:
             if 'allow_pickle' not in str(e): raise
+            if not text: raise MalformedFileError(path, None, 'holds Python objects where numbers belong (not unpickled)') from None
             return np.load(path, allow_pickle=True)
+    except MalformedFileError: raise
     except (ValueError, EOFError, OSError, TypeError, pickle.UnpicklingError) as e:
         raise MalformedFileError(path, None, f'not a complete .npy array ({type(e).__name__}: {str(e)[:120]}); damaged or truncated?') from None
 
@@ -573,7 +575,7 @@ def read_synth_kgqa(folder,  # a folder holding edge_ids.npy and relation_types.
         raise MalformedFileError(f('edge_ids'), None, f'expected a (2, E) integer array of head and tail indices, got shape {edges.shape} of {edges.dtype}')
     if rtypes.shape != (edges.shape[1],) or rtypes.dtype.kind not in 'iu':
         raise MalformedFileError(f('relation_types'), None, f'expected ({edges.shape[1]:,},) integers, one per triple of edge_ids.npy, got shape {rtypes.shape} of {rtypes.dtype}')
-    arrays = {n: _load_npy(f(n)) for n in _SYNTH_TEXT if f(n).is_file()}
+    arrays = {n: _load_npy(f(n), text=True) for n in _SYNTH_TEXT if f(n).is_file()}
     size = lambda kind, idx: next((len(a) for n, a in arrays.items() if n.startswith(kind)), int(idx.max()) + 1 if idx.size else 0)
     V, R = size('node', edges), size('relation', rtypes)
     text = {n: _text_list(a, f(n), V if n.startswith('node') else R, n.replace('_', ' ')) for n, a in arrays.items()}
@@ -779,8 +781,9 @@ def read_wikikg90m_text(path,  # `entity.csv` or `relation.csv` of the WikiKG90M
     path, want, labels, descs = Path(path), set(ids), {}, {}
     if not path.is_file(): raise FileNotFoundError(f'no such file: {path}')
     try:
-        with pd.read_csv(path, usecols=[key, 'title', 'desc'], dtype=str, chunksize=1_000_000) as chunks:
+        with pd.read_csv(path, dtype=str, chunksize=1_000_000, index_col=False) as chunks:  # no usecols: then a row with extra fields is an error
             for c in chunks:
+                if not {key, 'title', 'desc'} <= set(c.columns): raise ValueError(f'columns {list(c.columns)}')
                 c = c[c[key].isin(want)]
                 labels.update(c.dropna(subset=['title']).set_index(key)['title'].to_dict())
                 descs.update(c.dropna(subset=['desc']).set_index(key)['desc'].to_dict())

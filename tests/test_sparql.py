@@ -306,3 +306,69 @@ def test_sparql_server_port_errors(store):
         port = int(srv.url.rsplit(':', 1)[1].split('/')[0])
         with pytest.raises(ServerStartError, match=f'^port {port} on 127.0.0.1 is already in use'): SparqlServer(store, port=port)
     with pytest.raises(ServerStartError, match='^port 99999 is out of range 0-65535$'): SparqlServer(store, port=99999)
+
+
+# --- the local server as a SPARQL 1.1 protocol endpoint (issue 15 item 5) ---------------------------------------------
+# pyoxigraph ships no server binary (`oxigraph serve` is a separate Rust program), so the remote store is tested end to
+# end against kgqa_nb's own protocol server over the same embedded store.
+
+def _http(url, data=None, headers=None):
+    "(status, content type, body) of one request."
+    req = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r: return r.status, r.headers['Content-Type'], r.read()
+    except urllib.error.HTTPError as e: return e.code, e.headers['Content-Type'], e.read()
+
+
+def test_server_speaks_the_protocol(store):
+    q = 'SELECT ?s ?o WHERE { ?s ?p ?o } ORDER BY ?s ?o LIMIT 7'
+    c = 'CONSTRUCT WHERE { ?s ?p ?o } LIMIT 7'
+    want = store.select(q)
+    with serve_sparql(store) as srv:
+        get = _http(f'{srv.url}?query={urllib.parse.quote(q)}')
+        form = _http(srv.url, urllib.parse.urlencode({'query': q}).encode(), {'Content-Type': 'application/x-www-form-urlencoded'})
+        direct = _http(srv.url, q.encode(), {'Content-Type': 'application/sparql-query; charset=utf-8'})
+        assert get == form == direct and get[:2] == (200, 'application/sparql-results+json')
+        rows = lambda body, fmt: [{v.value: t for v, t in zip(r.variables, s) if t is not None} for r in [ox.parse_query_results(body, fmt)] for s in r]
+        assert rows(get[2], ox.QueryResultsFormat.JSON) == want
+        for accept, fmt in (('application/sparql-results+xml', ox.QueryResultsFormat.XML), ('text/tab-separated-values', ox.QueryResultsFormat.TSV)):
+            status, ctype, body = _http(f'{srv.url}?query={urllib.parse.quote(q)}', headers={'Accept': f'text/html;q=0.9, {accept}'})
+            assert (status, ctype) == (200, accept) and rows(body, fmt) == want
+        triples = lambda body, fmt: {(t.subject, t.predicate, t.object) for t in ox.parse(body, fmt)}
+        status, ctype, body = _http(f'{srv.url}?query={urllib.parse.quote(c)}')
+        assert (status, ctype) == (200, 'application/n-triples') and triples(body, ox.RdfFormat.N_TRIPLES) == set(store.construct(c))
+        status, ctype, body = _http(f'{srv.url}?query={urllib.parse.quote(c)}', headers={'Accept': 'text/turtle'})
+        assert (status, ctype) == (200, 'text/turtle') and triples(body, ox.RdfFormat.TURTLE) == set(store.construct(c))
+        n = srv.requests
+        assert _http(f'{srv.url}?query={urllib.parse.quote(q)}', headers={'Accept': 'image/png'})[0] == 406
+        assert _http(srv.url, q.encode(), {'Content-Type': 'text/plain'})[0] == 415
+        assert _http(f'{srv.url}?query={urllib.parse.quote(q)}&query={urllib.parse.quote(q)}')[0] == 400
+        assert _http(srv.url, b'DROP ALL', {'Content-Type': 'application/sparql-update'})[0] == 403
+        assert srv.requests == n + 4
+
+
+def test_server_deadline_stops_a_runaway_query(store):
+    small = 'SELECT ?s WHERE { ?s ?p ?o } ORDER BY ?s LIMIT 3'
+    with serve_sparql(store, query_timeout=0.5) as srv:
+        patient = RemoteSparqlStore(srv.url, timeout=30, max_retries=1, backoff=0.01)
+        with pytest.raises(EndpointHTTPError) as e: patient.select(EXPLOSIVE)
+        assert e.value.status == 503 and srv.requests == 2  # 503 is transient for the client: one retry, killed again
+        impatient = RemoteSparqlStore(srv.url, timeout=0.2, max_retries=0)
+        with pytest.raises(EndpointTimeout): impatient.select(EXPLOSIVE)
+        assert patient.select(small) == store.select(small)  # the killed workers left the server free
+    with pytest.raises(ValueError, match='query_timeout must be positive'): SparqlServer(store, query_timeout=0)
+
+
+def test_remote_store_end_to_end_on_one_kg(store, kg, tmp_path):
+    "Same answers as the embedded store, the guard before any request, then replay with the server stopped."
+    e = kg.entity_ids[int(kg.head[0])]
+    qs = [tpl.format(e=e, r=r) for tpl in WORKLOAD for r in kg.relation_ids[:2]]
+    with serve_sparql(store, query_timeout=30) as srv:
+        remote = RemoteSparqlStore(srv.url, timeout=30, cache=tmp_path / 'c.jsonl')
+        assert [remote.select(q) for q in qs] == [store.select(q) for q in qs]
+        n = srv.requests
+        for bad in ('INSERT DATA { <x:a> <x:b> <x:c> }', 'LOAD <http://127.0.0.1:1/x.nt>', 'SELECT * { SERVICE <http://127.0.0.1:1/s> { ?s ?p ?o } }'):
+            with pytest.raises(UnsafeQueryError): remote.select(bad)
+        assert srv.requests == n
+    replay = RemoteSparqlStore(srv.url, cache=ReplayCache(tmp_path / 'c.jsonl', 'replay'))
+    assert [replay.select(q) for q in qs] == [store.select(q) for q in qs] and replay.requests_sent == 0
