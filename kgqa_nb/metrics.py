@@ -174,7 +174,7 @@ def retrieval_metrics(scores,  # (E,) one score per triple of the question graph
     if not len(ans): raise ValueError('no answer entity')
     if any(not isinstance(k, (int, np.integer)) or k < 1 for k in ks): raise ValueError(f'ks must be positive integers, got {ks!r}')
     hit = gt[order]; cum = np.cumsum(hit)
-    first = np.full(len(ans), E + 1)  # best rank (1-based) at which each answer appears as an endpoint
+    first = np.full(len(ans), np.inf)  # best rank (1-based) at which each answer appears as an endpoint (inf: never)
     for end in (h[order], t[order]):
         pos = np.searchsorted(ans, end); ok = (pos < len(ans)) & (ans[np.minimum(pos, len(ans) - 1)] == end)
         np.minimum.at(first, pos[ok], np.nonzero(ok)[0] + 1)
