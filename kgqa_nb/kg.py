@@ -760,11 +760,13 @@ def _int_csv(path, ncols: int) -> np.ndarray:
     lines = _read_text(path).split('\n')
     if lines and not lines[-1].strip(): lines.pop()
     body = '\n'.join(l.rstrip('\r') for l in lines)
-    pat = re.compile(r'(?:\d+' + r',\d+' * (ncols - 1) + r'\n)*\d+' + r',\d+' * (ncols - 1))
+    pat = re.compile(r'(?:\d+' + r',\d+' * (ncols - 1) + r'\n)*+\d+' + r',\d+' * (ncols - 1))  # possessive: no backtracking state
     if lines and not pat.fullmatch(body):
         bad = next(i for i, l in enumerate(lines, 1) if not re.fullmatch(r'\d+' + r',\d+' * (ncols - 1), l.rstrip('\r')))
         raise MalformedFileError(path, bad, f'expected {ncols} comma-separated non-negative integers, got {lines[bad - 1][:60]!r}')
-    return np.array(body.replace(',', '\n').split(), dtype=np.int64).reshape(-1, ncols) if lines else np.zeros((0, ncols), np.int64)
+    if not lines: return np.zeros((0, ncols), np.int64)
+    import io
+    return pd.read_csv(io.StringIO(body), header=None, dtype=np.int64).to_numpy().reshape(-1, ncols)  # checked above, so this parse cannot go wrong
 
 def _read_ogb_raw(raw) -> np.ndarray:
     "(n, 3) int64 triples of OGB's raw layout: raw/edge.csv.gz (head,tail) and raw/edge_reltype.csv.gz (relation), row by row."
