@@ -1,0 +1,175 @@
+"""ULTRAG end to end: the LLM path through the local OpenAI-compatible stand-in server with scripted replies (invalid
+replies are named, counted and never crash), the oracle path with both executors, deleted facts, and the CLI."""
+import contextlib, io, re, socket
+
+import numpy as np
+import pytest
+
+from kgqa_nb.kg import load_kg
+from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.dsl import parse_query, SymbolicExecutor
+from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,
+                            SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate, summarize,
+                            fit_tau, edge_capped_prefix, ultrag_cli, crisp_set, QueryWriteError, check_query)
+
+TW = load_kg('toyworld')
+SCRIPT = {}  # question -> replies, one per attempt
+
+
+@register_offline_model('test-ultrag-scripted-writer',
+                        matches=lambda ms: ms[0]['content'].startswith(WRITER_FIRST_LINE) and '[scripted]' in ms[1]['content'])
+def _scripted(messages):
+    q = re.match(r'Question: (.*)', messages[1]['content'])[1].strip()
+    n = sum(m['role'] == 'assistant' for m in messages)  # the attempt number
+    return SCRIPT[q][min(n, len(SCRIPT[q]) - 1)]
+
+
+def client(srv, **kw):
+    return LLMClient('openai', model='stand-in', base_url=srv.url, api_key='x', cache=False, backoff_base=0.01, **kw)
+
+
+@pytest.mark.parametrize('replies,reason', [
+    (['I think the answer is Queniar.', 'Still no query, sorry.'], 'syntax'),
+    (['QUERY: Q900000006 -> P99999', 'QUERY: Q900000006 -> P99998'], 'unknown_relation'),
+    (['QUERY: Q123456789 -> P47', 'QUERY: Q123456780 -> P47'], 'unknown_entity'),
+    (['QUERY: AND(Q900000006 -> P47, Q900000006 -> P47 inv)'] * 2, 'cyclic'),
+])
+def test_invalid_replies_are_named_counted_and_never_crash(replies, reason):
+    q = f'[scripted] {reason}?'
+    SCRIPT[q] = replies
+    with OfflineChatServer() as srv:
+        w = LLMQueryWriter(client(srv), TW)
+        out = w.write(q, ['Q900000006'])
+        pipe = Ultrag(TW, w, SymbolicStep(), pruner=SEPPRPruner(k=500))
+        res = pipe.answer(q, ['Q900000006'])
+        assert len(srv.requests) == 4  # two attempts each (one retry), no more
+    assert not out.valid and out.error == reason and out.errors == [reason, reason] and out.attempts == 2
+    assert w.stats['invalid_first'] == 2 and w.stats['invalid_final'] == 2 and w.stats[reason] == 4
+    assert res.error == reason and res.answers == [] and res.query == '' and reason in res.message
+
+
+def test_retry_carries_the_parser_message_and_fixes_the_query():
+    q = '[scripted] retry?'
+    SCRIPT[q] = ['QUERY: Q900000006 -> P47 ->', 'QUERY: Q900000006 -> P47']
+    with OfflineChatServer() as srv:
+        w = LLMQueryWriter(client(srv), TW)
+        out = w.write(q, ['Q900000006'])
+        assert srv.requests[1]['n_messages'] == 4  # system, question, the bad reply, the error message
+    assert out.valid and out.text == 'Q900000006 -> P47' and out.errors == ['syntax'] and out.attempts == 2
+    assert w.stats['invalid_first'] == 1 and w.stats['invalid_final'] == 0
+
+
+def test_a_dead_server_is_an_llm_error_not_a_crash():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    c = LLMClient('openai', model='stand-in', base_url=f'http://127.0.0.1:{port}/v1', api_key='x', cache=False, max_retries=0)
+    res = Ultrag(TW, LLMQueryWriter(c, TW), SymbolicStep(), pruner=SEPPRPruner(k=500)).answer('[scripted] dead?', ['Q900000006'])
+    assert res.error == 'llm_error' and res.answers == []
+
+
+def test_whole_llm_path_through_the_stand_in_server():
+    q = '[scripted] Which countries share a border with Queniar?'
+    SCRIPT[q] = ['Here it is.\nQUERY: Q900000006 -> P47']
+    gold = SymbolicExecutor(TW).answers(parse_query('Q900000006 -> P47'))
+    with OfflineChatServer() as srv:
+        c = client(srv)
+        pipe = Ultrag(TW, LLMQueryWriter(c, TW), SymbolicStep(), pruner=SEPPRPruner(k=1000),
+                      decider=LLMDecider(c), arbitrator=LLMArbitrator(c))
+        res = pipe.answer(q, ['Q900000006'])
+        assert len(srv.requests) == 3  # writer, decider, arbitrator
+    assert res.error == '' and res.query == 'Q900000006 -> P47' and sorted(res.answers) == sorted(gold) and len(gold) > 1
+    assert set(res.timings) == {'write', 'link', 'prune', 'execute', 'decide', 'arbitrate'} and res.rounds == 1
+
+
+def test_iterative_decider_respects_the_round_cap():
+    q = '[scripted] weak?'
+    SCRIPT[q] = ['QUERY: Q900000006 -> P47']
+    class Never:
+        label = 'never'
+        def decide(self, x, question, kg): return False
+    w = LLMQueryWriter(LLMClient('offline', cache=False), TW)
+    res = Ultrag(TW, w, SymbolicStep(), pruner=SEPPRPruner(k=500), decider=Never(), max_rounds=3).answer(q, ['Q900000006'])
+    assert res.rounds == 3 and w.stats['questions'] == 3 and res.answers
+
+
+def test_mentions_are_linked_when_no_seeds_are_given(tmp_path):
+    from kgqa_nb.text import HashingEncoder
+    q = '[scripted] linked?'
+    SCRIPT[q] = ['QUERY: Q1 -> P47\nMENTIONS:\nQ1: Queniar']
+    linker = EntityLinker(TW, encoder=HashingEncoder(128), index_root=tmp_path)
+    pipe = Ultrag(TW, LLMQueryWriter(LLMClient('offline', cache=False), TW), SymbolicStep(), linker=linker, pruner=SEPPRPruner(k=800))
+    res = pipe.answer(q)
+    assert sorted(res.answers) == sorted(SymbolicExecutor(TW).answers(parse_query('Q900000006 -> P47')))
+
+
+def test_check_query_names_each_error():
+    for text, reason in [('Q900000006 -> P0', 'unknown_relation'), ('Q1 -> P47', 'unknown_entity'),
+                         ('AND(Q900000006 -> P47, Q900000006 -> P47)', 'cyclic')]:
+        with pytest.raises(QueryWriteError) as e: check_query(parse_query(text), TW)
+        assert e.value.reason == reason
+
+
+def test_edge_cap_is_the_largest_fitting_prefix():
+    ranked = np.argsort(-TW.degree())[:300]
+    for cap in (0, 10, 500, 10**9):
+        m = edge_capped_prefix(TW, ranked, cap)
+        sub, _ = TW.induced_subgraph(ranked[:m])
+        assert sub.num_triples <= cap or m == len(ranked) and sub.num_triples <= cap
+        if m < len(ranked): assert TW.induced_subgraph(ranked[:m + 1])[0].num_triples > cap
+
+
+@pytest.fixture(scope='module')
+def toy_source():
+    from kgqa_nb.datasources import load_source
+    return load_source('generated', kg=TW, seed=0)
+
+
+@pytest.fixture(scope='module')
+def ultraquery():
+    from kgqa_nb.ultra import load_ultra
+    return load_ultra('ultraquery')
+
+
+def test_oracle_queries_on_intact_toyworld_reach_hits_at_10_of_95(toy_source, ultraquery):
+    pipe = Ultrag(TW, oracle_writer(TW, toy_source.all), NeuralExecutor(ultraquery), pruner=SEPPRPruner(k=2000))
+    train = evaluate(pipe, toy_source.train.head(20).assign(split='train'))
+    pipe.arbitrator = ThresholdArbitrator(fit_tau(train.top.tolist(), train.gold.tolist()))
+    test = toy_source.test.assign(split='test')
+    for ex in (NeuralExecutor(ultraquery), SymbolicStep()):
+        pipe.executor = ex
+        s = summarize(evaluate(pipe, test))
+        assert s['hits@10'].item() >= 95, (ex.label, s.to_dict('records'))
+        assert s.invalid.item() == 0 and s.hits.item() >= 80
+
+
+def test_neural_answers_what_symbolic_cannot_after_deleted_facts(ultraquery):
+    from kgqa_nb.toyworld import make_toyworld
+    from kgqa_nb.ultra import missing_fact_queries
+    kg, deleted = make_toyworld(seed=0, return_deleted=True)
+    qs = missing_fact_queries(kg, deleted, limit=15)
+    neural, symbolic = NeuralExecutor(ultraquery), SymbolicStep()
+    pruner = SEPPRPruner(k=0)
+    n_neural = n_symbolic = 0
+    for q, b in qs:
+        leaves = {e: crisp_set(kg, [e]) for e in [q.query.query.id]}
+        pr = pruner.prune(kg, leaves)
+        n_neural += int(neural.execute(q, leaves, pr).argmax()) == kg.entity(b)
+        n_symbolic += float(symbolic.execute(q, leaves, pr)[kg.entity(b)]) > 0
+    assert n_symbolic == 0 and n_neural >= 1
+
+
+def test_cli_ask_and_batch(tmp_path, toy_source):
+    rec = toy_source.test.iloc[0]
+    seeds = ','.join(record_ids(rec)[0])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert ultrag_cli(['ask', rec['question'], '--seeds', seeds, '--executor', 'symbolic', '--k', '500']) == 0
+        assert ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--seeds', 'Q900000006', '--executor', 'symbolic', '--k', '500']) == 1
+        assert ultrag_cli(['batch', '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
+    text = out.getvalue()
+    assert f"query: {record_ids(rec)[0][0]}" in text or 'query: AND(' in text
+    assert '<- answer' in text and 'timings: write' in text
+    assert 'no valid query' in text and 'hits' in text and (tmp_path / 't.csv').exists()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err): assert ultrag_cli(['ask', 'Who?', '--seeds', 'Q0', '--executor', 'symbolic']) == 2
+    assert 'not in' in err.getvalue()
