@@ -13,7 +13,9 @@ from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError
 
 # %% auto #0
-__all__ = ['READER_MARKER', 'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader']
+__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'triple_lines', 'reader_messages',
+           'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader', 'compact_triple_lines', 'subgraphrag_messages',
+           'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader', 'make_reader']
 
 # %% ../nbs/16_readers.ipynb #c006
 def triple_lines(triples) -> str:
@@ -92,4 +94,87 @@ class QueryReader:
         return sorted({str(v) for v in vals if v is not None})
     def answer_many(self, questions, triples_lists, records) -> list:
         return [self.answer(q, t, r) for q, t, r in zip(questions, triples_lists, records)]
-    def describe(self) -> str: return 'offline:query-reader'
+    def describe(self) -> str: return 'oracle (query reader)'
+
+# %% ../nbs/16_readers.ipynb #c022
+SUBGRAPHRAG_MARKER = '[kgqa subgraphrag reader]'
+
+def compact_triple_lines(triples, k: int | None = None) -> str:
+    "`(head,relation,tail)` lines, labels only, no spaces around commas, distinct in order, the first `k`."
+    seen, out = set(), []
+    for h, r, t in triples:
+        line = f'({parse_item(h)[0]},{parse_item(r)[0]},{parse_item(t)[0]})'
+        if line not in seen: seen.add(line); out.append(line)
+    return '\n'.join(out[:k] if k else out)
+
+_ICL_USER = ('Triplets:\n(Lake Orin,located in,Velmar)\n(Velmar,capital,Dunhollow)\n(Lake Orin,area,12 km2)\n'
+             '(Dunhollow,twinned with,Port Ash)\n(Velmar,official language,Velmari)\n\nQuestion:\nWhat is the capital of the region where Lake Orin lies?')
+_ICL_ASSISTANT = ('Lake Orin is located in Velmar. The capital of Velmar is Dunhollow. So the answer is Dunhollow.\n'
+                  'ans: Dunhollow')
+DOUBLE_CHECK = ('Think step by step about the triplets above. Give the most likely answers to the question, one per line, '
+                'each prefixed with `ans:`; if the triplets do not allow an answer, write `ans: not available`.')
+
+def subgraphrag_messages(question: str, triples, k: int | None = None) -> list:
+    "System message, the worked example, and the user turn with the top-`k` triples and the question."
+    sys = (f'{SUBGRAPHRAG_MARKER} Answer the question using the retrieved knowledge-graph triplets. Return every answer on its '
+           'own line, prefixed with `ans:`.')
+    q = question.strip(); q = q if q.endswith('?') else q + '?'
+    return [dict(role='system', content=sys), dict(role='user', content=_ICL_USER), dict(role='assistant', content=_ICL_ASSISTANT),
+            dict(role='user', content=f'Triplets:\n{compact_triple_lines(triples, k)}\n\nQuestion:\n{q}')]
+
+def needs_double_check(reply: str) -> bool:
+    "True when a reply has no usable `ans:` line (none, or only 'not available')."
+    return not parse_answers(reply)
+
+# %% ../nbs/16_readers.ipynb #c025
+@dataclass
+class SubgraphRAGReader:
+    "SubgraphRAG's reader: worked example, compact triples, and the double-check turn."
+    client: LLMClient
+    k: int | None = None  # keep the first k distinct triples (None: all given)
+    def answer(self, question: str, triples, record=None) -> list:
+        "Answers for one question (two model calls when the first reply has no answer)."
+        msgs = subgraphrag_messages(question, triples, self.k)
+        reply = self.client.chat(msgs).text
+        if needs_double_check(reply): reply = self.client.chat(msgs + [dict(role='user', content=DOUBLE_CHECK)]).text
+        return parse_answers(reply)
+    def answer_many(self, questions, triples_lists, records=None) -> list:
+        return [self.answer(q, t) for q, t in zip(questions, triples_lists)]
+    def describe(self) -> str: return f'llm:{self.client.describe()} (SubgraphRAG prompt)'
+
+@register_offline_model('kgqa-subgraphrag-reader', matches=lambda m: bool(m) and m[0].get('content', '').startswith(SUBGRAPHRAG_MARKER))
+def _offline_subgraphrag_reader(messages) -> str:
+    if messages[-1]['content'] == DOUBLE_CHECK: return 'ans: not available'
+    user = messages[-1]['content']
+    facts = re.findall(r'^\((.+?),(.+?),(.+?)\)$', user.split('Question:')[0], flags=re.M)
+    q, n = normalize_answer(user.split('Question:')[-1]), normalize_answer
+    hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
+    return '\n'.join(f'ans: {a}' for a in dict.fromkeys(hits)) if hits else 'The triplets do not say.'
+
+# %% ../nbs/16_readers.ipynb #c028
+LLM_ONLY_MARKER = '[kgqa llm-only]'
+
+@dataclass
+class LLMOnlyReader:
+    "The no-retrieval baseline: the question alone, answers on `ans:` lines."
+    client: LLMClient
+    def answer(self, question: str, triples=(), record=None) -> list:
+        "Answers from the model's own knowledge (the triples are ignored)."
+        sys = f'{LLM_ONLY_MARKER} Answer the question. Return every answer on its own line, prefixed with `ans:`.'
+        return parse_answers(self.client.chat([dict(role='system', content=sys), dict(role='user', content=question.strip())]).text)
+    def answer_many(self, questions, triples_lists=None, records=None) -> list:
+        return [self.answer(q) for q in questions]
+    def describe(self) -> str: return f'llm-only:{self.client.describe()}'
+
+@register_offline_model('kgqa-llm-only', matches=lambda m: bool(m) and m[0].get('content', '').startswith(LLM_ONLY_MARKER))
+def _offline_llm_only(messages) -> str: return 'ans: not available'
+
+# %% ../nbs/16_readers.ipynb #c030
+def make_reader(kind: str = 'offline',  # 'offline' (oracle query reader) or 'llm' (SubgraphRAG prompt)
+                backend: str = 'offline',  # LLM backend for 'llm'
+                model: str | None = None,  # LLM model ('' or None: the backend default)
+                base_url: str | None = None):  # OpenAI-compatible server ('' or None: the environment default)
+    "A reader from notebook parameters."
+    if kind == 'offline': return QueryReader()
+    if kind == 'llm': return SubgraphRAGReader(LLMClient(backend, model or None, base_url or None))
+    raise ValueError(f"reader must be 'offline' or 'llm', not {kind!r}")

@@ -28,7 +28,7 @@ __all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'RetrievalInputErr
            'load_retriever', 'RetrievalExample', 'label_key', 'check_question_graph', 'prepare_example',
            'question_texts', 'prepare_examples', 'check_width', 'score_example', 'top_k', 'TrainConfig', 'mean_metric',
            'train_retriever', 'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
-           'evaluate', 'summarise']
+           'evaluate', 'summarise', 'is_validation', 'reader_hits', 'retriever_study']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -400,3 +400,75 @@ def summarise(per_question: pd.DataFrame, by=None) -> pd.DataFrame:
     if by is None: return per_question[cols].mean().to_frame().T.assign(n_questions=len(per_question))
     g = per_question.groupby(by, dropna=False)
     return g[cols].mean().join(g.size().rename('n_questions')).reset_index()
+
+# %% ../nbs/15_subgraphrag.ipynb #c044
+def is_validation(qid, fraction: float = 0.2) -> bool:
+    "Whether a training question is held out for validation (a stable hash of its id)."
+    return zlib.crc32(str(qid).encode()) % 1000 < int(round(1000 * fraction))
+
+def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks) -> dict:
+    "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`)."
+    from kgqa_nb.metrics import answer_hit
+    from kgqa_nb.spanalysis import gold_answers
+    ids, labels = gold_answers(kg, rec)
+    out = {}
+    for k in ks:
+        tri = [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_k(ex, scores, k)]
+        out[f'hits@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, rec)], sorted(ids), labels))
+    return out
+
+def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, reader, reader_ks, ks):
+    rows = []
+    for ex in test:
+        s = retriever_scores(retriever, ex, feats, seed)
+        m = retrieval_metrics(s, ex.labels['gt'].numpy(), ex.edge_index[0].numpy(), ex.edge_index[1].numpy(), ex.answers, ks)
+        hits = reader_hits(ex, s, recs[ex.id], kg, reader, reader_ks) if reader is not None else {}
+        rows.append(dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **m, **hits))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/15_subgraphrag.ipynb #c045
+def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
+                    qgraphs,  # their question graphs, in record order
+                    encoder: TextEncoder,  # frozen text encoder
+                    cache_dir,  # parent of the keyed study folder (runs and checkpoints)
+                    labels=('gt', 'sp'),  # supervision arms: 'gt', 'sp', 'sp:<convention>'
+                    seeds=(0, 1, 2),  # runs per arm
+                    references=REFERENCE_RETRIEVERS,  # training-free retrievers evaluated once (seed 0)
+                    train_cfg: dict | None = None,  # TrainConfig fields besides labels and seed (epochs, patience, ...)
+                    val_fraction: float = 0.2,  # share of training questions held out for early stopping
+                    reader=None,  # a reader with .answer(question, triples, record) and .describe(); None: no hits
+                    reader_ks=(10, 50, 100, 200),  # K of the reader's top-K triples
+                    ks=RETRIEVAL_KS,  # cut-offs of the retrieval metrics
+                    root=None,  # embedding-store parent folder
+                    verbose: bool = False) -> pd.DataFrame:
+    "Train every (labels, seed) retriever and evaluate it and the reference retrievers on the test questions; cached."
+    from kgqa_nb.core import keyed_folder
+    from kgqa_nb.spanalysis import records_fingerprint
+    from kgqa_nb.kg import kg_fingerprint
+    arms = [label_key(l) for l in labels]
+    train_cfg = dict(train_cfg or {})
+    if {'labels', 'seed'} & set(train_cfg): raise ValueError('train_cfg must not set labels or seed: use `labels` and `seeds`')
+    params = dict(records=records_fingerprint(records), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=train_cfg,
+                  val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
+                  ks=list(ks), format=1)
+    folder = keyed_folder(cache_dir, 'retriever-study', params)
+    recs = {str(r['id']): r for r in records.to_dict('records')}
+    exs = prepare_examples(records, qgraphs, encoder, root=root)  # every graph checked before anything is trained
+    feats = text_features(kg, encoder, entities=np.unique(np.concatenate([e.nodes for e in exs])), root=root)
+    test = [e for e in exs if e.meta['split'] == 'test']
+    train = [e for e in exs if e.meta['split'] == 'train' and not is_validation(e.id, val_fraction)]
+    val = [e for e in exs if e.meta['split'] == 'train' and is_validation(e.id, val_fraction)]
+    if not test or not train: raise RetrievalInputError('empty_graph', f'{len(train)} training and {len(test)} test questions: need both')
+    runs = [(r, 'none', 0) for r in references] + [('subgraphrag', a, s) for a in arms for s in seeds]
+    frames = []
+    for name, arm, seed in progress(runs, desc='retriever study'):
+        f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}.csv"
+        if not f.exists():
+            if name == 'subgraphrag':
+                cfg = TrainConfig(**{**train_cfg, 'labels': arm, 'seed': int(seed)})
+                model, hist = train_retriever(train, val, feats, cfg, folder / 'ckpt' / f"{arm.replace(':', '_')}-{seed}", verbose=verbose)
+                df = _run_rows(model, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=len(hist))
+            else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
+            write_text_atomic(f, df.to_csv(index=False))
+        frames.append(pd.read_csv(f, dtype={'id': str}))
+    return pd.concat(frames, ignore_index=True)
