@@ -395,7 +395,7 @@ def question_graph_from_record(kg: KnowledgeGraph, rec,  # a record with the `gr
     "The published question graph of a record as a `QuestionGraph` (no rebuild): its triples, GT flags from the answer subgraph, SP labels."
     get = lambda c: rec[c] if c in rec and rec[c] is not None else None
     if get('graph') is None: raise ValueError(f"record {get('id')!r} has no graph: read GTSQA's gtsqa-with-graphs configuration")
-    q = record_question(kg, rec, check_labels)
+    q = record_question(kg, rec, check_labels, full_answer_column=None)  # the full answer subgraph is not needed: the graph is given
     tr = _text_triples(kg, get('graph'), check_labels, get('id'))
     key = lambda a: (a[:, 0] * kg.num_relations + a[:, 1]) * kg.num_entities + a[:, 2]
     gt = q['gt_triples']

@@ -403,7 +403,7 @@ def test_gtsqa_with_graphs_reads_every_shard_in_order(tmp_path):
     ids = [r['id'] for r in iter_gtsqa('train', 'gtsqa-with-graphs', allow_download=False, root=tmp_path)]
     assert ids == list(range(44))
     files[7].unlink()
-    with pytest.raises(FileNotFoundError, match=r"1 of 22 published file\(s\) missing, e.g. .*train-00007-of-00022.parquet; run kgqa_nb.kg.fetch\('gtsqa-with-graphs-train-00007'\)"):
+    with pytest.raises(FileNotFoundError, match=r"GTSQA train \(gtsqa-with-graphs\): 1 of 22 published file\(s\) missing, e.g. .*train-00007-of-00022.parquet; run kgqa_nb.kg.fetch\('gtsqa-with-graphs-train-00007'\)"):
         load_gtsqa('train', config='gtsqa-with-graphs', root=tmp_path, allow_download=False)
 
 
@@ -449,6 +449,7 @@ def test_with_graphs_record_becomes_the_question_graph():
                                        {'Q103569': 'Alien', 'Q56005': 'Ridley Scott', 'Q102642': 'Sigourney Weaver', 'Q145': 'United Kingdom'},
                                        {'P57': 'director', 'P161': 'cast member', 'P27': 'country of citizenship'})
     rec = gtsqa_rows([0], True).to_dict('records')[0]
+    rec['full_answer_subgraph_wikikg2'] = [['Q999', 'P999', 'Q998']]  # not read: the published graph is the graph
     qg = question_graph_from_record(g, rec, check_labels=True)
     assert (qg.id, len(qg), qg.triple_scores.tolist()) == ('0', 2, [1, 0])
     assert qg.triple_scores_sp.tolist() == [1, 0] and qg.info == dict(source='published', n_triples=2, n_gt=1, n_gt_in_graph=1)
