@@ -881,13 +881,15 @@ def _metaedge_text(source_kind, kind, target_kind, direction) -> str:
     return f"{source_kind} {kind} {target_kind}" + ('' if direction == 'both' else f' ({direction})')
 
 def read_hetionet_json(path,  # hetionet-v1.0.json (.bz2 / .gz compressed or plain)
+                       metagraph=None,  # hetionet-v1.0-metagraph.json: its kind_to_abbrev is used when the JSON has none
                        name: str = 'hetionet') -> KnowledgeGraph:
     "Hetionet from its JSON layout, every node and edge checked (the first bad one is named by its position)."
     path = Path(path); d = _read_json(path)
     if not (isinstance(d, dict) and isinstance(d.get('nodes'), list) and isinstance(d.get('edges'), list)):
         raise MalformedFileError(path, None, 'expected a JSON object with "nodes" and "edges" lists (the Hetionet JSON layout)')
     abbrev = d.get('kind_to_abbrev')
-    if not isinstance(abbrev, dict): raise MalformedFileError(path, None, 'no "kind_to_abbrev" object (the abbreviations that name metaedges)')
+    if not isinstance(abbrev, dict) and metagraph is not None: abbrev = (_read_json(metagraph) or {}).get('kind_to_abbrev')
+    if not isinstance(abbrev, dict): raise MalformedFileError(path, None, 'no "kind_to_abbrev" object (the abbreviations that name metaedges) here or in a metagraph file')
     index, labels, kinds = {}, [], []
     for i, n in enumerate(d['nodes']):
         if not (isinstance(n, dict) and isinstance(n.get('kind'), str) and isinstance(n.get('identifier'), (str, int))
@@ -968,10 +970,10 @@ def load_hetionet(root=None) -> KnowledgeGraph:  # data dir (default: `core.data
     "Hetionet v1.0 from `<data dir>/hetionet`: the JSON layout when present, else the TSV layout."
     base = (Path(root) if root else data_dir()) / 'hetionet'
     js = next((base / f for f in ('hetionet-v1.0.json.bz2', 'hetionet-v1.0.json') if (base / f).is_file()), None)
-    if js: return read_hetionet_json(js)
+    meta = base / 'hetionet-v1.0-metagraph.json'
+    if js: return read_hetionet_json(js, meta if meta.is_file() else None)
     nodes, edges = base / 'hetionet-v1.0-nodes.tsv', next((base / f for f in ('hetionet-v1.0-edges.sif.gz', 'hetionet-v1.0-edges.sif') if (base / f).is_file()), None)
     if nodes.is_file() and edges:
-        meta = base / 'hetionet-v1.0-metagraph.json'
         return read_hetionet_tsv(nodes, edges, meta if meta.is_file() else None)
     raise FileNotFoundError(f'Hetionet not found in {base}: run kgqa_nb.kg.fetch("hetionet-json"), or fetch("hetionet-nodes") and fetch("hetionet-edges")')
 

@@ -280,9 +280,19 @@ def _json_with(tmp_path, **change):
     (dict(edges=HET['edges'] + [{**HET['edges'][0], 'direction': 'sideways'}]), r'edges\[3\]: expected'),
     (dict(edges=HET['edges'] + [{**HET['edges'][0], 'kind': 'cures'}]), r"edges\[3\]: kind_to_abbrev has no abbreviation for \['cures'\]"),
     (dict(kind_to_abbrev=None), 'no "kind_to_abbrev" object'),
+
 ])
 def test_hetionet_json_damage_is_named(tmp_path, change, match):
     with pytest.raises(MalformedFileError, match='het.json: ' + match): read_hetionet_json(_json_with(tmp_path, **change))
+
+
+def test_hetionet_abbreviations_from_the_metagraph_file(tmp_path):
+    "A JSON without kind_to_abbrev takes the abbreviations from hetionet-v1.0-metagraph.json beside it."
+    base = hetionet_folder(tmp_path)
+    (base / 'hetionet-v1.0.json.bz2').write_bytes(bz2.compress(json.dumps({**HET, 'kind_to_abbrev': None}).encode()))
+    assert load_hetionet(root=tmp_path).relation_ids == ['CtD', 'Gr_G', 'GpBP']
+    (base / 'hetionet-v1.0-metagraph.json').unlink()
+    with pytest.raises(MalformedFileError, match='no "kind_to_abbrev" object'): load_hetionet(root=tmp_path)
 
 
 def test_hetionet_truncated_archive(tmp_path):
