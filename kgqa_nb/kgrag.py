@@ -21,15 +21,15 @@ from .metrics import hit_at_1
 from .text import TextEncoder, VectorIndex
 
 # %% auto #0
-__all__ = ['ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION', 'RELATION_PHRASES', 'MODES',
-           'topic_entity', 'plain_question', 'MetaQAQuestion', 'load_metaqa_questions', 'entity_by_label', 'Candidates',
-           'candidate_triples', 'verbalize', 'triple_texts', 'similarity_metric', 'top_k', 'TripleRetriever',
-           'prompt_role', 'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages',
-           'synthesis_messages', 'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer',
-           'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
-           'relation_phrase_answer', 'offline_answer', 'substitute_answers', 'offline_reformulate',
-           'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate', 'gold_chain', 'step_hit',
-           'retrieval_diagnostics', 'kgrag_cli']
+__all__ = ['NO_CANDIDATES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION',
+           'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question', 'MetaQAQuestion',
+           'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize', 'triple_texts',
+           'similarity_metric', 'top_k', 'TripleRetriever', 'prompt_role', 'decomposition_messages', 'answer_messages',
+           'direct_messages', 'reformulate_messages', 'synthesis_messages', 'parse_decomposition', 'triple_entities',
+           'parse_answer', 'parse_final_answer', 'type_chain', 'chain_subquestions', 'question_template',
+           'metaqa_templates', 'offline_decompose', 'relation_phrase_answer', 'offline_answer', 'substitute_answers',
+           'offline_reformulate', 'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate', 'gold_chain', 'step_hit',
+           'retrieval_diagnostics', 'sample_questions', 'roles_label', 'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -108,6 +108,8 @@ class Candidates:
         "One array of triple indices per hop (the paper's list of lists)."
         return [self.eids[self.hop == h] for h in range(1, int(self.hop.max(initial=0)) + 1)]
 
+NO_CANDIDATES = Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64))  # what an entity outside the KG gets
+
 def candidate_triples(kg: KnowledgeGraph, seeds,  # entity indices of the question
                       n_hops: int = 1,  # N: keep triples with an end within N-1 hops of a seed
                       direction: str = 'both',  # 'both' (bidirectional, the paper's choice), 'out' or 'in'
@@ -158,7 +160,7 @@ class TripleRetriever:
                  direction: str = 'both'):  # BFS direction
         self.kg, self.encoder, self.store_root, self.direction = kg, encoder, store_root, direction
         self.metric = similarity_metric(encoder)
-        self._cands = {}
+        self._cands, self._vecs = {}, {}
 
     def candidates(self, topic: str, n_hops: int) -> Candidates:
         "Candidates of the entity labelled `topic` up to `n_hops`."
@@ -170,11 +172,22 @@ class TripleRetriever:
         "Vectors of texts through the store (normalised for cosine)."
         return self.encoder.encode_cached(texts, role=role, root=self.store_root, normalize=self.metric == 'cosine', progress_bar=False)
 
+    def candidate_vectors(self, cands: Candidates) -> tuple:
+        "(texts, vectors) of a candidate set; the last few sets stay in memory (every sub-question and K reuses them)."
+        key = (cands.eids.tobytes(), len(cands))
+        hit = self._vecs.get(key)
+        if hit is None:
+            texts = triple_texts(self.kg, cands.eids)
+            hit = (texts, self.vectors(texts) if texts else None)
+            if len(self._vecs) >= 8: self._vecs.pop(next(iter(self._vecs)))
+            self._vecs[key] = hit
+        return hit
+
     def select(self, query: str, cands: Candidates, k: int) -> list:
         "Top-`k` candidate triples for `query`: a list of (text, score, triple index)."
-        texts = triple_texts(self.kg, cands.eids)
+        texts, vecs = self.candidate_vectors(cands)
         if not texts: return []
-        s, i = top_k(self.vectors([query], 'query')[0], self.vectors(texts), k, self.metric)
+        s, i = top_k(self.vectors([query], 'query')[0], vecs, k, self.metric)
         return [(texts[j], float(x), int(cands.eids[j])) for x, j in zip(s, i)]
 
 # %% ../nbs/21_kgrag.ipynb #c029
@@ -249,7 +262,7 @@ def synthesis_messages(question: str, reasoning: str, subqs: list, answers: list
             dict(role='user', content=f'Main question: {question}\nReasoning: {reasoning}\n{_qa_block(subqs, answers)}')]
 
 # %% ../nbs/21_kgrag.ipynb #c038
-ISSUES = ('no_end_marker', 'empty_subquestion', 'no_subquestions', 'empty_reply', 'non_entity_answer', 'no_final_answer')
+ISSUES = ('no_end_marker', 'empty_subquestion', 'no_subquestions', 'empty_reply', 'non_entity_answer', 'no_final_answer', 'unknown_topic')
 _NUMBERED = re.compile(r'^\s*(\d+)[.)]\s*(.*)$')
 
 def parse_decomposition(text: str, finish_reason: str | None = 'stop') -> tuple:
@@ -409,11 +422,15 @@ def offline_reformulate(messages: list[dict]) -> str:
     _, ans = _qa_pairs(text)
     return substitute_answers(text.rpartition('Next sub-question: ')[2].strip(), ans)
 
-@register_offline_model('kg-rag-synthesize', matches=lambda ms: prompt_role(ms) == 'synthesize')
+@register_offline_model('kg-rag-synthesize', matches=lambda ms: prompt_role(ms) == 'synthesize', version='2')
 def offline_synthesize(messages: list[dict]) -> str:
     "Offline synthesiser: the last sub-answer is the final answer."
-    qs, ans = _qa_pairs(_last_user(messages))
-    return f'The last sub-question answers the main question.\nFinal answer: {ans[-1] if ans else "unknown"}'
+    text = _last_user(messages)
+    qs, ans = _qa_pairs(text)
+    items = [x.strip() for x in (ans[-1] if ans else 'unknown').split(';')]
+    m = _TOPIC_RE.search(text.split('\n', 1)[0])
+    rest = [x for x in items if not (m and x.casefold() == m[1].strip().casefold())]
+    return f'The last sub-question answers the main question.\nFinal answer: {"; ".join(rest or items)}'
 
 @register_offline_model('kg-rag-direct', matches=lambda ms: prompt_role(ms) == 'direct')
 def offline_direct(messages: list[dict]) -> str:
@@ -472,7 +489,10 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, not {mode!r}')
     trace = dict(question=question, mode=mode, n_hops=self.n_hops, top_k=self.top_k, reasoning='', steps=[], issues=[])
     use_kg, use_qd = mode in ('kg-rag', 'llm+kg'), mode in ('kg-rag', 'llm+qd')
-    cands = self.retriever.candidates(topic_entity(question), self.n_hops) if use_kg else None
+    cands = None
+    if use_kg:
+        try: cands = self.retriever.candidates(topic_entity(question), self.n_hops)
+        except UnknownIdError: cands = NO_CANDIDATES; trace['issues'].append('unknown_topic')
     trace['n_candidates'] = len(cands) if cands is not None else 0
     if not use_qd:
         step = self.answer_sub(plain_question(question), cands, trace)
@@ -483,7 +503,7 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
             q = sq if i == 0 else self.reformulate(sq, trace['steps'], trace)
             trace['steps'].append(dict(self.answer_sub(q, cands, trace), asked=sq))
         s = trace['steps']
-        text, _ = self._chat('synthesize', synthesis_messages(plain_question(question), trace['reasoning'], [x['question'] for x in s], [x['answer'] for x in s]))
+        text, _ = self._chat('synthesize', synthesis_messages(question, trace['reasoning'], [x['question'] for x in s], [x['answer'] for x in s]))
         items, issues = parse_final_answer(text)
         if 'empty_reply' in issues: items = s[-1]['items']
         trace['issues'] += issues; trace['synthesis'] = text
@@ -508,7 +528,7 @@ def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFra
 
 # %% ../nbs/21_kgrag.ipynb #c065
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
-    "Entity sets reached after each step of `qtype`'s relation chain from `topic`."
+    "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
     cur, out = {int(topic)}, []
     for rel, d, _ in type_chain(qtype):
@@ -517,6 +537,7 @@ def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
             nbr, eid, fwd = kg.und_csr(v)
             ok = (kg.rel[eid] == r) & (fwd if d == 'fwd' else ~fwd)
             nxt.update(nbr[ok].tolist())
+        nxt.discard(int(topic))  # MetaQA never answers with the question's own entity ('other movies', 'co-stars')
         out.append(nxt); cur = nxt
     return out
 
@@ -532,21 +553,38 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
-    topic = entity_by_label(kg, q.topic); cands = ret.candidates(q.topic, system.n_hops)
+    try: topic = entity_by_label(kg, q.topic)
+    except UnknownIdError: topic = None
+    cands = ret.candidates(q.topic, system.n_hops) if topic is not None else NO_CANDIDATES
     gold = {a.casefold() for a in q.answers}
     ends = lambda ids: {kg.entity_labels[x].casefold() for e in ids for x in (kg.head[e], kg.tail[e])}
     whole = ret.select(plain_question(q.question), cands, system.top_k)
     row = dict(qid=q.qid, hops=q.hops, qtype=q.qtype, n_hops=system.n_hops, top_k=system.top_k, n_candidates=len(cands),
                answer_in_candidates=bool(gold & ends(cands.eids)), answer_in_topk=bool(gold & ends([e for _, _, e in whole])))
-    chain, steps = gold_chain(kg, topic, q.qtype), type_chain(q.qtype)
+    steps = type_chain(q.qtype)
+    chain = gold_chain(kg, topic, q.qtype) if topic is not None else [set() for _ in steps]
     t = system.answer(q.question, 'kg-rag')
-    hits = [step_hit(kg, s['triple_ids'], steps[i][0], chain[i - 1] if i else {topic}, chain[i]) if i < len(steps) else False
+    hits = [step_hit(kg, s['triple_ids'], steps[i][0], chain[i - 1] if i else {topic} - {None}, chain[i]) if i < len(steps) else False
             for i, s in enumerate(t['steps'])]
     row.update(n_subquestions=len(t['steps']), subq_hits=sum(hits), chain_in_topk=len(hits) == len(steps) and all(hits),
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c072
+# %% ../nbs/21_kgrag.ipynb #c069
+def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
+                     seed: int = 0) -> list:
+    "A seeded sample of `n` questions without replacement, in file order."
+    if n <= 0 or n >= len(questions): return list(questions)
+    idx = np.sort(np.random.default_rng(seed).choice(len(questions), n, replace=False))
+    return [questions[i] for i in idx]
+
+OFFLINE_ROLES = 'offline (template decomposer, relation-phrase reader; not an LLM)'
+
+def roles_label(llm: LLMClient) -> str:
+    "What answered the LLM roles: the offline label, or the backend, model and server."
+    return OFFLINE_ROLES if llm.backend == 'offline' else llm.describe()
+
+# %% ../nbs/21_kgrag.ipynb #c075
 def kgrag_cli(argv=None) -> int:
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     import argparse
@@ -563,9 +601,10 @@ def kgrag_cli(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.hops < 1 or a.top_k < 1: raise ValueError('--hops and --top-k must be >= 1')
-        topic_entity(a.question)
+        topic = topic_entity(a.question)
+        metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)
 
-        system = KGRAG(TripleRetriever(load_kg('metaqa'), TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
+        system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
                        n_hops=a.hops, top_k=a.top_k)
         t = system.answer(a.question, a.mode)
     except (OSError, ValueError, UnknownIdError, LLMError) as e:
