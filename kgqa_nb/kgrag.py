@@ -18,7 +18,7 @@ from .core import MalformedFileError, data_dir
 from .kg import KnowledgeGraph, UnknownIdError, load_kg
 from .llm import LLMClient, LLMError, register_offline_model
 from .metrics import hit_at_1
-from .text import TextEncoder, VectorIndex
+from .text import TextEncoder, VectorIndex, l2_normalize
 
 # %% auto #0
 __all__ = ['NO_CANDIDATES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION',
@@ -116,12 +116,14 @@ def candidate_triples(kg: KnowledgeGraph, seeds,  # entity indices of the questi
                      ) -> Candidates:
     "Every triple within `n_hops` of the seeds, with its hop (breadth-first on the CSR)."
     if n_hops < 1: raise ValueError(f'n_hops must be >= 1, got {n_hops}')
-    dist = kg.bfs_distances(seeds, max_hops=n_hops - 1, direction=direction)
     csr = getattr(kg, {'both': 'und_csr', 'out': 'out_csr', 'in': 'in_csr'}[direction])
-    nodes = np.flatnonzero(dist >= 0)
-    starts, lens = csr.indptr[nodes], np.diff(csr.indptr)[nodes]
+    if n_hops == 1: nodes = np.unique(np.asarray(seeds, np.int64)); d = np.zeros(len(nodes), np.int64)  # no search needed
+    else:
+        dist = kg.bfs_distances(seeds, max_hops=n_hops - 1, direction=direction)
+        nodes = np.flatnonzero(dist >= 0); d = dist[nodes]
+    starts, lens = csr.indptr[nodes], csr.indptr[nodes + 1] - csr.indptr[nodes]
     idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-    eid, hop = csr.eid[idx], np.repeat(dist[nodes] + 1, lens)
+    eid, hop = csr.eid[idx], np.repeat(d + 1, lens)
     order = np.lexsort((hop, eid)); eid, hop = eid[order], hop[order]  # by triple, lowest hop first
     _, first = np.unique(eid, return_index=True)  # a triple reached from both ends keeps its lower hop
     eid, hop = eid[first], hop[first]
@@ -146,11 +148,20 @@ def similarity_metric(encoder: TextEncoder) -> str:
 def top_k(query_vec,  # (dim,) the question's vector
           vectors,  # (n, dim) the candidates' vectors
           k: int,  # how many to keep
-          metric: str = 'cosine'):  # 'cosine' or 'ip'
-    "(scores, positions) of the `k` candidates most similar to the query, best first (exact FAISS flat search)."
-    if len(vectors) == 0: return np.zeros(0, np.float32), np.zeros(0, np.int64)
-    D, I = VectorIndex.build(vectors, metric=metric, kind='flat').search(np.asarray(query_vec, np.float32)[None], k)
-    return D[0], I[0]
+          metric: str = 'cosine',  # 'cosine' or 'ip'
+          engine: str = 'numpy'):  # 'numpy' (one product + partial sort) or 'faiss' (a flat index); both exact
+    "(scores, positions) of the `k` candidates most similar to the query, best first (ties: lower position first)."
+    if engine not in ('numpy', 'faiss'): raise ValueError(f"engine must be 'numpy' or 'faiss', not {engine!r}")
+    if len(vectors) == 0 or k <= 0: return np.zeros(0, np.float32), np.zeros(0, np.int64)
+    if engine == 'faiss':
+        D, I = VectorIndex.build(vectors, metric=metric, kind='flat').search(np.asarray(query_vec, np.float32)[None], k)
+        return D[0], I[0]
+    x, q = np.asarray(vectors, np.float32), np.asarray(query_vec, np.float32)
+    s = l2_normalize(x) @ l2_normalize(q) if metric == 'cosine' else x @ q
+    k = min(int(k), len(s))
+    part = np.argpartition(-s, k - 1)[:k] if k < len(s) else np.arange(len(s))
+    order = part[np.lexsort((part, -s[part]))]
+    return s[order].astype(np.float32), order.astype(np.int64)
 
 # %% ../nbs/21_kgrag.ipynb #c026
 class TripleRetriever:
@@ -187,7 +198,7 @@ class TripleRetriever:
         "Top-`k` candidate triples for `query`: a list of (text, score, triple index)."
         texts, vecs = self.candidate_vectors(cands)
         if not texts: return []
-        s, i = top_k(self.vectors([query], 'query')[0], vecs, k, self.metric)
+        s, i = top_k(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
         return [(texts[j], float(x), int(cands.eids[j])) for x, j in zip(s, i)]
 
 # %% ../nbs/21_kgrag.ipynb #c029

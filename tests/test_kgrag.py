@@ -53,15 +53,15 @@ def test_candidates_equal_networkx_bfs(seed):
 
 def test_top_k_equals_brute_force():
     rng = np.random.default_rng(0)
-    for metric in ('cosine', 'ip'):
-        for n, k in ((1, 5), (7, 3), (200, 10), (3000, 30)):
+    for metric, engine in (('cosine', 'numpy'), ('ip', 'numpy'), ('cosine', 'faiss'), ('ip', 'faiss')):
+        for n, k in ((1, 5), (7, 3), (30, 30), (200, 10), (3000, 30)):
             x, q = rng.normal(size=(n, 16)).astype(np.float32), rng.normal(size=16).astype(np.float32)
-            s, i = top_k(q, x, k, metric)
+            s, i = top_k(q, x, k, metric, engine)
             xs = x / np.linalg.norm(x, axis=1, keepdims=True) if metric == 'cosine' else x
             qs = q / np.linalg.norm(q) if metric == 'cosine' else q
             ref = xs @ qs
             want = np.argsort(-ref, kind='stable')[:k]
-            assert i.tolist() == want.tolist(), (metric, n, k)
+            assert i.tolist() == want.tolist(), (metric, engine, n, k)
             np.testing.assert_allclose(s, ref[want], rtol=1e-5, atol=1e-5)
 
 
