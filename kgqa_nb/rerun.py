@@ -13,7 +13,7 @@ import yaml
 from .core import Timer, data_dir, project_dirs, provenance
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'KG_FOLDERS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
            'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'read_profile', 'check_profile',
            'data_folders', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root', 'publish_dirs',
            'publish_outputs', 'ArtifactError', 'resolve_params', 'run_artifact', 'fmt_seconds', 'Heartbeat', 'rerun',
@@ -156,15 +156,14 @@ NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter who
     ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
     ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
 )
-KG_FOLDERS = {  # every name of kgqa_nb.kg.KG_REGISTRY -> the data-dir folder it loads from
-    'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'metaqa': 'metaqa', 'ilpc2022-small': 'ilpc2022/data/small'}
 
 def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
     "Registered names a data parameter accepts -> the data-dir folder each needs (None: nothing to load)."
     if param == 'dataset':
         from kgqa_nb.kg import LP_SPLITS  # link-prediction splits, by name
         return LP_SPLITS
-    return KG_FOLDERS
+    from kgqa_nb.kg import KG_DATA  # registered KGs, by name -> the data-dir folder each reads
+    return KG_DATA
 
 def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
 
