@@ -83,7 +83,7 @@ def accepts(p: Param,  # the declared parameter
     return isinstance(value, types)
 
 # %% ../nbs/40_rerun.ipynb #c015
-PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict}  # top-level keys that are not artifact sections
+PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict, 'not_run': dict}  # top-level keys that are not artifact sections
 
 class ProfileError(ValueError):
     "A profile that names an unknown artifact or parameter, or gives a parameter a value of the wrong type."
@@ -131,6 +131,9 @@ def check_profile(profile: str,  # a profile name in params/ or a path to a YAML
         elif key not in manifest: fail(f'section {key!r} is not an artifact of params/manifest.yaml{_nearest(key, manifest)}')
         elif val is not None and not isinstance(val, dict): fail(f'section {key!r} must map parameter names to values, got {val!r}')
     if prof.get('publish_dir') and not re.fullmatch(r'[A-Za-z0-9_-]+', prof['publish_dir']): fail(f'publish_dir must be a plain folder name, got {prof["publish_dir"]!r}')
+    for key, why in (prof.get('not_run') or {}).items():  # artifacts this profile leaves out, each with the reason
+        if key not in manifest: fail(f'not_run.{key}: not an artifact of params/manifest.yaml{_nearest(key, manifest)}')
+        if not isinstance(why, str) or not why.strip(): fail(f'not_run.{key}: give the reason this profile does not run it')
     declared = {n: {p.name: p for p in notebook_parameters(a.notebook)} for n, a in manifest.items()}
     defaults = prof.get('defaults') or {}
     for k in defaults:
@@ -315,10 +318,11 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
     for n in names:
         if n not in manifest: raise ArtifactError(f'unknown artifact {n!r}{_nearest(n, manifest)}; `kgqa rerun --list` shows them all')
     params = check_profile(profile, manifest)
+    not_run = read_profile(profile).get('not_run') or {}
     records, t0 = [], time.perf_counter()
     for i, n in enumerate(names, 1):
         head = f'[{i}/{len(names)}] {n}'
-        why = unmet_needs(artifact_needs(manifest[n], params[n]))
+        why = [f'not in this profile: {not_run[n]}'] if n in not_run else unmet_needs(artifact_needs(manifest[n], params[n]))
         if why:
             records.append(dict(artifact=n, status='skipped', reason='; '.join(why))); log(f'{head}: skipped, {"; ".join(why)}'); continue
         log(f'{head}: running')

@@ -43,7 +43,8 @@ def test_profiles_only_set_declared_parameters(profile):
 def test_companion_profile_covers_every_artifact_on_codex_m_offline():
     prof = load_profile('companion')
     assert prof['publish'] is True and prof['publish_dir'] == 'companion'
-    assert set(MANIFEST) <= set(prof), f'companion.yaml misses {sorted(set(MANIFEST) - set(prof))}'
+    covered = set(prof) | set(prof.get('not_run') or {})  # an artifact left out says why under not_run
+    assert set(MANIFEST) <= covered, f'companion.yaml misses {sorted(set(MANIFEST) - covered)}'
     params = check_profile('companion')
     for name, p in params.items():
         if 'kg' in p: assert p['kg'] == 'codex-m', name
@@ -190,3 +191,13 @@ def test_nbpercent_round_trip_keeps_outputs_of_unchanged_cells(tmp_path):
     nbp.to_nb(tmp_path / 'b.py', nb)
     cells = json.loads(nb.read_text())['cells']
     assert cells[1]['outputs'][0]['data'] == {'text/plain': ['1']} and cells[2]['outputs'] == []
+
+
+def test_not_run_artifact_is_skipped_with_its_reason(tmp_path):
+    from kgqa_nb.rerun import rerun
+    prof = tmp_path / 'p.yaml'
+    prof.write_text('publish: false\nnot_run:\n  kg_overview: needs a GPU box for this profile\n')
+    lines = []
+    recs = rerun(str(prof), only=['kg_overview'], out_root=tmp_path, log=lines.append)
+    assert recs == [dict(artifact='kg_overview', status='skipped', reason='not in this profile: needs a GPU box for this profile')]
+    assert 'skipped, not in this profile' in lines[0] and not (tmp_path / 'results').exists()
