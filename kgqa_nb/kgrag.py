@@ -533,6 +533,7 @@ def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFra
             row.update(prediction=t['prediction'], hit_at_1=float(hit_at_1(t['prediction'], q.answers)), n_subquestions=len(t['steps']),
                        n_candidates=t['n_candidates'], llm_error='', **{f'issue_{k}': c.get(k, 0) for k in ISSUES})
         except LLMError as e:
+            if system.llm._dead: raise  # unreachable server, bad key, unknown model: every later question would fail the same way
             row.update(prediction='', hit_at_1=0.0, n_subquestions=0, n_candidates=0, llm_error=str(e).splitlines()[0], **{f'issue_{k}': 0 for k in ISSUES})
         rows.append(row)
     return pd.DataFrame(rows)

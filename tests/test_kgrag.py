@@ -176,6 +176,14 @@ def test_llm_error_is_recorded_and_the_run_goes_on(tmp_path):
     assert set(ISSUES) <= {c.removeprefix('issue_') for c in df.columns}
 
 
+def test_unreachable_server_stops_the_run(tmp_path):
+    srv = OfflineChatServer().start(); url = srv.url; srv.stop()
+    llm = LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=0, timeout=2)
+    system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), llm, n_hops=2, top_k=5)
+    with pytest.raises(kgrag.LLMError, match='cannot reach'):
+        evaluate(system, [Q, Q], mode='llm+kg')
+
+
 def test_cli_bad_question_is_one_line(capsys):
     assert kgrag_cli(['ask', 'who directed Inception']) == 2
     err = capsys.readouterr().err
