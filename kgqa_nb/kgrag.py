@@ -24,12 +24,13 @@ from .text import TextEncoder, VectorIndex, l2_normalize
 __all__ = ['NO_CANDIDATES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION',
            'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question', 'MetaQAQuestion',
            'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize', 'triple_texts',
-           'similarity_metric', 'top_k', 'TripleRetriever', 'prompt_role', 'decomposition_messages', 'answer_messages',
-           'direct_messages', 'reformulate_messages', 'synthesis_messages', 'parse_decomposition', 'triple_entities',
-           'parse_answer', 'parse_final_answer', 'type_chain', 'chain_subquestions', 'question_template',
-           'metaqa_templates', 'offline_decompose', 'relation_phrase_answer', 'offline_answer', 'substitute_answers',
-           'offline_reformulate', 'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate', 'gold_chain', 'step_hit',
-           'retrieval_diagnostics', 'sample_questions', 'roles_label', 'kgrag_cli']
+           'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples', 'prompt_role',
+           'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages', 'synthesis_messages',
+           'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer', 'type_chain',
+           'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose', 'relation_phrase_answer',
+           'offline_answer', 'substitute_answers', 'offline_reformulate', 'offline_synthesize', 'offline_direct',
+           'KGRAG', 'evaluate', 'gold_chain', 'step_hit', 'retrieval_diagnostics', 'sample_questions', 'roles_label',
+           'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -202,6 +203,13 @@ class TripleRetriever:
         return [(texts[j], float(x), int(cands.eids[j])) for x, j in zip(s, i)]
 
 # %% ../nbs/21_kgrag.ipynb #c029
+def embed_all_triples(retriever: TripleRetriever, chunk: int = 8192) -> int:
+    "Embed every triple of the retriever's KG into the store (those already there are read, not recomputed); returns the count."
+    n = retriever.kg.num_triples
+    for s in range(0, n, chunk): retriever.vectors(triple_texts(retriever.kg, np.arange(s, min(s + chunk, n))))
+    return n
+
+# %% ../nbs/21_kgrag.ipynb #c032
 _TABLE2 = dict(max_tokens=256, temperature=0.3, top_k=40, min_p=0.05)
 ROLE_PARAMS = {  # role -> sampling parameters (paper Section 3.5, Table 2)
     'decompose': {**_TABLE2, 'stop': ['<END>']},
@@ -218,7 +226,7 @@ def prompt_role(messages) -> str | None:
     head = str(messages[0].get('content', '')).split(' ', 1)[0]
     return next((r for r, m in MARKERS.items() if head == m), None)
 
-# %% ../nbs/21_kgrag.ipynb #c031
+# %% ../nbs/21_kgrag.ipynb #c034
 DECOMPOSE_EXAMPLES = [  # (question, reply): our own in-context examples
     ('which year was [Blade Runner] released',
      'Reasoning: The question asks for one fact about one movie, so it needs no decomposition.\n'
@@ -241,7 +249,7 @@ def decomposition_messages(question: str) -> list[dict]:
     for q, a in DECOMPOSE_EXAMPLES: msgs += [dict(role='user', content=f'Question: {q}'), dict(role='assistant', content=a)]
     return msgs + [dict(role='user', content=f'Question: {question}')]
 
-# %% ../nbs/21_kgrag.ipynb #c033
+# %% ../nbs/21_kgrag.ipynb #c036
 def answer_messages(question: str, triples: list[str]) -> list[dict]:
     "Zero-shot prompt: answer one (sub-)question from the listed triples, entity names only."
     lines = '\n'.join(triples)
@@ -256,7 +264,7 @@ def direct_messages(question: str) -> list[dict]:
                  "separated by '; ', and nothing else; reply 'unknown' if you do not know."),
             dict(role='user', content=f'Question: {question}')]
 
-# %% ../nbs/21_kgrag.ipynb #c035
+# %% ../nbs/21_kgrag.ipynb #c038
 def _qa_block(subqs: list, answers: list) -> str:
     return '\n'.join(f'Sub-question {i + 1}: {q}\nAnswer {i + 1}: {a}' for i, (q, a) in enumerate(zip(subqs, answers)))
 
@@ -272,7 +280,7 @@ def synthesis_messages(question: str, reasoning: str, subqs: list, answers: list
                  "Explain briefly, then end with one line 'Final answer: ' followed by the answer entities separated by '; '."),
             dict(role='user', content=f'Main question: {question}\nReasoning: {reasoning}\n{_qa_block(subqs, answers)}')]
 
-# %% ../nbs/21_kgrag.ipynb #c038
+# %% ../nbs/21_kgrag.ipynb #c041
 ISSUES = ('no_end_marker', 'empty_subquestion', 'no_subquestions', 'empty_reply', 'non_entity_answer', 'no_final_answer', 'unknown_topic')
 _NUMBERED = re.compile(r'^\s*(\d+)[.)]\s*(.*)$')
 
@@ -290,7 +298,7 @@ def parse_decomposition(text: str, finish_reason: str | None = 'stop') -> tuple:
     if not subqs: issues.append('no_subquestions')
     return reasoning, subqs, issues
 
-# %% ../nbs/21_kgrag.ipynb #c041
+# %% ../nbs/21_kgrag.ipynb #c044
 _TRIPLE_RE = re.compile(r'^\((.*)\)$')
 
 def triple_entities(triples: list[str], relations=None) -> set:
@@ -322,7 +330,7 @@ def parse_final_answer(text: str) -> tuple:
     items, issues = parse_answer(fin[-1] if fin else lines[-1])
     return items, (issues if fin else ['no_final_answer'] + issues)
 
-# %% ../nbs/21_kgrag.ipynb #c044
+# %% ../nbs/21_kgrag.ipynb #c047
 RELATION_OF = {'actor': 'starred actors', 'director': 'directed by', 'writer': 'written by', 'genre': 'has genre',
                'language': 'in language', 'year': 'release year', 'tags': 'has tags', 'tag': 'has tags',
                'imdbrating': 'has imdb rating', 'imdbvotes': 'has imdb votes'}  # MetaQA type word -> relation label
@@ -348,7 +356,7 @@ def chain_subquestions(qtype: str, topic: str) -> list[str]:
     "Sub-questions of a question of type `qtype` about `topic`; step i > 1 refers to [answer i-1]."
     return [STEP_QUESTION[s].format(x=topic if i == 0 else f'[answer {i}]') for i, (_, _, s) in enumerate(type_chain(qtype))]
 
-# %% ../nbs/21_kgrag.ipynb #c046
+# %% ../nbs/21_kgrag.ipynb #c049
 def question_template(question: str) -> str:
     "The question with its bracketed entity masked as E."
     return _TOPIC_RE.sub('E', question.strip())
@@ -362,7 +370,7 @@ def metaqa_templates(root=None) -> dict:
             if q.qtype: out.setdefault(question_template(q.question), q.qtype)
     return out
 
-# %% ../nbs/21_kgrag.ipynb #c049
+# %% ../nbs/21_kgrag.ipynb #c052
 def _last_user(messages) -> str: return next(m['content'] for m in reversed(messages) if m['role'] == 'user')
 
 @register_offline_model('kg-rag-decompose', matches=lambda ms: prompt_role(ms) == 'decompose')
@@ -376,7 +384,7 @@ def offline_decompose(messages: list[dict]) -> str:
     steps = ', then '.join(f'follow "{r}"' for r, _, _ in type_chain(qtype))
     return f'Reasoning: Start from {topic}, {steps}.\nSub-questions:\n' + '\n'.join(f'{i + 1}. {s}' for i, s in enumerate(subqs)) + '\n<END>'
 
-# %% ../nbs/21_kgrag.ipynb #c051
+# %% ../nbs/21_kgrag.ipynb #c054
 RELATION_PHRASES = {  # relation label -> words in a question that name it (MetaQA's 9 relations)
     'directed by': ('direct',), 'written by': ('wrote', 'write', 'written', 'writer'),
     'starred actors': ('starred', 'star ', 'stars', 'acted', 'actor', 'appear'), 'release year': ('release', 'year', 'when'),
@@ -410,7 +418,7 @@ def relation_phrase_answer(question: str, triples: list[str]) -> list[str]:
         if out: break
     return list(dict.fromkeys(out))
 
-# %% ../nbs/21_kgrag.ipynb #c054
+# %% ../nbs/21_kgrag.ipynb #c057
 @register_offline_model('kg-rag-answer', matches=lambda ms: prompt_role(ms) == 'answer')
 def offline_answer(messages: list[dict]) -> str:
     "Offline sub-question answerer: the relation-phrase reader over the prompt's triples."
@@ -448,7 +456,7 @@ def offline_direct(messages: list[dict]) -> str:
     "Offline closed-book model: it has no knowledge of movies."
     return 'unknown'
 
-# %% ../nbs/21_kgrag.ipynb #c057
+# %% ../nbs/21_kgrag.ipynb #c060
 MODES = ('kg-rag', 'llm', 'llm+qd', 'llm+kg')
 
 @dataclass
@@ -464,7 +472,7 @@ class KGRAG:
         r = self.llm.chat(messages, **self.role_params[role])
         return r.text, r.finish_reason
 
-# %% ../nbs/21_kgrag.ipynb #c058
+# %% ../nbs/21_kgrag.ipynb #c061
 @patch
 def decompose(self: KGRAG, question: str, trace: dict) -> tuple:
     "Reasoning and sub-questions of `question` (the whole question when none can be read)."
@@ -492,7 +500,7 @@ def reformulate(self: KGRAG, subq: str, steps: list, trace: dict) -> str:
     if not text: trace['issues'].append('empty_reply'); return substitute_answers(subq, prev_a)
     return text if text.endswith('?') else text + '?'
 
-# %% ../nbs/21_kgrag.ipynb #c059
+# %% ../nbs/21_kgrag.ipynb #c062
 @patch
 def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
            mode: str = 'kg-rag') -> dict:  # one of `MODES`
@@ -521,7 +529,7 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     trace['final_answer'], trace['prediction'] = '; '.join(items), items[0]
     return trace
 
-# %% ../nbs/21_kgrag.ipynb #c063
+# %% ../nbs/21_kgrag.ipynb #c066
 def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
     "One row per question: prediction, Hit@1, sub-questions, candidate-set size, issue counts."
     rows = []
@@ -538,7 +546,7 @@ def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFra
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/21_kgrag.ipynb #c065
+# %% ../nbs/21_kgrag.ipynb #c068
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
     "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
@@ -561,7 +569,7 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
     h, t = kg.head[ids][ok], kg.tail[ids][ok]
     return any((a in before and b in after) or (b in before and a in after) for a, b in zip(h.tolist(), t.tolist()))
 
-# %% ../nbs/21_kgrag.ipynb #c067
+# %% ../nbs/21_kgrag.ipynb #c070
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
@@ -582,7 +590,7 @@ def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c069
+# %% ../nbs/21_kgrag.ipynb #c072
 def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
                      seed: int = 0) -> list:
     "A seeded sample of `n` questions without replacement, in file order."
@@ -596,7 +604,7 @@ def roles_label(llm: LLMClient) -> str:
     "What answered the LLM roles: the offline label, or the backend, model and server."
     return OFFLINE_ROLES if llm.backend == 'offline' else llm.describe()
 
-# %% ../nbs/21_kgrag.ipynb #c075
+# %% ../nbs/21_kgrag.ipynb #c078
 def kgrag_cli(argv=None) -> int:
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     import argparse
