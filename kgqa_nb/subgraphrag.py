@@ -28,7 +28,9 @@ __all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'RetrievalInputErr
            'load_retriever', 'RetrievalExample', 'label_key', 'check_question_graph', 'prepare_example',
            'question_texts', 'prepare_examples', 'check_width', 'score_example', 'top_k', 'TrainConfig', 'mean_metric',
            'train_retriever', 'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
-           'evaluate', 'summarise', 'is_validation', 'reader_hits', 'retriever_study']
+           'evaluate', 'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits', 'retriever_study',
+           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'RetrieverStudy', 'open_retriever_study',
+           'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -227,9 +229,10 @@ def prepare_examples(records,  # GTSQA-schema records (list of dicts or a DataFr
     return out
 
 # %% ../nbs/15_subgraphrag.ipynb #c027
-def _inputs(ex: RetrievalExample, feats: TextFeatures, q_row: int = 0):
-    return (ex.q[q_row], torch.as_tensor(feats.ent[ex.nodes]), torch.as_tensor(feats.has_text[ex.nodes]),
-            torch.as_tensor(feats.rel), ex.edge_index, ex.rel, ex.topic)
+def _inputs(ex: RetrievalExample, feats: TextFeatures, q_row: int = 0, device='cpu'):
+    xs = (ex.q[q_row], torch.as_tensor(feats.ent[ex.nodes]), torch.as_tensor(feats.has_text[ex.nodes]),
+          torch.as_tensor(feats.rel), ex.edge_index, ex.rel, ex.topic)
+    return tuple(x.to(device) for x in xs)
 
 def check_width(model: SubgraphRAGRetriever, feats: TextFeatures) -> None:
     "CheckpointMismatchError when the model's text width is not the features'."
@@ -240,7 +243,7 @@ def check_width(model: SubgraphRAGRetriever, feats: TextFeatures) -> None:
 def score_example(model: SubgraphRAGRetriever, ex: RetrievalExample, feats: TextFeatures) -> np.ndarray:
     "(E,) float32 relevance (sigmoid of the logit) of every triple of one question."
     check_width(model, feats); model.eval()
-    return torch.sigmoid(model(*_inputs(ex, feats))).numpy()
+    return torch.sigmoid(model(*_inputs(ex, feats, device=next(model.parameters()).device))).cpu().numpy()
 
 def top_k(ex: RetrievalExample, scores, k: int = 100) -> np.ndarray:
     "(min(k, E), 3) KG index triples of the k best-scored triples, best first."
@@ -278,14 +281,22 @@ def train_retriever(train: list,  # RetrievalExamples to train on
                     cfg: TrainConfig = TrainConfig(),
                     ckpt_dir=None,  # folder for per-epoch checkpoints (None: no checkpoints, no resume)
                     stop_after: int | None = None,  # end this call after this many epochs (simulates a kill; tests)
-                    verbose: bool = False) -> tuple:
+                    verbose: bool = False,
+                    threads: int | None = None,  # CPU threads for torch during the run (None: torch's setting)
+                    device: str = 'cpu') -> tuple:  # 'cpu', 'cuda', 'cuda:N' or 'auto'
     "Train (or resume) one retriever; returns (best model, history rows)."
+    from kgqa_nb.core import get_device
+    if threads:
+        before = torch.get_num_threads(); torch.set_num_threads(int(threads))
+        try: return train_retriever(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device=device)
+        finally: torch.set_num_threads(before)
+    dev = get_device(device)
     key = label_key(cfg.labels)
     if not train: raise RetrievalInputError('empty_graph', 'no training question')
     for ex in [*train, *val]:
         if key not in ex.labels: raise RetrievalInputError('unknown_labels', f'question {ex.id!r} has no {key!r} labels')
     torch.manual_seed(cfg.seed)
-    model = SubgraphRAGRetriever(feats.dim, cfg.hidden)
+    model = SubgraphRAGRetriever(feats.dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     state = dict(epoch=0, best=-1.0, bad=0, best_state=copy.deepcopy(model.state_dict()), history=[], done=False)
     run_key = _run_key(cfg, feats, train, val)
@@ -302,7 +313,7 @@ def train_retriever(train: list,  # RetrievalExamples to train on
             ex = train[i]; y = ex.labels[key]
             if not y.any(): continue
             row = 1 if len(ex.q) > 1 and para[i] < cfg.paraphrase_p else 0
-            loss = F.binary_cross_entropy_with_logits(model(*_inputs(ex, feats, row)), y)
+            loss = F.binary_cross_entropy_with_logits(model(*_inputs(ex, feats, row, dev)), y.to(dev))
             opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
         v = mean_metric(model, val, feats, cfg.val_metric) if val and cfg.val_metric else float('nan')
         improved = not (val and cfg.val_metric) or v > state['best']
@@ -314,6 +325,7 @@ def train_retriever(train: list,  # RetrievalExamples to train on
         if last is not None: _torch_save_atomic(dict(run_key=run_key, model=model.state_dict(), opt=opt.state_dict(), state=state), last)
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state'])
+    model = model.cpu()  # scores and checkpoints are device-independent
     if ckpt_dir: save_retriever(model, Path(ckpt_dir) / 'best.pt', encoder=feats.encoder, train=asdict(cfg), history=state['history'])
     return model.eval(), state['history']
 
@@ -406,6 +418,15 @@ def is_validation(qid, fraction: float = 0.2) -> bool:
     "Whether a training question is held out for validation (a stable hash of its id)."
     return zlib.crc32(str(qid).encode()) % 1000 < int(round(1000 * fraction))
 
+def qgraphs_fingerprint(qgraphs) -> str:
+    "What identifies a set of question graphs: their cache files (folder keyed by build parameters), else their arrays."
+    import hashlib
+    if hasattr(qgraphs, 'paths'): return params_key([f'{p.parent.name}/{p.name}' for p in qgraphs.paths], 16)
+    h = hashlib.sha256()
+    for g in qgraphs:
+        for a in (g.h, g.r, g.t, g.triple_scores, g.seeds, g.answers): h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
 def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks) -> dict:
     "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`)."
     from kgqa_nb.metrics import answer_hit
@@ -440,7 +461,9 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                     reader_ks=(10, 50, 100, 200),  # K of the reader's top-K triples
                     ks=RETRIEVAL_KS,  # cut-offs of the retrieval metrics
                     root=None,  # embedding-store parent folder
-                    verbose: bool = False) -> pd.DataFrame:
+                    verbose: bool = False,
+                    threads: int | None = None,  # CPU threads for training (None: torch's setting)
+                    device: str = 'cpu') -> pd.DataFrame:  # training device ('auto': CUDA when present)
     "Train every (labels, seed) retriever and evaluate it and the reference retrievers on the test questions; cached."
     from kgqa_nb.core import keyed_folder
     from kgqa_nb.spanalysis import records_fingerprint
@@ -448,7 +471,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     arms = [label_key(l) for l in labels]
     train_cfg = dict(train_cfg or {})
     if {'labels', 'seed'} & set(train_cfg): raise ValueError('train_cfg must not set labels or seed: use `labels` and `seeds`')
-    params = dict(records=records_fingerprint(records), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=train_cfg,
+    params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=train_cfg,
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
                   ks=list(ks), format=1)
     folder = keyed_folder(cache_dir, 'retriever-study', params)
@@ -466,9 +489,160 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
         if not f.exists():
             if name == 'subgraphrag':
                 cfg = TrainConfig(**{**train_cfg, 'labels': arm, 'seed': int(seed)})
-                model, hist = train_retriever(train, val, feats, cfg, folder / 'ckpt' / f"{arm.replace(':', '_')}-{seed}", verbose=verbose)
+                model, hist = train_retriever(train, val, feats, cfg, folder / 'ckpt' / f"{arm.replace(':', '_')}-{seed}", verbose=verbose, threads=threads, device=device)
                 df = _run_rows(model, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=len(hist))
             else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
             write_text_atomic(f, df.to_csv(index=False))
         frames.append(pd.read_csv(f, dtype={'id': str}))
     return pd.concat(frames, ignore_index=True)
+
+# %% ../nbs/15_subgraphrag.ipynb #c049
+def metric_columns(study: pd.DataFrame) -> list:
+    "The metric columns of a study table (retrieval metrics and reader hits)."
+    return [c for c in study.columns if '@' in c or c == 'gt_mrr']
+
+def run_means(study: pd.DataFrame, by=()) -> pd.DataFrame:
+    "Per (retriever, labels, seed[, by...]): mean of every metric over questions, and the question count."
+    keys = ['retriever', 'labels', 'seed', *by]
+    g = study.groupby(keys, dropna=False)
+    return g[metric_columns(study)].mean().join(g.size().rename('n_questions')).reset_index()
+
+def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt') -> pd.DataFrame:
+    "Per trained retriever, SP arm and metric: SP and GT mean ± std over seeds, % variation (GT vs SP) and the p-value."
+    from kgqa_nb.metrics import one_sided_test
+    rm = run_means(study); metrics = metrics or metric_columns(study); rows = []
+    for ret, d in rm.groupby('retriever'):
+        if gt not in set(d.labels): continue
+        for arm in sorted(set(d.labels) - {gt, 'none'}):
+            for m in metrics:
+                a, b = d[d.labels == gt][m].to_numpy(), d[d.labels == arm][m].to_numpy()
+                t = one_sided_test(a, b) if len(a) >= 2 and len(b) >= 2 else dict(p_value=float('nan'))
+                rows.append(dict(retriever=ret, sp_labels=arm, metric=m, n_runs_gt=len(a), n_runs_sp=len(b),
+                                 sp_mean=b.mean(), sp_std=b.std(ddof=1) if len(b) > 1 else float('nan'),
+                                 gt_mean=a.mean(), gt_std=a.std(ddof=1) if len(a) > 1 else float('nan'),
+                                 pct_variation=100 * (a.mean() - b.mean()) / b.mean() if b.mean() else float('nan'),
+                                 p_value=t['p_value']))
+    return pd.DataFrame(rows)
+
+def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' or 'test_type'
+                 metrics=None, gt: str = 'gt', sp: str = 'sp:synth-kgqa') -> pd.DataFrame:
+    "Per group and trained retriever: GT and SP averages over runs and questions, and their ratio GT/SP."
+    metrics = metrics or metric_columns(study); d = study[study.labels.isin([gt, sp])]
+    g = d.groupby(['retriever', by, 'labels'], dropna=False)[metrics].mean().unstack('labels')
+    n = d[d.labels == gt].groupby(['retriever', by], dropna=False).id.nunique().rename('n_questions')
+    rows = []
+    for (ret, grp), row in g.iterrows():
+        for m in metrics:
+            a, b = row.get((m, gt), np.nan), row.get((m, sp), np.nan)
+            rows.append(dict(retriever=ret, group_by=by, group=grp, metric=m, gt_mean=a, sp_mean=b,
+                             ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/15_subgraphrag.ipynb #c053
+@dataclass
+class RetrieverStudy:
+    "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
+    ctx: object  # datasources.ArtifactContext (records with split, KG, folders)
+    qgraphs: object  # qgraphs.QuestionGraphs in record order
+    study: pd.DataFrame  # one row per (retriever, labels, seed, test question)
+    prov: dict  # keywords for core.write_table / core.save_figure (reader as the LLM, question writer as question_llm)
+
+def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
+                         reader,  # a reader object (readers.make_reader)
+                         source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
+                         backend: str = 'offline', model: str = '', base_url: str = '',  # question generation
+                         n_nodes: int = 500, max_triples: int = 5000,  # question-graph size (paper: 2500, 20000)
+                         encoder: str = 'all-MiniLM-L6-v2',  # frozen text encoder
+                         labels=('gt', 'sp'), n_seeds: int = 3, epochs: int = 4, patience: int = 2,
+                         val_metric: str = 'answer_recall@100', reader_ks=(10, 50, 100, 200),
+                         threads: int = 0,  # CPU threads for training (0: torch's setting; 1 is fastest on a shared machine)
+                         device: str = 'cpu',  # training device: cpu, cuda, cuda:N or auto
+                         cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
+    "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
+    from kgqa_nb.datasources import open_artifact, resolve_kg
+    from kgqa_nb.qgraphs import build_question_graphs
+    graph = resolve_kg(kg)
+    gen = dict(n_target=n_questions, backend=backend, model=model, base_url=base_url) if source == 'generated' else {}
+    ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True,
+                        n_questions=n_questions, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
+                        n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
+                        reader_ks=list(reader_ks), cache_dir=cache_dir, **gen, **params)
+    cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
+    qgs = build_question_graphs(ctx.kg, ctx.records, cache, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
+    study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
+                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), reader=reader, reader_ks=reader_ks,
+                            threads=threads or None, device=device)
+    prov = {**ctx.prov, 'llm_backend': reader.describe(), 'question_llm': ctx.prov['llm_backend']}
+    return RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), prov)
+
+# %% ../nbs/15_subgraphrag.ipynb #c055
+def _data_args(ap: argparse.ArgumentParser):
+    ap.add_argument('--kg', default='toyworld', help='KG name (kgqa_nb.kg.load_kg) or data-dir folder')
+    ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size')
+    ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
+    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR')
+    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples')
+    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='frozen text encoder')
+    ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: the scratch results folder)')
+
+def _cli_examples(a) -> tuple:
+    from kgqa_nb.core import artifact_dirs
+    from kgqa_nb.datasources import load_source, resolve_kg
+    from kgqa_nb.qgraphs import build_question_graphs
+    graph = resolve_kg(a.kg)
+    root = Path(a.cache_dir) if a.cache_dir else artifact_dirs('')[0]
+    src = load_source('generated', kg=graph, n_target=a.n_questions, seed=a.seed, root=root)
+    recs = pd.concat([src.train.assign(split='train'), src.test.assign(split='test')], ignore_index=True)
+    qgs = build_question_graphs(graph, recs, root / 'cache', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
+    enc = TextEncoder(a.encoder)
+    exs = prepare_examples(recs, qgs, enc)
+    feats = text_features(graph, enc, entities=np.unique(np.concatenate([e.nodes for e in exs])))
+    return graph, recs, exs, feats, enc
+
+def train_retriever_cli(argv=None) -> int:
+    "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
+    ap = argparse.ArgumentParser(prog='kgqa train-retriever', description=train_retriever_cli.__doc__)
+    _data_args(ap)
+    ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
+    ap.add_argument('--run-seed', type=int, default=0, help='training seed')
+    ap.add_argument('--epochs', type=int, default=4); ap.add_argument('--patience', type=int, default=2)
+    ap.add_argument('--val-metric', default='answer_recall@100'); ap.add_argument('--val-fraction', type=float, default=0.2)
+    ap.add_argument('--out', required=True, help='checkpoint folder (last.pt, best.pt); a rerun resumes')
+    a = ap.parse_args(argv)
+    try:
+        label_key(a.labels)
+        _, _, exs, feats, _ = _cli_examples(a)
+        train = [e for e in exs if e.meta['split'] == 'train' and not is_validation(e.id, a.val_fraction)]
+        val = [e for e in exs if e.meta['split'] == 'train' and is_validation(e.id, a.val_fraction)]
+        cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric)
+        _, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
+    except (ReasonError, FileNotFoundError) as e:
+        print(f'kgqa train-retriever: {e}'); return 2
+    print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
+    return 0
+
+def retrieve_cli(argv=None) -> int:
+    "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
+    ap = argparse.ArgumentParser(prog='kgqa retrieve', description=retrieve_cli.__doc__)
+    _data_args(ap)
+    ap.add_argument('--checkpoint', required=True, help='best.pt of kgqa train-retriever')
+    ap.add_argument('--split', default='test', choices=['train', 'test'])
+    ap.add_argument('--k', type=int, default=100, help='triples kept per question')
+    ap.add_argument('--out', required=True, help='JSON-lines file of the retrieved triples (metrics go beside it as .csv)')
+    a = ap.parse_args(argv)
+    try:
+        graph, _, exs, feats, enc = _cli_examples(a)
+        model, _ = load_retriever(a.checkpoint, dim=enc.dim, encoder=enc.key)
+    except (ReasonError, FileNotFoundError) as e:
+        print(f'kgqa retrieve: {e}'); return 2
+    exs = [e for e in exs if e.meta['split'] == a.split]
+    lines, rows = [], []
+    for ex in exs:
+        s = score_example(model, ex, feats); o = np.argsort(-s, kind='stable')[:a.k]
+        lines.append(json.dumps(dict(id=ex.id, triples=[[graph.entity_text(h), graph.relation_text(r), graph.entity_text(t)] for h, r, t in top_k(ex, s, a.k)],
+                                     scores=[round(float(x), 6) for x in s[o]])))
+    ev = evaluate(model, exs, feats)
+    out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, '\n'.join(lines) + '\n'); write_text_atomic(out.with_suffix('.csv'), ev.to_csv(index=False))
+    print(summarise(ev)[['gt_recall@10', 'gt_recall@100', 'answer_recall@100', 'gt_mrr', 'n_questions']].round(4).to_string(index=False))
+    return 0

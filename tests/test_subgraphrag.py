@@ -1,5 +1,7 @@
 """SubgraphRAG retriever (chapter 15) and the retrieval metrics (chapter 13): brute-force metric check, determinism,
 resume after a kill, exact checkpoint reload, learnability on a two-hop toy set, and the named errors."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -134,3 +136,16 @@ def test_sp_training_prefers_the_shortcut(tmp_path):
     r_sp = evaluate(sp, exs[40:], feats, ks=(3,))['gt_recall@3'].mean()
     assert r_gt >= 0.9 and r_sp <= r_gt - 0.3
     assert all(int(np.argmax(score_example(sp, ex, feats))) == 2 for ex in exs[40:])  # the shortcut triple
+
+
+@pytest.mark.slow
+def test_cli_train_then_retrieve(tmp_path, capsys):
+    from kgqa_nb.subgraphrag import retrieve_cli, train_retriever_cli
+    data = ['--n-questions', '60', '--n-nodes', '200', '--max-triples', '1500', '--cache-dir', str(tmp_path / 'data')]
+    assert train_retriever_cli([*data, '--epochs', '1', '--out', str(tmp_path / 'ck')]) == 0
+    assert (tmp_path / 'ck' / 'best.pt').exists()
+    assert retrieve_cli([*data, '--checkpoint', str(tmp_path / 'ck' / 'best.pt'), '--k', '20', '--out', str(tmp_path / 'top.jsonl')]) == 0
+    lines = (tmp_path / 'top.jsonl').read_text().splitlines()
+    assert lines and all(len(json.loads(l)['triples']) <= 20 for l in lines)
+    assert train_retriever_cli([*data, '--labels', 'sp:nope', '--out', str(tmp_path / 'x')]) == 2
+    assert 'unknown_labels' in capsys.readouterr().out and not (tmp_path / 'x').exists()
