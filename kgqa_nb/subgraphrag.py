@@ -5,6 +5,7 @@
 # %% ../nbs/15_subgraphrag.ipynb #c002
 from __future__ import annotations
 import argparse, copy, io, json, os, tempfile, zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,11 +27,11 @@ from .text import TextEncoder, l2_normalize
 __all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'RetrievalInputError', 'CheckpointMismatchError', 'TextFeatures',
            'entity_has_text', 'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever', 'save_retriever',
            'load_retriever', 'RetrievalExample', 'label_key', 'check_question_graph', 'prepare_example',
-           'question_texts', 'prepare_examples', 'check_width', 'score_example', 'top_k', 'TrainConfig', 'mean_metric',
-           'train_retriever', 'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
-           'evaluate', 'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits', 'retriever_study',
-           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'RetrieverStudy', 'open_retriever_study',
-           'train_retriever_cli', 'retrieve_cli']
+           'question_texts', 'ExampleSet', 'prepare_examples', 'check_width', 'score_example', 'top_k', 'TrainConfig',
+           'mean_metric', 'train_retriever', 'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores',
+           'retriever_scores', 'evaluate', 'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits',
+           'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'RetrieverStudy',
+           'open_retriever_study', 'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -47,9 +48,16 @@ class TextFeatures:
     "Frozen label vectors of a KG's entities and relations, from one encoder."
     encoder: str  # the encoder's store key
     dim: int  # vector width
-    ent: np.ndarray  # (V, dim) float32 entity label vectors (zero rows: no text, or not embedded)
-    has_text: np.ndarray  # (V,) bool: the entity has a label of its own and was embedded
+    ent: np.ndarray  # (n, dim) float32 label vectors of the embedded entities only
+    row: np.ndarray  # (V,) int64 row of each KG entity in `ent`, -1 when it has no text (or was not embedded)
     rel: np.ndarray  # (R, dim) float32 relation label vectors
+    @property
+    def has_text(self) -> np.ndarray: return self.row >= 0
+    def entity_vectors(self, nodes) -> np.ndarray:
+        "(len(nodes), dim) label vectors of KG entities (zero rows for entities without text)."
+        r = self.row[np.asarray(nodes, np.int64)]; out = np.zeros((len(r), self.dim), np.float32)
+        out[r >= 0] = self.ent[r[r >= 0]]
+        return out
 
 def entity_has_text(kg: KnowledgeGraph) -> np.ndarray:
     "(V,) bool: the entity's label is more than its identifier."
@@ -61,11 +69,11 @@ def text_features(kg: KnowledgeGraph, encoder: TextEncoder,  # the frozen encode
     "Label vectors of the KG's entities (those with text) and relations, read from or written to the embedding store."
     has = entity_has_text(kg)
     if entities is not None: has &= np.isin(np.arange(kg.num_entities), np.asarray(entities, np.int64))
-    ent = np.zeros((kg.num_entities, encoder.dim), np.float32)
     idx = np.nonzero(has)[0]
-    if len(idx): ent[idx] = encoder.encode_cached([kg.entity_labels[i] for i in idx], role='passage', root=root)
+    ent = encoder.encode_cached([kg.entity_labels[i] for i in idx], role='passage', root=root) if len(idx) else np.zeros((0, encoder.dim), np.float32)
+    row = np.full(kg.num_entities, -1, np.int64); row[idx] = np.arange(len(idx))
     rel = encoder.encode_cached(list(kg.relation_labels), role='passage', root=root)
-    return TextFeatures(encoder.key, encoder.dim, ent, has, rel)
+    return TextFeatures(encoder.key, encoder.dim, ent, row, rel)
 
 # %% ../nbs/15_subgraphrag.ipynb #c012
 class DDERound(MessagePassing):
@@ -213,24 +221,45 @@ def question_texts(rec: dict) -> list:
     q, p = str(rec['question']), rec.get('paraphrased_question')
     return [q] + ([str(p)] if isinstance(p, str) and p.strip() and p.strip() != q.strip() else [])
 
+class ExampleSet(Sequence):
+    "Examples built from their question graphs when asked for: a dataset of any size stays on disk; ids and splits known up front."
+    def __init__(self, recs: list, qgraphs, qvecs: list, idx=None, nodes=None):
+        self.recs, self.qgraphs, self.qvecs = recs, qgraphs, qvecs
+        self.idx = list(range(len(recs))) if idx is None else list(idx)
+        self.nodes = nodes  # sorted KG indices of every entity in any of the graphs (set by `prepare_examples`)
+    def __len__(self): return len(self.idx)
+    def __getitem__(self, i):
+        if isinstance(i, slice): return ExampleSet(self.recs, self.qgraphs, self.qvecs, self.idx[i], self.nodes)
+        j = self.idx[i]
+        return prepare_example(self.recs[j], self.qgraphs[j], self.qvecs[j])
+    def __repr__(self): return f'ExampleSet({len(self)} questions)'
+    @property
+    def ids(self) -> list: return [str(self.recs[j].get('id')) for j in self.idx]
+    def where(self, keep) -> 'ExampleSet':
+        "The examples whose record satisfies `keep(record)`."
+        return ExampleSet(self.recs, self.qgraphs, self.qvecs, [j for j in self.idx if keep(self.recs[j])], self.nodes)
+
 def prepare_examples(records,  # GTSQA-schema records (list of dicts or a DataFrame), in the order of `qgraphs`
-                     qgraphs,  # their question graphs
+                     qgraphs,  # their question graphs (a list, or a lazy `qgraphs.QuestionGraphs`)
                      encoder: TextEncoder,  # the frozen encoder (questions are embedded as queries)
-                     root=None) -> list:  # embedding-store parent folder
-    "All examples, every graph checked before any is returned (one bad record stops the whole set)."
+                     root=None) -> ExampleSet:  # embedding-store parent folder
+    "All examples, every graph checked (one streaming pass) before any is returned: one bad record stops the whole set."
     recs = records.to_dict('records') if hasattr(records, 'to_dict') else list(records)
     if len(recs) != len(qgraphs): raise RetrievalInputError('record_mismatch', f'{len(recs)} records but {len(qgraphs)} question graphs')
+    nodes = []
+    for rec, qg in zip(recs, qgraphs):
+        if str(rec.get('id')) != str(qg.id): raise RetrievalInputError('record_mismatch', f'record {rec.get("id")!r} paired with the graph of {qg.id!r}')
+        check_question_graph(qg); nodes.append(qg.nodes)
     texts = [question_texts(r) for r in recs]
     flat = [t for ts in texts for t in ts]
     vecs = encoder.encode_cached(flat, role='query', root=root) if flat else np.zeros((0, encoder.dim), np.float32)
-    out, i = [], 0
-    for rec, qg, ts in zip(recs, qgraphs, texts):
-        out.append(prepare_example(rec, qg, vecs[i:i + len(ts)])); i += len(ts)
-    return out
+    bounds = np.cumsum([0] + [len(ts) for ts in texts])
+    return ExampleSet(recs, qgraphs, [vecs[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
+                      nodes=np.unique(np.concatenate(nodes)) if nodes else np.zeros(0, np.int64))
 
 # %% ../nbs/15_subgraphrag.ipynb #c027
 def _inputs(ex: RetrievalExample, feats: TextFeatures, q_row: int = 0, device='cpu'):
-    xs = (ex.q[q_row], torch.as_tensor(feats.ent[ex.nodes]), torch.as_tensor(feats.has_text[ex.nodes]),
+    xs = (ex.q[q_row], torch.as_tensor(feats.entity_vectors(ex.nodes)), torch.as_tensor(feats.has_text[ex.nodes]),
           torch.as_tensor(feats.rel), ex.edge_index, ex.rel, ex.topic)
     return tuple(x.to(device) for x in xs)
 
@@ -272,7 +301,8 @@ def mean_metric(model, examples, feats, metric: str) -> float:
     return float(np.mean(vals)) if vals else float('nan')
 
 def _run_key(cfg: TrainConfig, feats: TextFeatures, train, val) -> str:
-    return params_key(dict(cfg=asdict(cfg), encoder=feats.encoder, dim=feats.dim, train=[e.id for e in train], val=[e.id for e in val]), 16)
+    ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
+    return params_key(dict(cfg=asdict(cfg), encoder=feats.encoder, dim=feats.dim, train=ids(train), val=ids(val)), 16)
 
 # %% ../nbs/15_subgraphrag.ipynb #c031
 def train_retriever(train: list,  # RetrievalExamples to train on
@@ -293,8 +323,7 @@ def train_retriever(train: list,  # RetrievalExamples to train on
     dev = get_device(device)
     key = label_key(cfg.labels)
     if not train: raise RetrievalInputError('empty_graph', 'no training question')
-    for ex in [*train, *val]:
-        if key not in ex.labels: raise RetrievalInputError('unknown_labels', f'question {ex.id!r} has no {key!r} labels')
+    if key not in train[0].labels: raise RetrievalInputError('unknown_labels', f'question {train[0].id!r} has no {key!r} labels')
     torch.manual_seed(cfg.seed)
     model = SubgraphRAGRetriever(feats.dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -381,7 +410,7 @@ def embedding_scores(ex: RetrievalExample, feats: TextFeatures, kg: KnowledgeGra
                      mode: str = 'label-sum', root=None) -> np.ndarray:
     "(E,) cosine of the question vector with each triple's vector ('label-sum' or KAPING's 'triple-text')."
     ei = ex.edge_index.numpy(); h, t, r = ex.nodes[ei[0]], ex.nodes[ei[1]], ex.rel.numpy()
-    if mode == 'label-sum': v = l2_normalize(feats.ent[h] + feats.rel[r] + feats.ent[t])
+    if mode == 'label-sum': v = l2_normalize(feats.entity_vectors(h) + feats.rel[r] + feats.entity_vectors(t))
     elif mode == 'triple-text':
         if kg is None or encoder is None: raise ValueError("mode 'triple-text' needs the kg and the encoder")
         v = encoder.encode_cached([f'({kg.entity_labels[a]}, {kg.relation_labels[b]}, {kg.entity_labels[c]})' for a, b, c in zip(h, r, t)], root=root)
@@ -477,10 +506,10 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     folder = keyed_folder(cache_dir, 'retriever-study', params)
     recs = {str(r['id']): r for r in records.to_dict('records')}
     exs = prepare_examples(records, qgraphs, encoder, root=root)  # every graph checked before anything is trained
-    feats = text_features(kg, encoder, entities=np.unique(np.concatenate([e.nodes for e in exs])), root=root)
-    test = [e for e in exs if e.meta['split'] == 'test']
-    train = [e for e in exs if e.meta['split'] == 'train' and not is_validation(e.id, val_fraction)]
-    val = [e for e in exs if e.meta['split'] == 'train' and is_validation(e.id, val_fraction)]
+    feats = text_features(kg, encoder, entities=exs.nodes, root=root)
+    test = exs.where(lambda r: r.get('split') == 'test')
+    train = exs.where(lambda r: r.get('split', 'train') == 'train' and not is_validation(r['id'], val_fraction))
+    val = exs.where(lambda r: r.get('split', 'train') == 'train' and is_validation(r['id'], val_fraction))
     if not test or not train: raise RetrievalInputError('empty_graph', f'{len(train)} training and {len(test)} test questions: need both')
     runs = [(r, 'none', 0) for r in references] + [('subgraphrag', a, s) for a in arms for s in seeds]
     frames = []
@@ -596,7 +625,7 @@ def _cli_examples(a) -> tuple:
     qgs = build_question_graphs(graph, recs, root / 'cache', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
     enc = TextEncoder(a.encoder)
     exs = prepare_examples(recs, qgs, enc)
-    feats = text_features(graph, enc, entities=np.unique(np.concatenate([e.nodes for e in exs])))
+    feats = text_features(graph, enc, entities=exs.nodes)
     return graph, recs, exs, feats, enc
 
 def train_retriever_cli(argv=None) -> int:
@@ -612,8 +641,8 @@ def train_retriever_cli(argv=None) -> int:
     try:
         label_key(a.labels)
         _, _, exs, feats, _ = _cli_examples(a)
-        train = [e for e in exs if e.meta['split'] == 'train' and not is_validation(e.id, a.val_fraction)]
-        val = [e for e in exs if e.meta['split'] == 'train' and is_validation(e.id, a.val_fraction)]
+        train = exs.where(lambda r: r['split'] == 'train' and not is_validation(r['id'], a.val_fraction))
+        val = exs.where(lambda r: r['split'] == 'train' and is_validation(r['id'], a.val_fraction))
         cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric)
         _, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
     except (ReasonError, FileNotFoundError) as e:
@@ -635,7 +664,7 @@ def retrieve_cli(argv=None) -> int:
         model, _ = load_retriever(a.checkpoint, dim=enc.dim, encoder=enc.key)
     except (ReasonError, FileNotFoundError) as e:
         print(f'kgqa retrieve: {e}'); return 2
-    exs = [e for e in exs if e.meta['split'] == a.split]
+    exs = exs.where(lambda r: r['split'] == a.split)
     lines, rows = [], []
     for ex in exs:
         s = score_example(model, ex, feats); o = np.argsort(-s, kind='stable')[:a.k]
