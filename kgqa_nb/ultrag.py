@@ -25,8 +25,8 @@ __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_L
            'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply', 'check_query',
            'WrittenQuery', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer',
            'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner',
-           'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages', 'LLMDecider',
-           'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
+           'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages',
+           'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
            'UltragResult', 'Ultrag', 'gold_rank', 'evaluate', 'summarize', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
@@ -298,19 +298,60 @@ def _lift(x: torch.Tensor, pruned: Pruned) -> torch.Tensor:
     out = torch.zeros(pruned.full_size); out[torch.as_tensor(pruned.nodes)] = x.float().cpu()
     return out
 
+@torch.no_grad()
+def project_many(ex,  # an `ultra.UltraQueryExecutor`
+                 xs: list,  # (V,) fuzzy sets
+                 rels: list,  # relation types in [0, 2R), one per set
+                ) -> list:
+    "UltraQuery projections of several fuzzy sets in one batched pass (each equals `ex.project(x, r)`)."
+    m, g, B = ex.model, ex.graph, len(xs)
+    rt = torch.tensor(rels, device=ex.device)
+    rel_reprs = m.relation_model(g, rt, m.chunk_size)  # (B, 2R, d)
+    q = rel_reprs[torch.arange(B, device=ex.device), rt]  # (B, d)
+    X = torch.stack([x.detach().to(ex.device, torch.float32).view(-1) for x in xs], 1)  # (V, B)
+    if ex.threshold > 0: X = torch.where(X <= ex.threshold, torch.zeros_like(X), X)
+    out = torch.sigmoid(m.entity_model.propagate(g, X.unsqueeze(-1) * q.unsqueeze(0), rel_reprs, q, m.chunk_size))
+    return list(out)
+
+def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
+    "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
+    from kgqa_nb.ultra import FUZZY_AND
+    from kgqa_nb.dsl import relation_index
+    nodes, val = [], {}
+    def walk(n):
+        nodes.append(n)
+        for c in ([n.query] if isinstance(n, Projection) else list(n.operands) if isinstance(n, Intersection) else []): walk(c)
+    walk(query)
+    while id(query) not in val:
+        ready = []
+        for n in nodes:
+            if id(n) in val: continue
+            if isinstance(n, Entity): val[id(n)] = ex._leaf(n, leaf_sets)
+            elif isinstance(n, Intersection) and all(id(o) in val for o in n.operands):
+                out = val[id(n.operands[0])]
+                for o in n.operands[1:]: out = FUZZY_AND[ex.logic](out, val[id(o)])
+                val[id(n)] = out
+            elif isinstance(n, Projection) and id(n.query) in val: ready.append(n)
+        if ready:
+            outs = project_many(ex, [val[id(n.query)] for n in ready], [relation_index(ex.kg, n.relation, n.inverse) for n in ready])
+            for n, o in zip(ready, outs): val[id(n)] = o
+    return val[id(query)].cpu()
+
 class NeuralExecutor:
-    "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND)."
+    "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND), projections batched per level."
     label = 'neural (UltraQuery)'
     def __init__(self, model,  # an `ultra.Ultra`, e.g. load_ultra('ultraquery')
-                 logic: str = 'product', threshold: float = 0.0):
-        self.model, self.logic, self.threshold, self._cache = model, logic, threshold, {}
+                 logic: str = 'product', threshold: float = 0.0,
+                 batched: bool = True):  # run ready projections together (`execute_batched`); False: one at a time
+        self.model, self.logic, self.threshold, self.batched, self._cache = model, logic, threshold, batched, {}
 
     def execute(self, query, leaf_sets: dict, pruned: Pruned) -> torch.Tensor:
         "(V,) memberships over the full graph."
         from kgqa_nb.ultra import UltraQueryExecutor
         key = id(pruned.kg)
         if key not in self._cache: self._cache = {key: UltraQueryExecutor(self.model, pruned.kg, self.logic, self.threshold)}
-        return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
+        ex, sub = self._cache[key], _sub_leaf_sets(leaf_sets, pruned)
+        return _lift(execute_batched(ex, query, sub) if self.batched else ex.execute(query, sub), pruned)
 
 class SymbolicStep:
     "Step 4, symbolic: exact set semantics on the pruned graph (memberships 0 or 1)."
@@ -322,7 +363,7 @@ class SymbolicStep:
         if key not in self._cache: self._cache = {key: SymbolicExecutor(pruned.kg)}
         return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
 
-# %% ../nbs/19_ultrag.ipynb #c034
+# %% ../nbs/19_ultrag.ipynb #c036
 class AlwaysSufficient:
     "Step 5 of ULTRAG-OTS: one round (the decider always returns True)."
     label = 'always (ULTRAG-OTS)'
@@ -353,7 +394,7 @@ class LLMDecider:
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
-# %% ../nbs/19_ultrag.ipynb #c037
+# %% ../nbs/19_ultrag.ipynb #c039
 ARBITRATOR_FIRST_LINE = 'Task: choose the answers to a question from ranked candidate entities.'
 
 def arbitrator_messages(question: str, query_text: str, top: list, kg: KnowledgeGraph) -> list:
@@ -407,7 +448,7 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     best = max(f1)
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
-# %% ../nbs/19_ultrag.ipynb #c040
+# %% ../nbs/19_ultrag.ipynb #c042
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -465,7 +506,7 @@ class Ultrag:
         res.timings = {k: float(v) for k, v in T.items()}
         return res
 
-# %% ../nbs/19_ultrag.ipynb #c043
+# %% ../nbs/19_ultrag.ipynb #c045
 def gold_rank(x: torch.Tensor, gold_idx) -> int:
     "1 + the non-gold entities scoring at least as high as the best gold one."
     x = np.asarray(x, np.float64); g = np.zeros(len(x), bool); g[list(gold_idx)] = True
@@ -512,7 +553,7 @@ def summarize(df: pd.DataFrame, by=None) -> pd.DataFrame:
     if by is None: return agg(df).to_frame().T
     return df.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()
 
-# %% ../nbs/19_ultrag.ipynb #c047
+# %% ../nbs/19_ultrag.ipynb #c049
 def _cli_pipeline(a, kg):
     from kgqa_nb.ultra import load_ultra
     from kgqa_nb.datasources import load_source

@@ -3,6 +3,7 @@ replies are named, counted and never crash), the oracle path with both executors
 import contextlib, io, re, socket
 
 import numpy as np
+import torch
 import pytest
 
 from kgqa_nb.kg import load_kg
@@ -173,3 +174,16 @@ def test_cli_ask_and_batch(tmp_path, toy_source):
     err = io.StringIO()
     with contextlib.redirect_stderr(err): assert ultrag_cli(['ask', 'Who?', '--seeds', 'Q0', '--executor', 'symbolic']) == 2
     assert 'not in' in err.getvalue()
+
+
+def test_batched_projections_equal_one_at_a_time(ultraquery):
+    from kgqa_nb.ultra import UltraQueryExecutor
+    from kgqa_nb.ultrag import execute_batched
+    leaves = {e: crisp_set(TW, [e]) for e in ('Q900003124', 'Q900003374')}
+    pr = SEPPRPruner(k=800).prune(TW, leaves)
+    ex = UltraQueryExecutor(ultraquery, pr.kg)
+    sub = {e: x[torch.as_tensor(pr.nodes)] for e, x in leaves.items()}
+    for text in ('AND(Q900003124 -> P136 inv -> P86 inv, Q900003374 -> P155 -> P527)', 'Q900003374 -> P155 -> P527',
+                 'AND(Q900003124 -> P136 inv, Q900003374 -> P155 -> P527 -> P86) -> P86 inv'):
+        q = parse_query(text)
+        torch.testing.assert_close(execute_batched(ex, q, sub), ex.execute(q, sub), rtol=0, atol=1e-5)
