@@ -15,6 +15,10 @@ COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | companion | paper)'),
     'generate': ('kgqa_nb.synthkgqa:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
     'ultra-eval': ('kgqa_nb.ultra:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
+    'train-retriever': ('kgqa_nb.subgraphrag:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
+    'retrieve': ('kgqa_nb.subgraphrag:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
+    'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
+    'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
     'serve-offline': ('kgqa_nb.cli:serve_offline_cli', 'serve the offline models as an OpenAI-compatible server on 127.0.0.1'),
 }
 
@@ -63,7 +67,7 @@ def main(argv=None) -> int:
         return 2
 
 # %% ../nbs/41_cli.ipynb #c012
-OFFLINE_MODEL_MODULES = ('kgqa_nb.generate',)  # chapters that register offline models
+OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag')  # chapters that register offline models
 
 def port_number(s: str) -> int:  # the command-line text
     "A TCP port for `argparse`: 0 (any free port) to 65535."
