@@ -546,11 +546,14 @@ def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt') -> pd.DataFrame:
             for m in metrics:
                 a, b = d[d.labels == gt][m].to_numpy(), d[d.labels == arm][m].to_numpy()
                 t = one_sided_test(a, b) if len(a) >= 2 and len(b) >= 2 else dict(p_value=float('nan'))
+                q = study[study.retriever == ret]  # the same test on per-question scores pooled over the runs
+                qa, qb = (q[q.labels == x][m].dropna().to_numpy(float) for x in (gt, arm))
+                tq = one_sided_test(qa, qb) if len(qa) >= 2 and len(qb) >= 2 else dict(p_value=float('nan'))
                 rows.append(dict(retriever=ret, sp_labels=arm, metric=m, n_runs_gt=len(a), n_runs_sp=len(b),
                                  sp_mean=b.mean(), sp_std=b.std(ddof=1) if len(b) > 1 else float('nan'),
                                  gt_mean=a.mean(), gt_std=a.std(ddof=1) if len(a) > 1 else float('nan'),
                                  pct_variation=100 * (a.mean() - b.mean()) / b.mean() if b.mean() else float('nan'),
-                                 p_value=t['p_value']))
+                                 p_value=t['p_value'], p_value_questions=tq['p_value']))
     return pd.DataFrame(rows)
 
 def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' or 'test_type'

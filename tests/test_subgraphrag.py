@@ -149,3 +149,19 @@ def test_cli_train_then_retrieve(tmp_path, capsys):
     assert lines and all(len(json.loads(l)['triples']) <= 20 for l in lines)
     assert train_retriever_cli([*data, '--labels', 'sp:nope', '--out', str(tmp_path / 'x')]) == 2
     assert 'unknown_labels' in capsys.readouterr().out and not (tmp_path / 'x').exists()
+
+
+def test_gt_vs_sp_tests_seed_means_and_pooled_questions():
+    import numpy as np, pandas as pd
+    from kgqa_nb.metrics import one_sided_test
+    from kgqa_nb.subgraphrag import gt_vs_sp
+    rng = np.random.default_rng(0)
+    rows = [dict(retriever='subgraphrag', labels=lab, seed=s, id=f'q{i}', **{'gt_recall@10': float(rng.random() < p)})
+            for lab, p in (('gt', 0.6), ('sp:synth-kgqa', 0.4)) for s in range(3) for i in range(50)]
+    study = pd.DataFrame(rows)
+    t = gt_vs_sp(study, ['gt_recall@10']).iloc[0]
+    seeds = study.groupby(['labels', 'seed'])['gt_recall@10'].mean()
+    assert t.p_value == one_sided_test(seeds['gt'], seeds['sp:synth-kgqa'])['p_value']
+    pooled = [study[study.labels == lab]['gt_recall@10'].to_numpy() for lab in ('gt', 'sp:synth-kgqa')]
+    assert t.p_value_questions == one_sided_test(*pooled)['p_value']
+    assert t.p_value_questions < t.p_value  # 150 vs 150 scores against 3 vs 3 means
