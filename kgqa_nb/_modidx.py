@@ -380,6 +380,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                             'kgqa_nb.kg._read_text': ('kg.html#_read_text', 'kgqa_nb/kg.py'),
                             'kgqa_nb.kg._split_file': ('kg.html#_split_file', 'kgqa_nb/kg.py'),
                             'kgqa_nb.kg._text_list': ('kg.html#_text_list', 'kgqa_nb/kg.py'),
+                            'kgqa_nb.kg._tsv_after_header': ('kg.html#_tsv_after_header', 'kgqa_nb/kg.py'),
                             'kgqa_nb.kg._tsv_lines': ('kg.html#_tsv_lines', 'kgqa_nb/kg.py'),
                             'kgqa_nb.kg._tsv_text': ('kg.html#_tsv_text', 'kgqa_nb/kg.py'),
                             'kgqa_nb.kg._unzip': ('kg.html#_unzip', 'kgqa_nb/kg.py'),

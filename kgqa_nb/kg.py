@@ -353,6 +353,13 @@ def _tsv_lines(path):
         line = line.removesuffix('\r')
         if line.strip(): yield i, line.split('\t')
 
+def _tsv_after_header(path, header: list):
+    "The `_tsv_lines` of a file whose first line must be exactly `header` (else a `MalformedFileError` naming it)."
+    lines = _tsv_lines(path); first = next(lines, None)
+    if first is None or first[1] != header:
+        raise MalformedFileError(path, first[0] if first else None, f"the first line must be the header '{'<TAB>'.join(header)}'")
+    return lines
+
 def _width_error(fields: list, n: int, names: str) -> str:
     hint = '; the fields look separated by spaces, but the file must be tab-separated' if len(fields) == 1 and len(fields[0].split()) == n else ''
     return f'{len(fields)} tab-separated field{"s" if len(fields) != 1 else ""}, expected {n} ({names}){hint}'
@@ -938,9 +945,7 @@ def read_hetionet_tsv(nodes,  # hetionet-v1.0-nodes.tsv: header `id name kind`
                       name: str = 'hetionet') -> KnowledgeGraph:
     "Hetionet from its TSV layout, every line checked (file and line named on the first bad one)."
     nodes, edges = Path(nodes), Path(edges)
-    lines = _tsv_lines(nodes); first = next(lines, None)
-    if first is None or first[1] != ['id', 'name', 'kind']:
-        raise MalformedFileError(nodes, first[0] if first else None, "the first line must be the header 'id<TAB>name<TAB>kind'")
+    lines = _tsv_after_header(nodes, ['id', 'name', 'kind'])
     index, ids, labels, kinds = {}, [], [], []
     for i, f in lines:
         if len(f) != 3: raise MalformedFileError(nodes, i, _width_error(f, 3, 'id, name, kind'))
@@ -950,9 +955,7 @@ def read_hetionet_tsv(nodes,  # hetionet-v1.0-nodes.tsv: header `id name kind`
         if nid in index: raise MalformedFileError(nodes, i, f'node {nid!r} is listed twice (first on line {index[nid][1]})')
         index[nid] = (len(ids), i); ids.append(check_id(hetionet_id(kind, ident), nodes, i, 'node ID')); labels.append(nm or ids[-1]); kinds.append(kind)
     meta = _hetionet_metaedges(metagraph) if metagraph is not None else None
-    lines = _tsv_lines(edges); first = next(lines, None)
-    if first is None or first[1] != ['source', 'metaedge', 'target']:
-        raise MalformedFileError(edges, first[0] if first else None, "the first line must be the header 'source<TAB>metaedge<TAB>target'")
+    lines = _tsv_after_header(edges, ['source', 'metaedge', 'target'])
     rel_index, h, r, t = {}, [], [], []
     for i, f in lines:
         if len(f) != 3: raise MalformedFileError(edges, i, _width_error(f, 3, 'source, metaedge, target'))
