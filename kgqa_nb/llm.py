@@ -24,7 +24,7 @@ except ImportError: fcntl = None
 __all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
            'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost',
            'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages',
-           'ResponseCache', 'chat_completion', 'OfflineChatServer', 'LLMClient', 'read_ledger']
+           'ResponseCache', 'chat_completion', 'text_completion', 'OfflineChatServer', 'LLMClient', 'read_ledger']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
@@ -193,6 +193,26 @@ def chat_completion(model: str, text: str, prompt_tokens: int, completion_tokens
                 usage=dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                            total_tokens=prompt_tokens + completion_tokens))
 
+def text_completion(model: str, text: str, prompt_tokens: int, completion_tokens: int, finish_reason='stop') -> dict:
+    "An OpenAI text-completion response body (`POST /v1/completions`)."
+    rid = 'cmpl-' + hashlib.sha256(f'{model}\n{text}'.encode()).hexdigest()[:24]
+    return dict(id=rid, object='text_completion', created=int(time.time()), model=model,
+                choices=[dict(index=0, text=text, logprobs=None, finish_reason=finish_reason)],
+                usage=dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                           total_tokens=prompt_tokens + completion_tokens))
+
+def _stream_chunks(body: dict, completions: bool, include_usage: bool):
+    "The server-sent-event chunks of a reply body: one per word, a finish chunk, the usage chunk if asked."
+    text, rid, model = (body['choices'][0]['text'] if completions else body['choices'][0]['message']['content']), body['id'], body['model']
+    obj = 'text_completion' if completions else 'chat.completion.chunk'
+    def chunk(piece, finish=None, usage=None, choices=True):
+        c = dict(index=0, text=piece or '', finish_reason=finish) if completions else dict(index=0, delta={} if piece is None else dict(content=piece), finish_reason=finish)
+        return dict(id=rid, object=obj, created=body['created'], model=model, choices=[c] if choices else [], **({'usage': usage} if usage else {}))
+    out = [chunk(p) for p in re.findall(r'\S*\s*', text) if p] or [chunk('')]
+    out.append(chunk(None, body['choices'][0]['finish_reason']))
+    if include_usage: out.append(chunk(None, usage=body['usage'], choices=False))
+    return out
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def log_message(self, *a): pass
@@ -202,6 +222,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data)))
         for k, v in headers: self.send_header(k, v)
         self.end_headers(); self.wfile.write(data)
+    def _send_events(self, chunks):
+        "HTTP 200 with the chunks as server-sent events, then `[DONE]`; the connection closes at the end of the stream."
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/event-stream'); self.send_header('Connection', 'close'); self.end_headers()
+        for c in chunks: self.wfile.write(f'data: {json.dumps(c)}\n\n'.encode()); self.wfile.flush()
+        self.wfile.write(b'data: [DONE]\n\n'); self.wfile.flush(); self.close_connection = True
     def do_GET(self):
         if self.path.rstrip('/') != '/v1/models': return self._send(404, _error_body(f'no route {self.path}', 'not_found'))
         names = ['kgqa-offline', *sorted(_OFFLINE_MODELS)]
@@ -270,7 +296,9 @@ def serve_forever(self: OfflineChatServer):
 # %% ../nbs/04_llm.ipynb #c036
 @patch
 def _handle_chat(self: OfflineChatServer, h: _Handler):
-    if h.path.rstrip('/') != '/v1/chat/completions': return h._send(404, _error_body(f'no route {h.path}', 'not_found'))
+    route = h.path.rstrip('/')
+    if route not in ('/v1/chat/completions', '/v1/completions'): return h._send(404, _error_body(f'no route {h.path}', 'not_found'))
+    completions = route == '/v1/completions'
     body = h.rfile.read(int(h.headers.get('Content-Length') or 0))
     authorized = self._api_key is None or h.headers.get('Authorization') == f'Bearer {self._api_key}'
     with self._lock:
@@ -280,6 +308,7 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         try: req = json.loads(body); model = str(req.get('model', ''))
         except ValueError: req, model = None, ''
         params = {k: v for k, v in req.items() if k != 'messages'} if isinstance(req, dict) else None
+        params = {k: v for k, v in params.items() if k != 'prompt'} if params is not None else None
         with self._lock: self.requests.append(dict(path=h.path, model=model, fault=fault, authorized=authorized, params=params,
                                                    n_messages=len(req.get('messages') or []) if isinstance(req, dict) else None))
         if not authorized: return h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key'))
@@ -292,12 +321,18 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
             hdrs = [('Retry-After', after or '0')] if status == '429' else []
             return h._send(int(status), _error_body(f'injected fault {fault}', 'rate_limit_error' if status == '429' else 'server_error'), hdrs)
         if not isinstance(req, dict): return h._send(400, _error_body('request body is not JSON', 'invalid_request_error'))
-        try: msgs = check_messages(req.get('messages'))
+        if completions and not isinstance(req.get('prompt'), str):
+            return h._send(400, _error_body('prompt must be a string', 'invalid_request_error'))
+        try: msgs = [dict(role='user', content=req['prompt'])] if completions else check_messages(req.get('messages'))
         except ValueError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
         try: text = offline_reply(msgs)
         except OfflineModelError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
         if self.delay_s: time.sleep(self.delay_s)
-        h._send(200, chat_completion(model, text, estimate_prompt_tokens(msgs), estimate_tokens(text)))
+        n_in = estimate_tokens(req['prompt']) if completions else estimate_prompt_tokens(msgs)
+        body = (text_completion if completions else chat_completion)(model, text, n_in, estimate_tokens(text))
+        if req.get('stream'):
+            return h._send_events(_stream_chunks(body, completions, bool((req.get('stream_options') or {}).get('include_usage'))))
+        h._send(200, body)
     except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (its timeout) before the answer
     finally:
         with self._lock: self.inflight -= 1
@@ -325,7 +360,8 @@ class LLMClient:
                  backoff_base: float = 1.0,  # seconds of the first backoff; doubles per retry
                  backoff_max: float = 30.0,  # cap of one backoff
                  max_retry_after: float = 60.0,  # cap on a server's Retry-After
-                 ledger=None):  # a .jsonl file that gets one durable line per call a model answered (None: no ledger)
+                 ledger=None,  # a .jsonl file that gets one durable line per call a model answered (None: no ledger)
+                 stream: bool = False):  # receive replies as server-sent events (same text and cache key; usage from the last chunk)
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
         if max_retries < 0 or concurrency < 1: raise ValueError("max_retries must be >= 0 and concurrency >= 1")
@@ -343,6 +379,7 @@ class LLMClient:
         self.cache_dir = None if mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
         self._cache = ResponseCache(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', self.model)}.jsonl", mode) if self.cache_dir else None
         self.ledger = None if ledger is None else Path(ledger)
+        self.stream = bool(stream)
         self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
         self._rng, self._sleep = random.Random(seed), time.sleep
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
@@ -383,7 +420,26 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c047
+# %% ../nbs/04_llm.ipynb #c046
+def _request_messages(request: dict) -> list[dict]:
+    "The messages of a chat request, or a completion request's prompt as one user message (what offline models see)."
+    return [dict(role='user', content=request['prompt'])] if 'prompt' in request else request['messages']
+
+@patch
+def build_completion_request(self: LLMClient, prompt: str, **overrides) -> dict:
+    "The full text-completion request for `prompt` with this client's settings and per-call `overrides`."
+    if not isinstance(prompt, str) or not prompt: raise ValueError(f'prompt must be a non-empty str, got {prompt!r:.80}')
+    gen = {**self.generation, **overrides}
+    for k in ('model', 'prompt', 'stream', 'n', 'endpoint'):
+        if k in gen: raise ValueError(f"{k!r} cannot be overridden per call (one client = one model, one reply per request)")
+    t, mt, sd = gen.pop('temperature', self.temperature), gen.pop('max_tokens', self.max_tokens), gen.pop('seed', self.seed)
+    req = dict(endpoint='completions', model=self.model, prompt=prompt, temperature=None if t is None else float(t),
+               max_tokens=None if mt is None else int(mt), seed=None if sd is None else int(sd), **dict(sorted(gen.items())))
+    if self.backend == 'offline':
+        m = offline_model_for(_request_messages(req)); req['offline_model'] = f'{m.name}:{m.version}'
+    return req
+
+# %% ../nbs/04_llm.ipynb #c050
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -391,29 +447,36 @@ def _count(self: LLMClient, **kw):
 
 @patch
 def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
-    text = offline_reply(request['messages'])
-    usage = dict(prompt_tokens=estimate_prompt_tokens(request['messages']), completion_tokens=estimate_tokens(text), cached_prompt_tokens=0)
+    msgs = _request_messages(request)
+    text = offline_reply(msgs)
+    n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(msgs)
+    usage = dict(prompt_tokens=n_in, completion_tokens=estimate_tokens(text), cached_prompt_tokens=0)
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c049
+# %% ../nbs/04_llm.ipynb #c052
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
 
-def _parse_completion(body: str):
-    "(text, finish_reason, usage, model) of a chat-completion body; `_Garbage` when it is not one."
+def _parse_completion(body: str,
+                      completions: bool = False):  # a text-completion body (`choices[0].text`) instead of a chat one
+    "(text, finish_reason, usage, model) of a chat-completion (or text-completion) body; `_Garbage` when it is not one."
     try: d = json.loads(body)
     except ValueError: raise _Garbage(f'body is not JSON: {body[:80]!r}') from None
+    field = 'choices[0].text' if completions else 'choices[0].message.content'
     try:
-        choice = d['choices'][0]; text = choice['message']['content']
-    except (KeyError, IndexError, TypeError): raise _Garbage(f'no choices[0].message.content in {body[:120]!r}') from None
-    if not isinstance(text, str): raise _Garbage(f'message content is {type(text).__name__}, not str')
-    u = d.get('usage') or {}
+        choice = d['choices'][0]; text = choice['text'] if completions else choice['message']['content']
+    except (KeyError, IndexError, TypeError): raise _Garbage(f'no {field} in {body[:120]!r}') from None
+    if not isinstance(text, str): raise _Garbage(f'{field} is {type(text).__name__}, not str')
+    return (text, choice.get('finish_reason'), _usage_fields(d.get('usage')), d.get('model'))
+
+def _usage_fields(u) -> dict:
+    "prompt, completion and provider-cached prompt tokens of a response's `usage` object (zeros where missing)."
+    u = u or {}
     cached = ((u.get('prompt_tokens_details') or {}).get('cached_tokens')) or 0
-    usage = dict(prompt_tokens=int(u.get('prompt_tokens') or 0), completion_tokens=int(u.get('completion_tokens') or 0),
-                 cached_prompt_tokens=int(cached))
-    return text, choice.get('finish_reason'), usage, d.get('model')
+    return dict(prompt_tokens=int(u.get('prompt_tokens') or 0), completion_tokens=int(u.get('completion_tokens') or 0),
+                cached_prompt_tokens=int(cached))
 
 def _retry_after(headers) -> float | None:
     "Seconds a server asks us to wait (`retry-after-ms` or numeric `Retry-After`), else None."
@@ -424,7 +487,7 @@ def _retry_after(headers) -> float | None:
         except ValueError: continue  # an HTTP-date: fall back to our own backoff
     return None
 
-# %% ../nbs/04_llm.ipynb #c051
+# %% ../nbs/04_llm.ipynb #c054
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -435,16 +498,18 @@ def _openai(self: LLMClient):
             if key is None: raise LLMError("no API key: pass api_key=..., set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give base_url of a local server")
             self._oai = openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=0)
             self._create_params = set(inspect.signature(self._oai.chat.completions.create).parameters)
+            self._completion_params = set(inspect.signature(self._oai.completions.create).parameters)
         return self._oai
 
 @patch
 def _api_kwargs(self: LLMClient, request: dict) -> dict:
     "Arguments of `chat.completions.create` for a request (reasoning models take max_completion_tokens, no temperature)."
-    kw = {k: v for k, v in request.items() if v is not None and k != 'offline_model'}
+    kw = {k: v for k, v in request.items() if v is not None and k not in ('offline_model', 'endpoint')}
+    known = self._completion_params if request.get('endpoint') == 'completions' else self._create_params
     if self.model.startswith(_REASONING_PREFIXES):
         if 'max_tokens' in kw: kw['max_completion_tokens'] = kw.pop('max_tokens')
         kw.pop('temperature', None)
-    extra = {k: kw.pop(k) for k in list(kw) if k not in self._create_params}
+    extra = {k: kw.pop(k) for k in list(kw) if k not in known}
     if extra: kw['extra_body'] = extra  # parameters the openai package does not know go into the JSON body as they are
     return kw
 
@@ -453,7 +518,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c052
+# %% ../nbs/04_llm.ipynb #c055
 _FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
           401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
           404: 'check base_url (it usually ends in /v1) and the model name',
@@ -475,22 +540,48 @@ def _rejected(self: LLMClient, status: int, detail: str) -> LLMError:
 
 @patch
 def _unreachable(self: LLMClient, why: str) -> LLMError:
-    return self._give_up(f'cannot reach the LLM server at {self.server()} ({why}): start it (the offline one: '
-                         f'`kgqa serve-offline --port N`) or fix base_url / $KGQA_LLM_BASE_URL', True)
+    return self._give_up(f'cannot reach the LLM server at {self.server()} ({why}): start it (a local GGUF model: '
+                         f'`kgqa serve-llm`, after `make llm-local` once; the offline stand-in: `kgqa serve-offline --port N`) '
+                         f'or fix base_url / $KGQA_LLM_BASE_URL', True)
 
-# %% ../nbs/04_llm.ipynb #c054
+# %% ../nbs/04_llm.ipynb #c058
+@patch
+def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
+    "(text, finish_reason, usage, model) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
+    import openai
+    parts, finish, usage, model = [], None, None, None
+    stream = api.create(stream=True, stream_options=dict(include_usage=True), **kwargs)
+    try:
+        for ch in stream:
+            model = getattr(ch, 'model', None) or model
+            if getattr(ch, 'usage', None) is not None: usage = ch.usage.model_dump()
+            for c in ch.choices or []:
+                piece = c.text if completions else (c.delta.content if c.delta is not None else None)
+                if piece: parts.append(piece)
+                if c.finish_reason: finish = c.finish_reason
+    except openai.APIError: raise  # an error event the server sent: classified like any other
+    except Exception as e: raise _Garbage(f'broken stream: {type(e).__name__}: {e}') from None  # cut off, or a chunk that is not one
+    finally: stream.close()
+    if finish is None and not parts: raise _Garbage('the stream held no reply chunk (is the body an event stream?)')
+    return ''.join(parts), finish, _usage_fields(usage), model
+
+# %% ../nbs/04_llm.ipynb #c059
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server, retrying transient failures at most `max_retries` times."
     import openai
     client = self._openai(); kwargs = self._api_kwargs(request); last = delay = None
+    completions = request.get('endpoint') == 'completions'
+    api = client.completions if completions else client.chat.completions
     for attempt in range(self.max_retries + 1):
         if attempt: self._sleep(delay)
         if self._dead: raise LLMError(self._dead)  # another call found the server gone: do not knock again
         self._count(api_calls=1, retries=int(attempt > 0))
         try:
-            raw = client.chat.completions.with_raw_response.create(**kwargs)
-            text, finish, usage, model = _parse_completion(raw.http_response.text)
+            if self.stream: text, finish, usage, model = self._streamed(api, kwargs, completions)
+            else:
+                raw = api.with_raw_response.create(**kwargs)
+                text, finish, usage, model = _parse_completion(raw.http_response.text, completions)
         except openai.APIStatusError as e:
             msg = (e.body or {}).get('message') if isinstance(e.body, dict) else None
             if not transient_status(e.status_code): raise self._rejected(e.status_code, str(msg or e)) from None
@@ -503,13 +594,14 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
         except _Garbage as e: last, delay = f'garbage response: {e}', self._backoff(attempt)
         else:
             if not usage['prompt_tokens'] and not usage['completion_tokens']:  # a server that reports no usage
-                usage.update(prompt_tokens=estimate_prompt_tokens(request['messages']), completion_tokens=estimate_tokens(text))
+                n_in = estimate_tokens(request['prompt']) if completions else estimate_prompt_tokens(request['messages'])
+                usage.update(prompt_tokens=n_in, completion_tokens=estimate_tokens(text))
             self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
                         cached_prompt_tokens=usage['cached_prompt_tokens'])
             return ChatResult(text, False, usage, model or self.model, key, attempt + 1, finish)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c056
+# %% ../nbs/04_llm.ipynb #c061
 def _append_durably(path: Path, record: dict):
     "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
     data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
@@ -533,7 +625,7 @@ def _log_call(self: LLMClient, res: ChatResult, seconds: float):
                                       cached_prompt_tokens=u['cached_prompt_tokens'], cost_usd=cost, attempts=res.attempts,
                                       seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds')))
 
-# %% ../nbs/04_llm.ipynb #c057
+# %% ../nbs/04_llm.ipynb #c062
 def _tally(rows: list) -> dict:
     costs = [r.get('cost_usd') for r in rows]
     out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
@@ -546,7 +638,7 @@ def read_ledger(path) -> dict:
     return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
                 by_model={m: _tally(rs) for m, rs in sorted(by.items())})
 
-# %% ../nbs/04_llm.ipynb #c060
+# %% ../nbs/04_llm.ipynb #c065
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -562,11 +654,21 @@ def _answer(self: LLMClient, request: dict, key: str) -> ChatResult:
 @patch
 def _chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
     request = self.build_request(messages, **overrides)
+    return self._through_cache(request, f"the chat request (first message {request['messages'][0]['content'][:60]!r})")
+
+@patch
+def _complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
+    request = self.build_completion_request(prompt, **overrides)
+    return self._through_cache(request, f"the completion request (prompt ending {request['prompt'][-60:]!r})")
+
+@patch
+def _through_cache(self: LLMClient, request: dict, what: str) -> ChatResult:
+    "The recorded reply to `request`, else the backend's (recorded); `what` names the request in a replay-mode miss."
     key = request_key(request)
     self._count(calls=1)
     if self._cache is None: return self._answer(request, key)
     with self._key_lock(key):
-        rec = self._cache.lookup(key, f"the chat request (first message {request['messages'][0]['content'][:60]!r})")
+        rec = self._cache.lookup(key, what)
         if rec is not None:
             self._count(cache_hits=1)
             return ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], key, 0, rec['response'].get('finish_reason'))
@@ -584,20 +686,38 @@ def chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
     self._dead = None  # a new call looks again: the server may be up by now
     return self._chat(messages, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c062
+@patch
+def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
+    "One text completion of `prompt` (`/v1/completions`: what a base model needs), through the same cache, retries and ledger."
+    self._dead = None
+    return self._complete(prompt, **overrides)
+
+# %% ../nbs/04_llm.ipynb #c067
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
               return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
               **overrides) -> list[ChatResult]:
     "Replies to many message lists, concurrently, in input order."
+    return self._many(self._chat, batch, desc, return_exceptions, **overrides)
+
+@patch
+def complete_many(self: LLMClient, prompts,  # a list of prompt strings
+                  desc: str = 'LLM completions',  # progress-bar label
+                  return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
+                  **overrides) -> list[ChatResult]:
+    "Text completions of many prompts, concurrently, in input order."
+    return self._many(self._complete, prompts, desc, return_exceptions, **overrides)
+
+@patch
+def _many(self: LLMClient, fn, batch, desc: str, return_exceptions: bool, **overrides) -> list[ChatResult]:
     batch = list(batch); out = [None] * len(batch)
     if not batch: return out
     self._dead = None  # a new batch looks again; within it, the first call that finds the server dead stops the others
     ex = ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch)))
     try:
         with progress(total=len(batch), desc=desc) as bar:
-            futs = {ex.submit(self._chat, m, **overrides): i for i, m in enumerate(batch)}
+            futs = {ex.submit(fn, m, **overrides): i for i, m in enumerate(batch)}
             for f in as_completed(futs):
                 try: out[futs[f]] = f.result()
                 except Exception as e:

@@ -300,7 +300,8 @@ def test_refused_connection_fails_at_once_with_one_message():
     with pytest.raises(LLMError) as e:
         c.chat(q(1))
     assert str(e.value) == (f'cannot reach the LLM server at {url} (connection refused: no server is listening there): '
-                            f'start it (the offline one: `kgqa serve-offline --port N`) or fix base_url / $KGQA_LLM_BASE_URL; not retried')
+                            f'start it (a local GGUF model: `kgqa serve-llm`, after `make llm-local` once; the offline stand-in: '
+                            f'`kgqa serve-offline --port N`) or fix base_url / $KGQA_LLM_BASE_URL; not retried')
     assert (c.usage_summary()['api_calls'], c.usage_summary()['retries']) == (1, 0)
 
 
@@ -406,3 +407,67 @@ def test_server_port_errors_are_one_clear_line():
         with pytest.raises(ServerStartError, match=f'^port {srv.port} on 127.0.0.1 is already in use'):
             OfflineChatServer(port=srv.port).start()
     assert issubclass(ServerStartError, OSError) and issubclass(ServerStartError, ValueError)
+
+
+# --- text completions and streaming (what a base model behind llama.cpp needs) -----------------------------------------
+
+def prompt(i, rel='country'):
+    m = q(i, rel)
+    return m[0]['content'] + '\n' + m[1]['content']
+
+
+def test_completions_endpoint_and_streaming_give_the_offline_text():
+    ps = [prompt(i) for i in range(6)] + [prompt(i, 'mayor') for i in range(6)]
+    with OfflineChatServer() as srv:
+        whole = online(srv).complete_many(ps)
+        streamed = online(srv, stream=True).complete_many(ps)
+        chat_streamed = online(srv, stream=True).chat_many([q(i) for i in range(6)])
+    want = [offline_reply([dict(role='user', content=p)]) for p in ps]
+    assert [r.text for r in whole] == [r.text for r in streamed] == want
+    assert [r.usage for r in streamed] == [r.usage for r in whole] and whole[0].usage['prompt_tokens'] > 0
+    assert [r.text for r in chat_streamed] == want[:6]
+    assert sorted({x['path'] for x in srv.requests}) == ['/v1/chat/completions', '/v1/completions']
+    assert all(x['params'].get('stream') for x in srv.requests[12:])
+
+
+def test_completion_and_chat_requests_never_share_a_cache_key(tmp_path):
+    with OfflineChatServer() as srv:
+        c = online(srv, tmp_path)
+        a, b = c.complete(prompt(1)), c.chat([dict(role='user', content=prompt(1))])
+        assert a.key != b.key and a.text == b.text == 'Country1'
+        assert len(srv.requests) == 2
+    # the server is gone: both replay from the cache, and a cold request says how to start a server
+    r = online(srv, tmp_path, cache_mode='replay')
+    assert (r.complete(prompt(1)).cached, r.chat([dict(role='user', content=prompt(1))]).cached) == (True, True)
+    with pytest.raises(LLMError, match='kgqa serve-llm'):
+        online(srv, tmp_path).complete(prompt(2))
+
+
+def test_streamed_reply_is_cached_under_the_unstreamed_key(tmp_path):
+    with OfflineChatServer() as srv:
+        s = online(srv, tmp_path, stream=True).complete(prompt(3))
+        assert online(srv, tmp_path).complete(prompt(3)).cached and len(srv.requests) == 1
+    assert s.text == 'Country3'
+
+
+def test_grammar_and_unknown_parameters_reach_the_server_and_the_key():
+    with OfflineChatServer() as srv:
+        c = online(srv)
+        a = c.complete(prompt(1), grammar='root ::= [A-Za-z0-9; ]+')
+        b = c.complete(prompt(1))
+        assert srv.requests[0]['params']['grammar'] == 'root ::= [A-Za-z0-9; ]+' and 'grammar' not in srv.requests[1]['params']
+        assert a.key != b.key
+        c.chat(q(1), response_format={'type': 'json_object'})
+        assert srv.requests[2]['params']['response_format'] == {'type': 'json_object'}
+
+
+def test_broken_stream_is_retried_as_garbage():
+    with OfflineChatServer(faults=['garbage', 'drop', 'ok']) as srv:
+        r = online(srv, stream=True, max_retries=3).complete(prompt(2))
+    assert (r.text, r.attempts) == ('Country2', 3)
+
+
+def test_completions_refuse_per_call_overrides_of_the_request_shape():
+    c = LLMClient(cache=False)
+    for k in ('model', 'stream', 'n', 'endpoint'):
+        with pytest.raises(ValueError, match='cannot be overridden'): c.build_completion_request(prompt(1), **{k: 'x'})
