@@ -6,13 +6,18 @@
 from __future__ import annotations
 import re, string
 from collections.abc import Iterable
+from datetime import datetime
 
 import numpy as np
 from scipy import stats
 
+from .llm import LLMClient, register_offline_model
+
 # %% auto #0
-__all__ = ['RETRIEVAL_KS', 'normalize_answer', 'answer_hit', 'exact_match', 'set_prf', 'filtered_ranks', 'filtered_rank',
-           'ranking_metrics', 'pearson', 'hit_at_1', 'one_sided_test', 'triple_ranking', 'retrieval_metrics']
+__all__ = ['RETRIEVAL_KS', 'LASM_FIRST_LINE', 'ANSWER_SCORES', 'normalize_answer', 'answer_hit', 'exact_match', 'set_prf',
+           'filtered_ranks', 'filtered_rank', 'ranking_metrics', 'pearson', 'hit_at_1', 'one_sided_test',
+           'triple_ranking', 'retrieval_metrics', 'em_match', 'surface_forms', 'offline_equivalent', 'lasm_messages',
+           'parse_judgement', 'LasmJudge', 'answer_scores', 'em_lasm_scores']
 
 # %% ../nbs/13_metrics.ipynb #c006
 _PUNCT = re.compile(f'[{re.escape(string.punctuation)}]')
@@ -186,3 +191,104 @@ def retrieval_metrics(scores,  # (E,) one score per triple of the question graph
         out[f'answer_recall@{k}'] = float((first <= k).mean())
     out['gt_mrr'] = float(1 / (np.argmax(hit) + 1))
     return out
+
+# %% ../nbs/13_metrics.ipynb #c039
+def _names(g) -> list:
+    "The names of one gold answer: a string, or a list of alternative names (ID, label, aliases)."
+    names = [g] if isinstance(g, str) else list(g) if isinstance(g, (list, tuple, set)) else None
+    if not names or not all(isinstance(n, str) for n in names): raise TypeError(f'a gold answer is a name or a list of names, got {g!r}')
+    return names
+
+def em_match(pred: str, names) -> bool:
+    "A prediction equals one of a gold answer's names after `normalize_answer`."
+    p = normalize_answer(pred)
+    return bool(p) and any(p == normalize_answer(n) for n in _names(names))
+
+# %% ../nbs/13_metrics.ipynb #c042
+_ITEM = re.compile(r'^(.*?)\s*\(([A-Za-z]{1,3}-?\d+)\)\s*$')
+_DATE_FORMATS = ('%Y-%m-%d', '%d %B %Y', '%B %d, %Y', '%B %d %Y', '%d %b %Y', '%b %d, %Y', '%Y/%m/%d', '%d.%m.%Y', '%Y-%m-%dT%H:%M:%SZ')
+
+def surface_forms(s: str) -> set:
+    "Normalised forms of an answer string: label and ID of an item, number value, ISO date, text without parentheses."
+    s = str(s).strip(); out = {normalize_answer(s)}
+    if m := _ITEM.match(s): out |= {normalize_answer(m[1]), m[2].upper().lower()}
+    out.add(normalize_answer(re.sub(r'\([^)]*\)', ' ', s)))
+    num = s.replace(',', '').replace('\u2009', '').strip()
+    try: out.add(f'#num:{float(num):g}')
+    except ValueError: pass
+    for f in _DATE_FORMATS:
+        try: out.add('#date:' + datetime.strptime(s.replace('+', ''), f).strftime('%Y-%m-%d')); break
+        except ValueError: continue
+    return {x for x in out if x}
+
+def offline_equivalent(pred: str, names) -> bool:
+    "Offline LASM judge: some surface form of the prediction equals some surface form of a gold name."
+    forms = surface_forms(pred)
+    return any(forms & surface_forms(n) for n in _names(names))
+
+# %% ../nbs/13_metrics.ipynb #c045
+LASM_FIRST_LINE = 'Task: judge whether a predicted answer means the same as a gold answer.'
+
+def lasm_messages(question: str, pred: str, names) -> list:
+    "Chat messages asking a judge whether `pred` is semantically equivalent to the gold answer `names`."
+    sys = (LASM_FIRST_LINE + ' The gold answer may be written in several ways (separated by " | "). Different wording, '
+           'abbreviation, alias, number or date format of the same entity or value counts as the same; a different, broader or '
+           'narrower entity does not. Reply with one word: yes or no.')
+    return [dict(role='system', content=sys),
+            dict(role='user', content=f'Question: {question.strip()}\nPredicted answer: {pred}\nGold answer: {" | ".join(_names(names))}')]
+
+def parse_judgement(text: str) -> bool:
+    "True only for a reply whose first word is yes."
+    m = re.match(r'\W*(\w+)', text or '')
+    return bool(m) and m[1].lower() in ('yes', 'true', 'equivalent')
+
+@register_offline_model('lasm-judge', matches=lambda ms: bool(ms) and ms[0].get('content', '').startswith(LASM_FIRST_LINE))
+def _offline_lasm_judge(messages) -> str:
+    user = messages[-1]['content']
+    pred = re.search(r'^Predicted answer: (.*)$', user, re.M)[1]
+    gold = re.search(r'^Gold answer: (.*)$', user, re.M)[1].split(' | ')
+    return 'yes' if offline_equivalent(pred, gold) else 'no'
+
+# %% ../nbs/13_metrics.ipynb #c046
+class LasmJudge:
+    "LASM's judge: `judge.many([(question, pred, names), ...]) -> [bool, ...]` through an LLMClient (offline rules when offline)."
+    def __init__(self, client: LLMClient | None = None):  # None: the offline judge through an uncached offline client
+        self.client = client if client is not None else LLMClient('offline', cache=False)
+    def many(self, items) -> list:
+        "One judgement per (question, prediction, gold names) triple (concurrent, cached by the client)."
+        items = list(items)
+        if not items: return []
+        res = self.client.chat_many([lasm_messages(q, p, g) for q, p, g in items], desc='lasm')
+        return [parse_judgement(r.text) for r in res]
+    def describe(self) -> str: return f'lasm-judge:{self.client.describe()}'
+
+# %% ../nbs/13_metrics.ipynb #c049
+ANSWER_SCORES = ('accuracy', 'hit@1', 'precision', 'recall', 'f1')
+
+def answer_scores(match) -> dict:
+    "Accuracy, Hit@1, precision, recall and F1 of one question from a (predictions x gold answers) boolean matrix."
+    m = np.asarray(match, dtype=bool)
+    if m.ndim != 2 or m.shape[1] == 0: raise ValueError(f'match must be (n_pred, n_gold) with n_gold >= 1, got shape {m.shape}')
+    if m.shape[0] == 0: return dict.fromkeys(ANSWER_SCORES, 0.0)
+    prec, rec = float(m.any(1).mean()), float(m.any(0).mean())
+    return {'accuracy': rec, 'hit@1': float(m[0].any()), 'precision': prec, 'recall': rec,
+            'f1': 0.0 if prec + rec == 0 else 2 * prec * rec / (prec + rec)}
+
+def em_lasm_scores(preds,  # per question: list of predicted answer strings (first = top answer)
+                   golds,  # per question: list of gold answers, each a name or a list of names
+                   judge: LasmJudge | None = None,  # LASM judge (default: the offline judge)
+                   questions=None) -> dict:  # per question: its text (shown to the judge)
+    "{'em': means, 'lasm': means, 'per_question': [{'em': scores, 'lasm': scores}, ...]}; means in % (KGQAGen Table 2)."
+    preds, golds = [_answers(p, 'pred') for p in preds], [list(g) for g in golds]
+    if len(preds) != len(golds): raise ValueError(f'{len(preds)} predictions for {len(golds)} questions')
+    if not preds: raise ValueError('no questions to score')
+    questions = list(questions) if questions is not None else [''] * len(preds)
+    judge = judge or LasmJudge()
+    em = [np.array([[em_match(p, g) for g in G] for p in P], dtype=bool).reshape(len(P), len(G)) for P, G in zip(preds, golds)]
+    misses = [(qi, i, j) for qi, m in enumerate(em) for i in range(m.shape[0]) if not m[i].any() for j in range(m.shape[1])]
+    verdicts = judge.many([(questions[qi], preds[qi][i], golds[qi][j]) for qi, i, j in misses])
+    lasm = [m.copy() for m in em]
+    for (qi, i, j), ok in zip(misses, verdicts): lasm[qi][i, j] |= ok
+    per = [dict(em=answer_scores(a), lasm=answer_scores(b)) for a, b in zip(em, lasm)]
+    mean = lambda k: {s: 100 * float(np.mean([q[k][s] for q in per])) for s in ANSWER_SCORES}
+    return dict(em=mean('em'), lasm=mean('lasm'), per_question=per, judge=judge.describe(), judged_pairs=len(misses))
