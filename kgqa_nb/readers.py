@@ -4,18 +4,21 @@
 
 # %% ../nbs/16_readers.ipynb #c002
 from __future__ import annotations
-import re
-from dataclasses import dataclass
+import os, re
+from collections import Counter
+from dataclasses import dataclass, field
 
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, register_offline_model
+from .llm_local import REGISTRY_MODEL
 from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError
 
 # %% auto #0
-__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'triple_lines', 'reader_messages',
-           'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader', 'compact_triple_lines', 'subgraphrag_messages',
-           'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader', 'make_reader']
+__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'triple_lines',
+           'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader', 'compact_triple_lines',
+           'subgraphrag_messages', 'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader', 'few_shot_prompt',
+           'parse_few_shot_answers', 'few_shot_status', 'FewShotReader', 'make_reader']
 
 # %% ../nbs/16_readers.ipynb #c006
 def triple_lines(triples) -> str:
@@ -170,11 +173,80 @@ class LLMOnlyReader:
 def _offline_llm_only(messages) -> str: return 'ans: not available'
 
 # %% ../nbs/16_readers.ipynb #c030
-def make_reader(kind: str = 'offline',  # 'offline' (oracle query reader) or 'llm' (SubgraphRAG prompt)
-                backend: str = 'offline',  # LLM backend for 'llm'
-                model: str | None = None,  # LLM model ('' or None: the backend default)
+FEW_SHOT_HEADER = ('Each question below is answered using only the facts listed before it. An answer names an entity from '
+                   'the facts; several answers are separated by "; "; "not available" means the facts do not answer it.')
+_FEW_SHOT_EXAMPLES = (
+    ([('Lake Orin', 'located in', 'Velmar'), ('Velmar', 'capital', 'Dunhollow'), ('Lake Orin', 'area', '12 km2')],
+     'What is the capital of the region where Lake Orin lies?', 'Dunhollow'),
+    ([('Mira Tesk', 'author of', 'The Glass Orchard'), ('Mira Tesk', 'author of', 'Salt Roads'), ('Salt Roads', 'genre', 'travel writing')],
+     'Which books did Mira Tesk write?', 'The Glass Orchard; Salt Roads'),
+    ([('Port Ash', 'twinned with', 'Kelby'), ('Kelby', 'population', '8,000')], 'Who founded Port Ash?', 'not available'))
+
+def _few_shot_block(lines: str, question: str) -> str:
+    q = question.strip(); q = q if q.endswith('?') else q + '?'
+    return f'Facts:\n{lines}\nQuestion: {q}\nAnswer:'
+
+def few_shot_prompt(question: str, triples, k: int | None = 40) -> str:
+    "A completion prompt: the header, three worked blocks, and the question with its first `k` distinct triples."
+    shots = [_few_shot_block('\n'.join(f'({h}, {r}, {t})' for h, r, t in ts), q) + f' {a}' for ts, q, a in _FEW_SHOT_EXAMPLES]
+    lines = triple_lines(triples).splitlines()
+    return '\n\n'.join([FEW_SHOT_HEADER, *shots, _few_shot_block('\n'.join(lines[:k] if k else lines), question)])
+
+def parse_few_shot_answers(text: str) -> list:
+    "Answers on the completion's first line, separated by `;`, without 'not available'."
+    first = (text or '').strip().split('\n')[0]
+    out = [a.strip().strip('.').strip() for a in first.split(';')]
+    return [a for a in dict.fromkeys(out) if a and a.lower() not in ('not available', 'none', 'unknown')]
+
+# %% ../nbs/16_readers.ipynb #c033
+def few_shot_status(text: str, finish_reason: str | None = None) -> str:
+    "What a few-shot reply is: 'answer', 'not available', or a format failure ('empty', 'token limit', 'prompt echo')."
+    first = (text or '').strip().split('\n')[0].strip()
+    if finish_reason == 'length': return 'token limit'
+    if not first: return 'empty'
+    if re.match(r'^(Facts:|Question:|Answer:|\(.+,.+,.+\))', first): return 'prompt echo'
+    return 'answer' if parse_few_shot_answers(first) else 'not available'
+
+@dataclass
+class FewShotReader:
+    "Answers from triples with a base LM: a few-shot completion prompt, the answer line parsed."
+    client: LLMClient
+    k: int | None = 40  # keep the first k distinct triples (prompts must fit the server's context)
+    max_tokens: int = 48  # one answer line
+    status: Counter = field(default_factory=Counter)  # replies by `few_shot_status`
+    def _params(self): return dict(max_tokens=self.max_tokens, stop=['\n'])
+    def answer(self, question: str, triples, record=None) -> list:
+        "Answers for one question."
+        r = self.client.complete(few_shot_prompt(question, triples, self.k), **self._params())
+        self.status[few_shot_status(r.text, r.finish_reason)] += 1
+        return parse_few_shot_answers(r.text)
+    def answer_many(self, questions, triples_lists, records=None) -> list:
+        "Answers for many questions (concurrent, cached)."
+        res = self.client.complete_many([few_shot_prompt(q, t, self.k) for q, t in zip(questions, triples_lists)], desc='few-shot reader', **self._params())
+        self.status.update(few_shot_status(r.text, r.finish_reason) for r in res)
+        return [parse_few_shot_answers(r.text) for r in res]
+    def describe(self) -> str:
+        label = REGISTRY_MODEL.describe() if self.client.model == REGISTRY_MODEL.name else f'few-shot completions with {self.client.model}'
+        return f'{label} via {self.client.describe()}'
+
+# %% ../nbs/16_readers.ipynb #c035
+@register_offline_model('kgqa-few-shot-reader', matches=lambda m: len(m) == 1 and m[0].get('content', '').startswith(FEW_SHOT_HEADER))
+def _offline_few_shot_reader(messages) -> str:
+    last = messages[-1]['content'].split('\n\nFacts:\n')[-1]
+    facts = re.findall(r'^\((.+?), (.+?), (.+?)\)$', last, flags=re.M)
+    q, n = normalize_answer(last.split('\nQuestion:')[-1]), normalize_answer
+    hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
+    return ' ' + ('; '.join(dict.fromkeys(hits)) or 'not available')
+
+# %% ../nbs/16_readers.ipynb #c038
+def make_reader(kind: str = 'offline',  # 'offline' (oracle query reader), 'llm' (SubgraphRAG prompt) or 'few-shot' (base LM, completions)
+                backend: str = 'offline',  # LLM backend for 'llm' and 'few-shot'
+                model: str | None = None,  # LLM model ('' or None: the backend default; for 'few-shot' on openai, the registry model)
                 base_url: str | None = None):  # OpenAI-compatible server ('' or None: the environment default)
     "A reader from notebook parameters."
     if kind == 'offline': return QueryReader()
     if kind == 'llm': return SubgraphRAGReader(LLMClient(backend, model or None, base_url or None))
-    raise ValueError(f"reader must be 'offline' or 'llm', not {kind!r}")
+    if kind == 'few-shot':
+        if backend == 'openai': model = model or os.environ.get('KGQA_LLM_MODEL') or REGISTRY_MODEL.name
+        return FewShotReader(LLMClient(backend, model or None, base_url or None, price_per_mtok=(0.0, 0.0, 0.0) if backend == 'openai' and model == REGISTRY_MODEL.name else None))
+    raise ValueError(f"reader must be 'offline', 'llm' or 'few-shot', not {kind!r}")
