@@ -24,14 +24,16 @@ from .qgraphs import QuestionGraph
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'RetrievalInputError', 'CheckpointMismatchError', 'TextFeatures',
-           'entity_has_text', 'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever', 'save_retriever',
-           'load_retriever', 'RetrievalExample', 'label_key', 'check_question_graph', 'prepare_example',
-           'question_texts', 'ExampleSet', 'prepare_examples', 'check_width', 'score_example', 'top_k', 'TrainConfig',
-           'mean_metric', 'train_retriever', 'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores',
-           'retriever_scores', 'evaluate', 'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits',
-           'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'RetrieverStudy',
-           'open_retriever_study', 'train_retriever_cli', 'retrieve_cli']
+__all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'READER_PARAMS', 'RetrievalInputError',
+           'CheckpointMismatchError', 'TextFeatures', 'entity_has_text', 'text_features', 'DDERound', 'dde',
+           'SubgraphRAGRetriever', 'save_retriever', 'load_retriever', 'RetrievalExample', 'label_key',
+           'check_question_graph', 'prepare_example', 'question_texts', 'ExampleSet', 'prepare_examples', 'check_width',
+           'score_example', 'top_k', 'example_metrics', 'TrainConfig', 'mean_metric', 'train_retriever',
+           'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate',
+           'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'study_train',
+           'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'attach_published_graphs',
+           'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params', 'train_retriever_cli',
+           'retrieve_cli']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -177,6 +179,7 @@ class RetrievalExample:
     answers: np.ndarray  # local indices of the answers
     labels: dict  # 'gt' / 'sp:<convention>' -> (E,) float tensor
     meta: dict = field(default_factory=dict)  # n_hops, graph_isomorphism, split, test_type
+    texts: tuple = ()  # the question, then its paraphrase (text retrievers such as SR read them)
     def __len__(self): return int(self.edge_index.shape[1])
 
 def label_key(labels: str) -> str:
@@ -214,7 +217,7 @@ def prepare_example(rec: dict,  # GTSQA-schema record (question, paraphrased_que
                 test_type=_test_type(rec), n_seeds=len(qg.seeds))
     return RetrievalExample(str(qg.id), torch.as_tensor(np.asarray(qvecs, np.float32)), nodes, torch.stack([loc(qg.h), loc(qg.t)]),
                             torch.as_tensor(qg.r, dtype=torch.long), torch.as_tensor(np.isin(nodes, qg.seeds)),
-                            np.searchsorted(nodes, qg.answers), labels, meta)
+                            np.searchsorted(nodes, qg.answers), labels, meta, tuple(question_texts(rec)))
 
 def question_texts(rec: dict) -> list:
     "The question, then its paraphrase when the record has a different one."
@@ -275,10 +278,28 @@ def score_example(model: SubgraphRAGRetriever, ex: RetrievalExample, feats: Text
     return torch.sigmoid(model(*_inputs(ex, feats, device=next(model.parameters()).device))).cpu().numpy()
 
 def top_k(ex: RetrievalExample, scores, k: int = 100) -> np.ndarray:
-    "(min(k, E), 3) KG index triples of the k best-scored triples, best first."
+    "(min(k, retrieved), 3) KG index triples of the k best-scored triples, best first; a score of -inf means not retrieved."
     from kgqa_nb.metrics import triple_ranking
     o = triple_ranking(scores)[:k]
+    o = o[np.asarray(scores, float)[o] > -np.inf]
     return np.stack([ex.nodes[ex.edge_index[0].numpy()[o]], ex.rel.numpy()[o], ex.nodes[ex.edge_index[1].numpy()[o]]], 1)
+
+def example_metrics(scores,  # (E,) triple scores of one example; -inf marks a triple as not retrieved
+                    ex: RetrievalExample, ks=RETRIEVAL_KS) -> dict:
+    """`metrics.retrieval_metrics` of one example, plus `n_retrieved`. A retriever that returns a subgraph rather than a
+    ranking of every triple (SR) scores the rest -inf: those triples never enter a top-K, however large K is."""
+    s = np.asarray(scores, dtype=float); ei = ex.edge_index.numpy(); gt = ex.labels['gt'].numpy()
+    got = s > -np.inf; n = int(got.sum())
+    if got.all(): return dict(retrieval_metrics(s, gt, ei[0], ei[1], ex.answers, ks), n_retrieved=n)
+    # the retrieved triples first, then max(ks) placeholder triples that hold no GT triple and no entity, then the rest
+    pad = max(ks); o = np.concatenate([np.nonzero(got)[0], np.nonzero(~got)[0]])
+    h = np.concatenate([ei[0][o][:n], np.full(pad, -1), ei[0][o][n:]]); t = np.concatenate([ei[1][o][:n], np.full(pad, -1), ei[1][o][n:]])
+    m = retrieval_metrics(np.concatenate([s[o][:n], np.full(pad, -1e300), s[o][n:]]), np.concatenate([gt[o][:n], np.zeros(pad), gt[o][n:]]),
+                          h, t, ex.answers, ks)
+    for k in ks:  # precision over what was retrieved, as for a ranking shorter than K
+        m[f'gt_precision@{k}'] = float(round(m[f'gt_recall@{k}'] * gt.sum()) / min(k, n)) if n else 0.0
+    if not gt[got].any(): m['gt_mrr'] = 0.0
+    return dict(m, n_retrieved=n)
 
 # %% ../nbs/15_subgraphrag.ipynb #c030
 @dataclass
@@ -296,8 +317,8 @@ class TrainConfig:
 def mean_metric(model, examples, feats, metric: str) -> float:
     "Mean of one `retrieval_metrics` value over examples."
     k = int(metric.split('@')[1]) if '@' in metric else RETRIEVAL_KS[0]
-    vals = [retrieval_metrics(score_example(model, ex, feats), ex.labels['gt'].numpy(), ex.edge_index[0].numpy(),
-                              ex.edge_index[1].numpy(), ex.answers, ks=(k,))[metric] for ex in examples]
+    score = (lambda ex: model.example_scores(ex)) if hasattr(model, 'example_scores') else (lambda ex: score_example(model, ex, feats))
+    vals = [example_metrics(score(ex), ex, ks=(k,))[metric] for ex in examples]
     return float(np.mean(vals)) if vals else float('nan')
 
 def _run_key(cfg: TrainConfig, feats: TextFeatures, train, val) -> str:
@@ -419,7 +440,8 @@ def embedding_scores(ex: RetrievalExample, feats: TextFeatures, kg: KnowledgeGra
 
 # %% ../nbs/15_subgraphrag.ipynb #c041
 def retriever_scores(retriever, ex: RetrievalExample, feats: TextFeatures, seed: int = 0) -> np.ndarray:
-    "Scores of one example by a trained model or a `REFERENCE_RETRIEVERS` name."
+    "Scores of one example by a trained model (or any object with `example_scores(ex)`) or a `REFERENCE_RETRIEVERS` name."
+    if hasattr(retriever, 'example_scores'): return retriever.example_scores(ex)
     if isinstance(retriever, nn.Module): return score_example(retriever, ex, feats)
     if retriever == 'ppr': return ppr_scores(ex)
     if retriever == 'embedding': return embedding_scores(ex, feats)
@@ -430,8 +452,7 @@ def evaluate(retriever, examples: list, feats: TextFeatures, ks=RETRIEVAL_KS, se
     "One row per question: retrieval metrics at every K and the question's groups."
     rows = []
     for ex in examples:
-        s = retriever_scores(retriever, ex, feats, seed)
-        m = retrieval_metrics(s, ex.labels['gt'].numpy(), ex.edge_index[0].numpy(), ex.edge_index[1].numpy(), ex.answers, ks)
+        m = example_metrics(retriever_scores(retriever, ex, feats, seed), ex, ks)
         rows.append(dict(id=ex.id, **ex.meta, n_triples=len(ex), n_gt=int(ex.labels['gt'].sum()), **m))
     return pd.DataFrame(rows)
 
@@ -471,12 +492,28 @@ def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, reader, read
     rows = []
     for ex in test:
         s = retriever_scores(retriever, ex, feats, seed)
-        m = retrieval_metrics(s, ex.labels['gt'].numpy(), ex.edge_index[0].numpy(), ex.edge_index[1].numpy(), ex.answers, ks)
+        m = example_metrics(s, ex, ks)
         hits = reader_hits(ex, s, recs[ex.id], kg, reader, reader_ks) if reader is not None else {}
         rows.append(dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **m, **hits))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15_subgraphrag.ipynb #c045
+# %% ../nbs/15_subgraphrag.ipynb #c046
+TRAINED_RETRIEVERS = {'subgraphrag': 'kgqa_nb.subgraphrag:study_train', 'sr': 'kgqa_nb.sr:study_train'}
+
+def trained_retriever(name: str):
+    "The training function of a `TRAINED_RETRIEVERS` name (imported when asked for)."
+    import importlib
+    if name not in TRAINED_RETRIEVERS: raise ValueError(f'unknown trained retriever {name!r}: use one of {sorted(TRAINED_RETRIEVERS)}')
+    mod, fn = TRAINED_RETRIEVERS[name].split(':')
+    return getattr(importlib.import_module(mod), fn)
+
+def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dict, ckpt_dir=None, verbose: bool = False,
+                threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
+    "The retriever study's SubgraphRAG training of one (labels, seed) arm: (model, history)."
+    return train_retriever(train, val, feats, TrainConfig(**{**cfg, 'labels': labels, 'seed': int(seed)}), ckpt_dir,
+                           verbose=verbose, threads=threads, device=device)
+
+# %% ../nbs/15_subgraphrag.ipynb #c048
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -485,6 +522,8 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                     seeds=(0, 1, 2),  # runs per arm
                     references=REFERENCE_RETRIEVERS,  # training-free retrievers evaluated once (seed 0)
                     train_cfg: dict | None = None,  # TrainConfig fields besides labels and seed (epochs, patience, ...)
+                    retrievers=('subgraphrag',),  # trained retrievers (`TRAINED_RETRIEVERS` names), each run per arm and seed
+                    retriever_cfgs: dict | None = None,  # name -> its config fields (SubgraphRAG's default: train_cfg)
                     val_fraction: float = 0.2,  # share of training questions held out for early stopping
                     reader=None,  # a reader with .answer(question, triples, record) and .describe(); None: no hits
                     reader_ks=(10, 50, 100, 200),  # K of the reader's top-K triples
@@ -499,7 +538,10 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     from kgqa_nb.kg import kg_fingerprint
     arms = [label_key(l) for l in labels]
     train_cfg = dict(train_cfg or {})
-    if {'labels', 'seed'} & set(train_cfg): raise ValueError('train_cfg must not set labels or seed: use `labels` and `seeds`')
+    cfgs = {'subgraphrag': train_cfg, **{k: dict(v) for k, v in (retriever_cfgs or {}).items()}}
+    for name in retrievers: trained_retriever(name)  # unknown names fail before anything runs
+    for name, c in cfgs.items():
+        if {'labels', 'seed'} & set(c): raise ValueError(f'the config of {name} must not set labels or seed: use `labels` and `seeds`')
     params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=train_cfg,
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
                   ks=list(ks), format=1)
@@ -511,21 +553,26 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     train = exs.where(lambda r: r.get('split', 'train') == 'train' and not is_validation(r['id'], val_fraction))
     val = exs.where(lambda r: r.get('split', 'train') == 'train' and is_validation(r['id'], val_fraction))
     if not test or not train: raise RetrievalInputError('empty_graph', f'{len(train)} training and {len(test)} test questions: need both')
-    runs = [(r, 'none', 0) for r in references] + [('subgraphrag', a, s) for a in arms for s in seeds]
+    runs = [(r, 'none', 0) for r in references] + [(n, a, s) for n in retrievers for a in arms for s in seeds]
+    # SubgraphRAG's config is in the folder key; another retriever's run files carry a key of their own config, so adding
+    # a retriever to a study reuses the runs already there
+    tag = {n: '' if n == 'subgraphrag' else f"-{params_key(cfgs.get(n, {}), 8)}" for n in retrievers}
     frames = []
     for name, arm, seed in progress(runs, desc='retriever study'):
-        f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}.csv"
+        f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}{tag.get(name, '')}.csv"
         if not f.exists():
-            if name == 'subgraphrag':
-                cfg = TrainConfig(**{**train_cfg, 'labels': arm, 'seed': int(seed)})
-                model, hist = train_retriever(train, val, feats, cfg, folder / 'ckpt' / f"{arm.replace(':', '_')}-{seed}", verbose=verbose, threads=threads, device=device)
+            if name in retrievers:
+                sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
+                model, hist = trained_retriever(name)(kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
+                                                      folder / 'ckpt' / f"{sub}{arm.replace(':', '_')}-{seed}", verbose=verbose,
+                                                      threads=threads, device=device, root=root)
                 df = _run_rows(model, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=len(hist))
             else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
             write_text_atomic(f, df.to_csv(index=False))
         frames.append(pd.read_csv(f, dtype={'id': str}))
     return pd.concat(frames, ignore_index=True)
 
-# %% ../nbs/15_subgraphrag.ipynb #c049
+# %% ../nbs/15_subgraphrag.ipynb #c052
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if '@' in c or c == 'gt_mrr']
@@ -545,6 +592,7 @@ def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt') -> pd.DataFrame:
         for arm in sorted(set(d.labels) - {gt, 'none'}):
             for m in metrics:
                 a, b = d[d.labels == gt][m].to_numpy(), d[d.labels == arm][m].to_numpy()
+                if np.isnan(a).all() and np.isnan(b).all(): continue  # a metric this retriever has no value for
                 t = one_sided_test(a, b) if len(a) >= 2 and len(b) >= 2 else dict(p_value=float('nan'))
                 q = study[study.retriever == ret]  # the same test on per-question scores pooled over the runs
                 qa, qb = (q[q.labels == x][m].dropna().to_numpy(float) for x in (gt, arm))
@@ -570,7 +618,30 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15_subgraphrag.ipynb #c053
+# %% ../nbs/15_subgraphrag.ipynb #c057
+def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
+    "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
+    from kgqa_nb.dataset import gtsqa_files, read_gtsqa_parquet
+    files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
+    if not all(f.exists() for f in files): return records
+    want, graphs = set(records['id'].astype(str)), {}
+    for f in files:
+        for rec in read_gtsqa_parquet(f, 'gtsqa-with-graphs'):
+            if str(rec['id']) in want: graphs[str(rec['id'])] = rec['graph']
+    return records.assign(graph=records['id'].astype(str).map(graphs))
+
+def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # parent of the keyed graph folders
+                          graphs: str = 'auto',  # 'auto': published when every record has a `graph`; 'published'; 'build'
+                          seed: int = 0, **build):  # build: `build_question_graph` sizes (n_nodes, max_triples)
+    "The question graphs of a study's records: the published ones when the records carry them, else built from the KG."
+    from kgqa_nb.qgraphs import build_question_graphs, published_question_graphs
+    if graphs not in ('auto', 'published', 'build'): raise ValueError(f"graphs must be 'auto', 'published' or 'build', not {graphs!r}")
+    has = 'graph' in records.columns and bool(records['graph'].notna().all())
+    if graphs == 'published' and not has: raise RetrievalInputError('record_mismatch', "graphs='published' but the records have no `graph` column (GTSQA's gtsqa-with-graphs configuration)")
+    if has and graphs != 'build': return published_question_graphs(kg, records, cache)
+    return build_question_graphs(kg, records, cache, seed=seed, **build)
+
+# %% ../nbs/15_subgraphrag.ipynb #c059
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -589,25 +660,40 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          val_metric: str = 'answer_recall@100', reader_ks=(10, 50, 100, 200),
                          threads: int = 0,  # CPU threads for training (0: torch's setting; 1 is fastest on a shared machine)
                          device: str = 'cpu',  # training device: cpu, cuda, cuda:N or auto
+                         retrievers=('subgraphrag', 'sr'),  # trained retrievers (`TRAINED_RETRIEVERS`)
+                         sr_tune: str = 'head', sr_encoder: str = '',  # SR: 'head' or 'encoder' fine-tuning; its encoder ('': `encoder`)
+                         sr_epochs: int = 3, sr_max_hop: int = 3, sr_beam: int = 10,  # SR training epochs and search
+                         graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     from kgqa_nb.datasources import open_artifact, resolve_kg
-    from kgqa_nb.qgraphs import build_question_graphs
     graph = resolve_kg(kg)
     gen = dict(n_target=n_questions, backend=backend, model=model, base_url=base_url) if source == 'generated' else {}
     ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True,
                         n_questions=n_questions, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
                         n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
-                        reader_ks=list(reader_ks), cache_dir=cache_dir, **gen, **params)
+                        reader_ks=list(reader_ks), cache_dir=cache_dir, retrievers=list(retrievers), sr_tune=sr_tune,
+                        sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, graphs=graphs, **gen, **params)
     cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
-    qgs = build_question_graphs(ctx.kg, ctx.records, cache, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
+    if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
+    qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
+    sr_cfg = dict(tune=sr_tune, text_encoder=sr_encoder, epochs=sr_epochs, patience=patience, max_hop=sr_max_hop, beam=sr_beam,
+                  val_metric=val_metric)
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
-                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), reader=reader, reader_ks=reader_ks,
-                            threads=threads or None, device=device)
+                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
+                            retriever_cfgs={'sr': sr_cfg}, reader=reader, reader_ks=reader_ks, threads=threads or None, device=device)
     prov = {**ctx.prov, 'llm_backend': reader.describe(), 'question_llm': ctx.prov['llm_backend']}
     return RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), prov)
 
-# %% ../nbs/15_subgraphrag.ipynb #c055
+READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorded with a study's parameters
+
+def study_params(ns: dict) -> dict:
+    "The keyword arguments of `open_retriever_study` found in a notebook's namespace (`globals()`): its parameters, passed once."
+    import inspect
+    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'params')]
+    return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
+
+# %% ../nbs/15_subgraphrag.ipynb #c061
 def _data_args(ap: argparse.ArgumentParser):
     ap.add_argument('--kg', default='toyworld', help='KG name (kgqa_nb.kg.load_kg) or data-dir folder')
     ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size')
