@@ -20,7 +20,7 @@ from .llm import LLMClient, LLMError, read_ledger, register_offline_model
 from .validate import QueryShapeError, construct_query, read_query
 from .isomorphism import IsomorphismError, classify_answer_subgraph
 from .minimality import minimality
-from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
+from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
 from .synthkgqa import GenerationError, OutcomeLog, RunRefused, _OneLineParser, open_run_folder
 
 # %% auto #0
@@ -29,8 +29,9 @@ __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_
            'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'find_chain',
            'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
            'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'instance_record',
-           'check_instance', 'process_batch', 'KGQAGenSelection', 'select_kgqagen', 'kgqagen_manifest', 'run_seeds',
-           'run_kgqagen', 'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
+           'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
+           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser',
+           'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -424,7 +425,7 @@ def verify(kg: KnowledgeGraph, store, question: str, sparql: str, answer_ids: li
            max_revisions: int = 3, timeout: float = 10.0, max_results: int = 1000) -> Verification:
     "Execute the query, compare with the answer set, and revise up to `max_revisions` times."
     expected = sorted(set(answer_ids)); attempts = []
-    exp_text = [kg.entity_text(kg.entity_index[a]) for a in expected]
+    exp_text = [kg.entity_text(kg.entity_index[a]) if a in kg.entity_index else a for a in expected]
     for n in range(max_revisions + 1):
         res, why, detail = run_answer_query(store, sparql, timeout, max_results)
         if why is None and res != expected: why, detail = 'answer_mismatch', f'{len(res)} results, {len(expected)} expected'
@@ -554,6 +555,10 @@ class KGQAGenSelection:
     funnel: dict  # candidates, sufficient, accepted_first_try, accepted_after_revisions, duplicates, records, discarded: {reason: n}
     beyond: int  # candidates processed after the last record kept
 
+def ordered_record(rec: dict) -> dict:
+    "A record with the GTSQA columns first, in schema order, then KGQAGen's fields (the log stores keys sorted)."
+    return {**empty_record(**{k: rec[k] for k in GTSQA_COLUMNS if k in rec}), **{k: rec[k] for k in KGQAGEN_FIELDS if k in rec}}
+
 def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
     "Deduplicate the accepted candidates by id, keep the first `n_target`, and count the funnel up to the last one kept."
     index, records, f, i = DedupIndex(), [], Counter(), 0
@@ -564,7 +569,7 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
         r = o['reason'] or ''
         if o['status'] == 'accepted' or r.startswith('revision_failed') or r in ('answer_not_in_subgraph', 'proof_not_in_kg'): f['sufficient'] += 1
         if o['status'] != 'accepted': discarded[r] += 1; continue
-        rec = o['record']
+        rec = ordered_record(o['record'])
         if index.check(rec, datapoint_keys(rec)) is not None: f['duplicates'] += 1; continue
         records.append(rec)
         f['accepted_first_try' if r == 'accepted:first_try' else 'accepted_after_revisions'] += 1

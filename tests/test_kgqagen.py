@@ -1,0 +1,252 @@
+"""KGQAGen runs: the revision loop with scripted replies through the local OpenAI-compatible server (fixes a fixable
+query, gives up after three attempts), hostile SPARQL refused before execution, every accepted record's query returns
+exactly its answer set, SIGKILL then resume equals an uninterrupted run, malformed replies get named reasons."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+
+from kgqa_nb import llm
+from kgqa_nb.kg import load_kg
+from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.sparql import OxigraphStore
+from kgqa_nb.synthkgqa import read_outcomes
+from kgqa_nb.kgqagen import (EXPAND_FIRST_LINE, REVISE_FIRST_LINE, KGQAGenConfig, KGQAGenError, _Run, kgqagen_cli,
+                             process_batch, run_answer_query, run_kgqagen, start_state, stratified_seeds, verify)
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 60  # records of the killed run: enough candidates (~3 s) to kill it in the middle
+SMOKE_N = 30  # records of the smoke-size run whose every query is checked
+
+
+def cli(*args):
+    return [sys.executable, '-c', 'import sys; from kgqa_nb.kgqagen import kgqagen_cli; sys.exit(kgqagen_cli(sys.argv[1:]))', *map(str, args)]
+
+
+@pytest.fixture(scope='module')
+def kg():
+    return load_kg('toyworld')
+
+
+@pytest.fixture(scope='module')
+def store(kg):
+    return OxigraphStore.from_kg(kg, isolation='thread')
+
+
+@pytest.fixture
+def scripted():
+    "Replace the offline models of the two KGQAGen prompts by scripted replies (restored afterwards)."
+    saved = dict(llm._OFFLINE_MODELS)
+    script = {'expand': [], 'revise': []}
+    def take(kind):
+        def reply(messages):
+            return script[kind].pop(0)
+        return reply
+    register_offline_model('kgqagen-expand', matches=lambda ms: ms[0]['content'].startswith(EXPAND_FIRST_LINE))(take('expand'))
+    register_offline_model('kgqagen-revise', matches=lambda ms: ms[0]['content'].startswith(REVISE_FIRST_LINE))(take('revise'))
+    yield script
+    llm._OFFLINE_MODELS.clear(); llm._OFFLINE_MODELS.update(saved)
+
+
+@pytest.fixture
+def server():
+    with OfflineChatServer() as s: yield s
+
+
+def remote(server, tmp_path, name='m'):
+    "A client of the local OpenAI-compatible stand-in server (the path a real model takes)."
+    return LLMClient('openai', model=name, base_url=server.url, api_key='x', cache_dir=tmp_path / 'cache', max_retries=0)
+
+
+def one_object_fact(kg, store):
+    "(seed ID, relation ID, object ID) where the seed has several objects but one object for that relation."
+    for v in stratified_seeds(kg, 50):
+        s = kg.entity_ids[v]
+        rows = store.select_ids(f'SELECT ?p ?o WHERE {{ wd:{s} ?p ?o . ?o ?r ?z }}')
+        objs = {}
+        for r in rows:
+            if r['p'] in kg.relation_index and r['o'] in kg.entity_index: objs.setdefault(r['p'], set()).add(r['o'])
+        single = [p for p, os_ in objs.items() if len(os_) == 1]
+        if len({o for v in objs.values() for o in v}) > 1 and single:
+            return s, single[0], next(iter(objs[single[0]]))
+    raise AssertionError('no fixture fact in the toy world')
+
+
+class Spy:
+    "A store that records the queries that reach it."
+    def __init__(self, store): self.store, self.seen = store, []
+    def select_ids(self, q, timeout=None): self.seen.append(q); return self.store.select_ids(q, timeout)
+    def select(self, q, timeout=None): self.seen.append(q); return self.store.select(q, timeout)
+    def construct(self, q, timeout=None): self.seen.append(q); return self.store.construct(q, timeout)
+
+
+def test_revision_fixes_a_fixable_query(kg, store, scripted, server, tmp_path):
+    s, p, o = one_object_fact(kg, store)
+    rev = remote(server, tmp_path)
+    scripted['revise'] += [json.dumps(dict(sparql=f'SELECT ?x WHERE {{ wd:{s} ?q2 ?x }}')),  # still wrong
+                           json.dumps(dict(sparql=f'SELECT ?x WHERE {{ wd:{s} wdt:{p} ?x }}'))]  # fixed
+    v = verify(kg, store, 'q?', f'SELECT ?x WHERE {{ wd:{s} ?q ?x }}', [o], [], lambda m: rev.chat(m).text)
+    assert (v.ok, v.reason, v.revisions) == (True, 'accepted:after_2_revisions', 2)
+    assert [a['outcome'] for a in v.attempts] == ['answer_mismatch', 'answer_mismatch', 'match']
+    assert run_answer_query(store, v.sparql)[0] == [o]
+    assert len(server.requests) == 2 and not scripted['revise']
+
+
+def test_revision_gives_up_after_three_attempts(kg, store, scripted, server, tmp_path):
+    s, p, o = one_object_fact(kg, store)
+    rev = remote(server, tmp_path)
+    scripted['revise'] += [json.dumps(dict(sparql=f'SELECT ?x WHERE {{ wd:{s} ?q{i} ?x }}')) for i in range(5)]
+    v = verify(kg, store, 'q?', f'SELECT ?x WHERE {{ wd:{s} ?q ?x }}', [o, s], [], lambda m: rev.chat(m).text)
+    assert (v.ok, v.reason, v.revisions) == (False, 'revision_failed:answer_mismatch', 3)
+    assert len(server.requests) == 3 and len(scripted['revise']) == 2  # a fourth revision was never asked for
+    assert len(v.attempts) == 4
+
+
+def test_malformed_revision_reply_is_a_named_reason(kg, store, scripted, server, tmp_path):
+    s, p, o = one_object_fact(kg, store)
+    rev = remote(server, tmp_path)
+    scripted['revise'] += ['I would rewrite it as follows, but I am not sure.']
+    v = verify(kg, store, 'q?', f'SELECT ?x WHERE {{ wd:{s} ?q ?x }}', [o], [], lambda m: rev.chat(m).text)
+    assert (v.ok, v.reason) == (False, 'revision_failed:reply:not_json')
+
+
+HOSTILE = ['DELETE WHERE {{ wd:{s} ?p ?o }}', 'INSERT DATA {{ wd:{s} wdt:P31 wd:Q5 }}', 'LOAD <http://example.org/x.ttl>',
+           'SELECT ?o WHERE {{ SERVICE <http://example.org/sparql> {{ wd:{s} ?p ?o }} }}', 'CLEAR ALL', 'DROP DEFAULT']
+
+
+@pytest.mark.parametrize('query', HOSTILE)
+def test_hostile_sparql_is_refused_before_execution(kg, store, scripted, server, tmp_path, query):
+    s, p, o = one_object_fact(kg, store)
+    spy, n = Spy(store), len(store)
+    rev = remote(server, tmp_path)
+    scripted['revise'] += [json.dumps(dict(sparql=query.format(s=s)))] * 3
+    v = verify(kg, spy, 'q?', query.format(s=s), [o], [], lambda m: rev.chat(m).text)
+    assert (v.ok, v.reason) == (False, 'revision_failed:unsafe_query')
+    assert spy.seen == [] and len(store) == n  # nothing reached the store, nothing changed
+
+
+def test_hostile_generator_reply_in_a_run_is_discarded(kg, store, scripted, server, tmp_path):
+    gen, rev = remote(server, tmp_path, 'gen'), remote(server, tmp_path, 'rev')
+    seeds = stratified_seeds(kg, 2)
+    run = _Run(kg, Spy(store), KGQAGenConfig(n_target=1, max_candidates=2), gen, rev, seeds)
+    s = kg.entity_ids[seeds[0]]
+    e0 = start_state(kg, 0, seeds[0], run.cfg).edges[0]  # a triple of the subgraph the model saw
+    h, r, t = kg.triple_text(e0)
+    answer = t if kg.head[e0] == seeds[0] else h
+    scripted['expand'] += [json.dumps(dict(sufficient=True, question='Which?', answers=[answer], proof=[[h, r, t]],
+                                           sparql=f'DELETE WHERE {{ wd:{s} ?p ?o }}')),
+                           'no JSON here']
+    scripted['revise'] += [json.dumps(dict(sparql=f'DELETE WHERE {{ wd:{s} ?p ?o }}'))] * 3
+    n = len(store)
+    outs, errors = process_batch(run, [0])  # one candidate at a time: scripted replies are taken in request order
+    outs2, errors2 = process_batch(run, [1])
+    outs, errors = outs + outs2, errors + errors2
+    assert errors == [] and len(store) == n
+    reasons = {o['candidate_id']: o['reason'] for o in outs}
+    assert reasons[1] == 'reply:not_json'
+    assert reasons[0] == 'revision_failed:unsafe_query'
+    assert not any('DELETE' in q for q in run.store.seen)
+
+
+@pytest.fixture(scope='module')
+def smoke_run(tmp_path_factory, kg, store):
+    out = tmp_path_factory.mktemp('smoke')
+    summary = run_kgqagen(out, KGQAGenConfig(n_target=SMOKE_N, batch_size=8), kg=kg, store=store, verbose=False, status_every=0)
+    return out, summary
+
+
+def records(folder):
+    return [json.loads(l) for l in (Path(folder) / 'records.jsonl').read_text().splitlines()]
+
+
+def test_every_accepted_query_returns_exactly_its_answer_set(smoke_run, store):
+    out, summary = smoke_run
+    recs = records(out)
+    assert len(recs) == SMOKE_N == summary['records']
+    for r in recs:
+        assert run_answer_query(store, r['sparql_query'])[0] == sorted(r['all_answers_wikidata']), r['id']
+        assert r['answer_subgraph'] and r['seed_entities'] and r['rounds'] >= 1 and 0 <= r['revisions'] <= 3
+
+
+def test_funnel_adds_up_and_revisions_happen(smoke_run):
+    out, summary = smoke_run
+    f = json.loads((out / 'funnel.json').read_text())
+    assert f['records'] + f['duplicates'] + sum(f['discarded'].values()) == f['candidates']
+    assert f['accepted_first_try'] + f['accepted_after_revisions'] == f['records']
+    assert f['accepted_after_revisions'] > 0 and f['accepted_first_try'] > 0  # the offline roles exercise both paths
+    outs = read_outcomes(out / 'outcomes.jsonl')
+    revised = [o for o in outs.values() if o['status'] == 'accepted' and o['revisions'] > 0]
+    assert all(o['reason'] == f"accepted:after_{o['revisions']}_revisions" for o in revised)
+    assert all(o['attempts'][0]['outcome'] == 'answer_mismatch' for o in revised)
+
+
+def test_records_feed_the_isomorphism_statistics(smoke_run):
+    recs = records(smoke_run[0])
+    typed = [r for r in recs if r['graph_isomorphism']]
+    assert len(typed) >= len(recs) // 2
+    assert all(r['n_hops'] >= 2 for r in typed)
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp('ref')
+    assert kgqagen_cli(['--n', str(N), '--out', str(out), '--batch-size', '4']) == 0
+    return out
+
+
+def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
+    out = tmp_path / 'killed'
+    env = {**os.environ, 'KGQA_PROGRESS': '0'}
+    proc = subprocess.Popen(cli('--n', N, '--out', out, '--batch-size', 4), cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    outcomes = out / 'outcomes.jsonl'
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if outcomes.exists() and outcomes.read_bytes().count(b'\n') >= 12: break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL); proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f'the run ended by itself before the kill: {proc.stdout.read()[-2000:]!r}'
+    done_before = read_outcomes(outcomes, repair=False)
+    assert 0 < sum(o['status'] == 'accepted' for o in done_before.values()) < N
+    assert not (out / 'records.jsonl').exists()
+    with open(outcomes, 'ab') as f: f.write(b'{"candidate_id": 999999, "status": "acc')  # a torn last write
+    res = subprocess.run(cli('--n', N, '--out', out, '--batch-size', 4), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (out / 'records.jsonl').read_bytes() == (reference / 'records.jsonl').read_bytes()
+    after = read_outcomes(outcomes)
+    assert 999999 not in after and all(after[i] == o for i, o in done_before.items())  # finished work kept, not redone
+    lines = outcomes.read_bytes().split(b'\n')
+    assert lines[-1] == b'' and len({json.loads(l)['candidate_id'] for l in lines[:-1]}) == len(lines) - 1  # none twice
+    assert json.loads((out / 'funnel.json').read_text()) == json.loads((reference / 'funnel.json').read_text())
+
+
+def test_openai_backend_against_offline_server_gives_identical_records(reference, tmp_path):
+    with OfflineChatServer() as s:
+        assert kgqagen_cli(['--n', str(N), '--out', str(tmp_path / 'o'), '--batch-size', '4', '--backend', 'openai',
+                            '--model', 'kgqa-offline', '--base-url', s.url]) == 0
+    assert (tmp_path / 'o' / 'records.jsonl').read_bytes() == (reference / 'records.jsonl').read_bytes()
+
+
+def test_folder_of_another_run_is_refused(reference, capsys):
+    assert kgqagen_cli(['--n', str(N), '--out', str(reference), '--seed', '3']) == 2
+    assert 'config.seed' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('args, message', [(['--n', '0'], '--n must be an integer >= 1'),
+                                           (['--max-revisions', '-1'], '--max-revisions must be an integer >= 0'),
+                                           (['--seeds', 'no-such-file.txt'], 'seed file')])
+def test_bad_parameters_are_refused_up_front(args, message, tmp_path, capsys):
+    assert kgqagen_cli(['--out', str(tmp_path / 'x'), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / 'x').exists()
+
+
+def test_user_seed_list(tmp_path, kg):
+    seeds = tmp_path / 'seeds.txt'
+    picked = [kg.entity_ids[v] for v in stratified_seeds(kg, 6, seed=7)]
+    seeds.write_text('# my seeds\n' + '\n'.join(picked) + '\n')
+    assert kgqagen_cli(['--out', str(tmp_path / 'u'), '--n', '2', '--seeds', str(seeds)]) == 0
+    assert {r['seed'] for r in records(tmp_path / 'u')} <= {kg.entity_text(kg.entity_index[q]) for q in picked}
+    seeds.write_text('Q1234567890123\n')
+    with pytest.raises(KGQAGenError, match='not in KG'):
+        run_kgqagen(tmp_path / 'v', KGQAGenConfig(seeds=['Q1234567890123']), kg=kg)
