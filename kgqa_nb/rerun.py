@@ -4,19 +4,24 @@
 
 # %% ../nbs/40_rerun.ipynb #c002
 from __future__ import annotations
-import argparse, ast, difflib, json, os, re, shutil, sys, threading, time
+import argparse, ast, difflib, json, math, os, re, shutil, sys, threading, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .core import Timer, data_dir, project_dirs, provenance
+from .core import Timer, data_dir, jsonable, project_dirs, provenance, user_cache_dir, write_text_atomic
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
-           'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'read_profile', 'check_profile',
-           'data_folders', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root', 'publish_dirs',
-           'publish_outputs', 'ArtifactError', 'resolve_params', 'run_artifact', 'fmt_seconds', 'Heartbeat', 'rerun',
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK',
+           'Artifact', 'load_manifest', 'Param', 'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError',
+           'profile_file', 'read_profile', 'check_profile', 'data_folders', 'param_needs', 'artifact_needs',
+           'unmet_needs', 'output_root', 'publish_dirs', 'publish_outputs', 'ArtifactError', 'resolve_params',
+           'run_artifact', 'fmt_seconds', 'Heartbeat', 'CallGroup', 'question_count', 'test_questions',
+           'generation_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'kgrag_calls', 'api_groups',
+           'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'plan_settings',
+           'group_price', 'prompt_size', 'prior_runs', 'estimate_seconds', 'plan_artifact', 'BudgetError', 'llm_roots',
+           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'SpendGuard', 'rerun',
            'UsageError', 'CLIParser', 'rerun_cli']
 
 # %% ../nbs/40_rerun.ipynb #c006
@@ -83,7 +88,7 @@ def accepts(p: Param,  # the declared parameter
     return isinstance(value, types)
 
 # %% ../nbs/40_rerun.ipynb #c015
-PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict, 'not_run': dict}  # top-level keys that are not artifact sections
+PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict, 'not_run': dict, 'plan': dict}  # top-level keys that are not artifact sections
 
 class ProfileError(ValueError):
     "A profile that names an unknown artifact or parameter, or gives a parameter a value of the wrong type."
@@ -256,7 +261,9 @@ def resolve_params(art: Artifact,  # the artifact to run
 def run_artifact(art: Artifact,  # the artifact to run
                  profile: str = 'smoke',  # profile name or YAML path
                  overrides: dict | None = None,  # parameters that replace the profile's
-                 out_root=None) -> dict:  # output folder (default: the profile's; given, nothing is published)
+                 out_root=None,  # output folder (default: the profile's; given, nothing is published)
+                 plan: dict | None = None,  # this artifact's entry of `plan_profile` (recorded in the provenance)
+                 meter=None) -> dict:  # a `SpendMeter`: the LLM spend measured during the run is recorded
     "Execute one artifact notebook with papermill and verify its outputs; returns a run record."
     import papermill as pm
     publish = publish_dirs(profile) if out_root is None else None
@@ -264,6 +271,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     params = resolve_params(art, profile, out_root, overrides)
     executed = out_root / 'results' / 'executed' / f'{art.name}.ipynb'; executed.parent.mkdir(parents=True, exist_ok=True)
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
+    before = meter.poll() if meter else None
     with Timer() as t:
         try:
             # the kernel's stderr (a long run's status lines, warnings) reaches the terminal; its stdout stays in the notebook
@@ -274,12 +282,14 @@ def run_artifact(art: Artifact,  # the artifact to run
         except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
+    spent = spent_since(before, meter.poll()) if meter else None
+    llm = {k: plan[k] for k in ('api_calls', 'prompt_tokens', 'completion_tokens', 'cost_usd', 'seconds') if k in plan} if plan else None
     rec = provenance(params, profile=profile, artifact=art.name, notebook=str(art.notebook.relative_to(project_dirs.root)),
-                     outputs=art.outputs, seconds=round(t.s, 1))
+                     outputs=art.outputs, seconds=round(t.s, 1), **({'plan': llm} if plan else {}), **({'llm_spent': spent} if meter else {}))
     (executed.with_suffix('.provenance.json')).write_text(json.dumps(rec, indent=1) + '\n')
     outputs = [out_root / o for o in art.outputs]
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
-    return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs])
+    return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs], **({'llm_spent': spent} if meter else {}))
 
 # %% ../nbs/40_rerun.ipynb #c035
 def fmt_seconds(s: float) -> str:
@@ -291,12 +301,16 @@ class Heartbeat:
     "Context manager printing '<label>: still running (<elapsed>)' every `every` seconds until the block ends."
     def __init__(self, label: str,  # what is running, e.g. '[2/12] synthkgqa_dataset'
                  every: float = 60.,  # seconds between lines
-                 log=None):  # callable taking a line (default: print to stderr)
+                 log=None,  # callable taking a line (default: print to stderr)
+                 detail=None):  # callable returning text to append to each line (e.g. the LLM spend so far)
         self.label, self.every, self.log = label, every, log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self.detail = detail
         self._stop = threading.Event()
 
     def _beat(self):
-        while not self._stop.wait(self.every): self.log(f'{self.label}: still running ({fmt_seconds(time.perf_counter() - self.t0)})')
+        while not self._stop.wait(self.every):
+            more = self.detail() if self.detail else ''
+            self.log(f'{self.label}: still running ({fmt_seconds(time.perf_counter() - self.t0)}{", " + more if more else ""})')
 
     def __enter__(self):
         self.t0 = time.perf_counter(); self._thread = threading.Thread(target=self._beat, daemon=True); self._thread.start()
@@ -305,12 +319,470 @@ class Heartbeat:
     def __exit__(self, *a): self._stop.set(); self._thread.join()
 
 # %% ../nbs/40_rerun.ipynb #c038
+PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
+    acceptance_rate=0.175,  # share of generated candidates accepted with a real LLM writer (SynthKGQA paper: 10-25 %)
+    test_fraction=0.165,  # share of requested generated questions that end in the zero-shot test split (companion: 99 of 600)
+    split_sizes={'train': 30477, 'test': 1622},  # GTSQA questions per split (SynthKGQA Table 1), when n_questions is 0 (all)
+    sp_triples=12,  # shortest-path triples per question given to the Figure 4 reader (assumed; Table 6 has GT 1-4 hop paths)
+    subquestions=2.0,  # KG-RAG sub-questions per decomposed MetaQA question (assumed; 1-3 hops)
+    seconds_per_call=4.0,  # wall seconds of one API call (assumed; the ledger's measured mean replaces it)
+    concurrency=8,  # concurrent API calls (LLMClient's default)
+    prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm.MODEL_PRICES
+)
+
+# Tokens of one call per prompt kind, measured on the smoke-size prompts with the offline models (same prompt builders as the
+# API path): `kgqa rerun --profile <a profile with reader: llm, reader_backend: offline>` into an empty $KGQA_CACHE, then
+# `usage_by_kind(measured_usage([cache folders]))`. Completion tokens of a real model differ from the offline model's.
+MEASURED_PROMPTS = {
+    'synthkgqa-datapoint': dict(prompt=1534, per_triple=0, completion=135, calls=96),
+    'synthkgqa-paraphrase': dict(prompt=102, per_triple=0, completion=24, calls=88),
+    'kgqa-reader': dict(prompt=97, per_triple=12.81, completion=8, calls=66),
+    'kgqa-subgraphrag-reader': dict(prompt=146, per_triple=11.48, completion=6, calls=611),
+}
+MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (2026-11-25)'
+
+# %% ../nbs/40_rerun.ipynb #c040
+@dataclass
+class CallGroup:
+    "LLM calls of one role in one artifact."
+    role: str  # e.g. 'question writer'
+    kind: str  # prompt kind: the name of the offline model that stands in for this role
+    backend: str  # 'offline' | 'openai'
+    model: str  # model name ('' means $KGQA_LLM_MODEL)
+    base_url: str  # server ('' means $KGQA_LLM_BASE_URL, else OpenAI)
+    calls: int  # requests this role sends
+    triples: float = 0.  # triples listed in each prompt (mean), for prompts that list triples
+    shared: str = ''  # key of work several artifacts share (planned once)
+
+def _api(backend, model, base_url): return dict(backend=backend or 'offline', model=model or '', base_url=base_url or '')
+
+def question_count(p: dict,  # an artifact's parameters
+                   plan: dict) -> int:  # planning assumptions (PLAN_DEFAULTS + the profile's plan section)
+    "Questions an artifact reads: `n_questions` / `n_target`, or the whole GTSQA split when it is 0."
+    n = p.get('n_questions', p.get('n_target', 0)) or 0
+    if n or p.get('source') != 'gtsqa': return int(n)
+    sizes, split = plan['split_sizes'], p.get('split', 'test')
+    return int(sum(sizes.values()) if split == 'all' else sizes.get(split, 0))
+
+def test_questions(p, plan) -> int:
+    "Test questions: the GTSQA test split, else a share (`test_fraction`) of the generated ones, unless `n_test` caps them."
+    if p.get('n_test'): return int(p['n_test'])
+    if p.get('source') == 'gtsqa': return int(plan['split_sizes']['test'] if not p.get('n_questions') else p['n_questions'] * plan['test_fraction'])
+    return math.ceil(question_count(p, plan) * plan['test_fraction'])
+
+def generation_calls(p, plan) -> list:
+    "SynthKGQA generation: one datapoint call per candidate (n / acceptance rate), one paraphrase call per accepted candidate."
+    if p.get('source', 'generated') != 'generated': return []
+    n, api = question_count(p, plan), _api(p.get('backend'), p.get('model'), p.get('base_url'))
+    key = f"generation:{p.get('kg', 'toyworld')}:{n}:{p.get('seed', 0)}:{api['backend']}:{api['model']}"
+    return [CallGroup('question writer', 'synthkgqa-datapoint', **api, calls=math.ceil(n / plan['acceptance_rate']), shared=key),
+            CallGroup('paraphraser', 'synthkgqa-paraphrase', **api, calls=n, shared=key)]
+
+def sp_reader_calls(p, plan) -> list:
+    "Figure 4: generation (when generated), then one reader call per question with its shortest-path triples."
+    out = generation_calls(p, plan)
+    if p.get('reader') == 'llm':
+        out.append(CallGroup('reader', 'kgqa-reader', **_api(p.get('reader_backend'), p.get('reader_model'), p.get('reader_base_url')),
+                             calls=question_count(p, plan), triples=plan['sp_triples']))
+    return out
+
+def retriever_study_calls(p, plan) -> list:
+    "Retriever study: one reader call per test question, run (3 reference retrievers + labels x seeds) and K."
+    from kgqa_nb.subgraphrag import REFERENCE_RETRIEVERS
+    out = generation_calls(p, plan)
+    if p.get('reader') == 'llm':
+        ks = list(p.get('reader_ks') or [10, 50, 100, 200])
+        runs = len(REFERENCE_RETRIEVERS) + len(p.get('labels') or ['gt', 'sp']) * int(p.get('n_seeds', 3))
+        key = f"retriever-study:{p.get('source')}:{p.get('kg')}:{p.get('n_questions')}:{p.get('seed', 0)}:{p.get('reader_model', '')}:{ks}"
+        out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p.get('reader_backend'), p.get('reader_model'), p.get('reader_base_url')),
+                             calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key))
+    return out
+
+def ultrag_calls(p, plan, evaluations: int = 1) -> list:
+    "ULTRAG with an LLM: one query-writer call per test question, one arbitrator call per test question and evaluation."
+    if p.get('backend', 'offline') != 'openai': return []
+    api, n = _api('openai', p.get('model'), p.get('base_url')), test_questions(p, plan)
+    return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n),
+            CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations)]
+
+def kgrag_calls(p, plan, baselines: bool = False) -> list:
+    "KG-RAG: per question, seed and hop set one decomposition, then per (N, K) one answer per sub-question and one synthesis."
+    if p.get('backend', 'offline') != 'openai': return []
+    api = _api('openai', p.get('model'), p.get('base_url'))
+    seeds = p.get('seeds', [0]); q = int(p.get('n_questions', 2)) * len(p.get('hop_sets', [1, 2, 3])) * len(seeds if isinstance(seeds, list) else [seeds])
+    grid = 1 if baselines else len(p.get('n_hops', [1])) * len(p.get('top_ks', [30]))
+    sub = plan['subquestions']
+    out = [CallGroup('decomposer', 'kg-rag-decompose', **api, calls=q),
+           CallGroup('sub-question answerer', 'kg-rag-answer', **api, calls=math.ceil(q * grid * sub * (2 if baselines else 1))),
+           CallGroup('synthesizer', 'kg-rag-synthesize', **api, calls=q * grid * (2 if baselines else 1))]
+    if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q))
+    return out
+
+_GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
+                'fig6_seeds_hops_answers', 'fig7_subgraph_sizes', 'fig8_minimal_types', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths')
+LLM_WORK = {  # artifact -> (its parameters, planning assumptions) -> [CallGroup]; an artifact not listed makes no LLM call
+    **{n: generation_calls for n in _GEN_READERS},
+    'fig4_sp_reader': sp_reader_calls,
+    **{n: retriever_study_calls for n in ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')},
+    'ultrag_end_to_end': lambda p, plan: ultrag_calls(p, plan, evaluations=2 if p.get('link', True) else 1),
+    'ultrag_neural_vs_symbolic': ultrag_calls,
+    'ultrag_oracle_vs_llm': lambda p, plan: ultrag_calls(p, plan)[:1],
+    'kgrag_hops_topk': kgrag_calls,
+    'kgrag_baselines': lambda p, plan: kgrag_calls(p, plan, baselines=True),
+}
+
+def api_groups(name: str, params: dict, plan: dict) -> list:
+    "The call groups of artifact `name` that reach a model server (offline roles cost nothing and are left out)."
+    return [g for g in LLM_WORK.get(name, lambda p, plan: [])(params, plan) if g.backend != 'offline' and g.calls > 0]
+
+# %% ../nbs/40_rerun.ipynb #c044
+_TRIPLE_LINE = re.compile(r'^\(.+\)\s*$', re.M)
+
+def _prompt_kind(messages) -> str | None:
+    from kgqa_nb.llm import offline_model_for
+    import kgqa_nb.generate, kgqa_nb.readers, kgqa_nb.kgrag, kgqa_nb.ultrag  # noqa: F401 (they register the offline models)
+    try: return offline_model_for(messages).name
+    except Exception: return None
+
+def llm_record_files(roots) -> list:
+    "JSON-lines LLM caches (`*.jsonl` in folders named llm or llm_cache) and usage ledgers (`llm_calls.jsonl`) under `roots`."
+    out = []
+    for r in map(Path, roots):
+        if r.is_file(): out.append(r); continue
+        if not r.is_dir(): continue
+        out += [f for f in r.rglob('*.jsonl') if f.name == 'llm_calls.jsonl' or f.parent.name in ('llm', 'llm_cache')]
+    return sorted(set(out))
+
+def measured_usage(roots) -> list:  # folders (searched) or files
+    "One row per LLM call recorded under `roots`: key, kind, model, offline, triples, prompt/completion tokens, seconds."
+    from kgqa_nb.core import read_jsonl
+    rows = {}
+    for f in llm_record_files(roots):
+        for r in read_jsonl(f, on_bad='skip'):
+            if not isinstance(r, dict) or 'key' not in r: continue
+            row = rows.setdefault(r['key'], dict(key=r['key'], kind=None, model=r.get('model'), offline=None, triples=0,
+                                                 prompt_tokens=None, completion_tokens=None, seconds=None))
+            if isinstance(r.get('request'), dict) and isinstance(r.get('usage'), dict):  # a cache record
+                msgs = r['request'].get('messages') or []
+                row.update(kind=_prompt_kind(msgs), offline='offline_model' in r['request'], model=r.get('model') or row['model'],
+                           triples=sum(len(_TRIPLE_LINE.findall(m.get('content', ''))) for m in msgs),
+                           prompt_tokens=r['usage'].get('prompt_tokens'), completion_tokens=r['usage'].get('completion_tokens'))
+            elif 'prompt_tokens' in r:  # a ledger line
+                row['seconds'] = r.get('seconds')
+                if row['prompt_tokens'] is None:
+                    row.update(prompt_tokens=r.get('prompt_tokens'), completion_tokens=r.get('completion_tokens'), offline=r.get('offline'))
+    return list(rows.values())
+
+def usage_by_kind(rows: list) -> dict:
+    "Per prompt kind: calls, prompt tokens as `prompt` + `per_triple` x triples (least squares), mean completion tokens."
+    import numpy as np
+    by = {}
+    for r in rows:
+        if r['kind'] and r['prompt_tokens'] is not None: by.setdefault(r['kind'], []).append(r)
+    out = {}
+    for kind, rs in sorted(by.items()):
+        x = np.array([r['triples'] for r in rs], float); y = np.array([r['prompt_tokens'] for r in rs], float)
+        slope = float(np.polyfit(x, y, 1)[0]) if len(set(x)) > 1 else 0.
+        slope = max(slope, 0.); base = float(y.mean() - slope * x.mean())
+        out[kind] = dict(prompt=round(base), per_triple=round(slope, 2), completion=round(float(np.mean([r['completion_tokens'] or 0 for r in rs]))),
+                         calls=len(rs))
+    return out
+
+# %% ../nbs/40_rerun.ipynb #c048
+def downloads_for(folder: str) -> list:  # a folder of the data dir, e.g. 'gtsqa' or 'ogbl_wikikg2'
+    "Names of `kgqa_nb.kg.DOWNLOADS` entries that fill `folder`."
+    from kgqa_nb.kg import DOWNLOADS
+    top = folder.split('/')[0]
+    return [k for k, d in DOWNLOADS.items() if d.dest.split('/')[0] == top or (d.unpack and d.unpack[1].split('/')[0] == top)]
+
+def need_status(need: str) -> dict:
+    "One need on this machine: met or not, and when not, why and how to meet it (no network call)."
+    why = unmet_needs([need])
+    out = dict(need=need, met=not why)
+    if not why: return out
+    out['missing'] = why[0]
+    if need.startswith('data:'):
+        from kgqa_nb.kg import DOWNLOADS, human_size
+        names = downloads_for(need[5:])
+        if names:
+            sizes = [DOWNLOADS[n].size for n in names]
+            known = sum(s for s in sizes if s)
+            pre = os.path.commonprefix(names)
+            pick = f'DOWNLOADS if n.startswith({pre!r})' if len(names) > 3 and [k for k in DOWNLOADS if k.startswith(pre)] == names else repr(tuple(names))
+            out['fix'] = f'python -c "from kgqa_nb.kg import DOWNLOADS, fetch; [fetch(n) for n in {pick}]"'
+            out['download'] = f'{len(names)} file(s), ' + (f'{human_size(known)} stated' if known else 'sizes not stated') + \
+                              (f', {sum(s is None for s in sizes)} of unstated size' if known and None in sizes else '')
+        else: out['fix'] = f'no published download is registered for it: place the files under {data_dir(need[5:])} (or set KGQA_DATA)'
+    elif need == 'llm': out['fix'] = 'export KGQA_LLM_API_KEY=... (or OPENAI_API_KEY), or KGQA_LLM_BASE_URL for a local server'
+    elif need == 'gpu': out['fix'] = 'run on a machine with a CUDA GPU (and the CUDA build of torch), or set device: cpu in the profile'
+    return out
+
+# %% ../nbs/40_rerun.ipynb #c051
+def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path to a YAML file
+    "`PLAN_DEFAULTS` with the profile's `plan:` section on top (an unknown key is refused)."
+    plan = dict(read_profile(profile).get('plan') or {})
+    for k in plan:
+        if k not in PLAN_DEFAULTS: raise ProfileError(f'{_shown(profile_file(profile))}: plan.{k}: not a planning setting{_nearest(k, PLAN_DEFAULTS)}; known: {", ".join(PLAN_DEFAULTS)}')
+    return {**PLAN_DEFAULTS, **plan, 'split_sizes': {**PLAN_DEFAULTS['split_sizes'], **(plan.get('split_sizes') or {})}}
+
+def _self_hosted(base_url: str) -> bool:
+    from urllib.parse import urlsplit
+    url = base_url or os.environ.get('KGQA_LLM_BASE_URL', '')
+    return bool(url) and (urlsplit(url).hostname or '') not in ('api.openai.com',)
+
+def group_price(g: CallGroup, plan: dict):
+    "(price triple or None, where it comes from) for a call group."
+    from kgqa_nb.llm import model_price
+    if _self_hosted(g.base_url): return (0., 0., 0.), f'self-hosted server {g.base_url or "$KGQA_LLM_BASE_URL"}: no per-token price'
+    model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
+    if model in plan['prices']: return tuple(plan['prices'][model]), f'plan.prices.{model}'
+    p = model_price(model) if model else None
+    return (p, f'kgqa_nb.llm.MODEL_PRICES[{model!r}]') if p else (None, f'no price for model {model or "(unset: $KGQA_LLM_MODEL)"!r}: set plan.prices')
+
+def prompt_size(kind: str, measured: dict):
+    "(tokens per call {prompt, per_triple, completion}, source) for a prompt kind: measured here, else committed, else None."
+    if kind in measured: return measured[kind], f'measured here ({measured[kind]["calls"]} cached calls)'
+    if kind in MEASURED_PROMPTS: return MEASURED_PROMPTS[kind], f'measured: {MEASURED_PROMPTS_SOURCE}'
+    return None, 'prompt size not measured'
+
+def prior_runs(roots=None) -> list:
+    "Provenance records of earlier artifact runs (`results/**/executed/*.provenance.json`, the scratch folder's)."
+    roots = roots or [project_dirs.results, project_dirs.scratch]
+    out = []
+    for r in map(Path, roots):
+        for f in (r.rglob('executed/*.provenance.json') if r.is_dir() else []):
+            try: rec = json.loads(f.read_text())
+            except (OSError, ValueError): continue
+            if isinstance(rec, dict) and rec.get('artifact') and isinstance(rec.get('seconds'), (int, float)): out.append(rec)
+    return sorted(out, key=lambda r: r.get('created') or '')
+
+# %% ../nbs/40_rerun.ipynb #c052
+def _full_params(art: Artifact, params: dict) -> dict:
+    "The notebook's defaults with the profile's parameters on top (what the notebook will actually see)."
+    return {**{p.name: p.default for p in notebook_parameters(art.notebook)}, **(params or {})}
+
+def _scale(p: dict, plan: dict) -> float:
+    seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
+    return max(question_count(p, plan), 1) * max(int(seeds), 1)
+
+def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list):
+    "(seconds or None, source): the artifact's latest measured run, scaled linearly by questions x seeds."
+    runs = [r for r in prior if r['artifact'] == art.name]
+    if not runs: return None, 'no earlier run of this artifact found (results/**/executed, the scratch folder)'
+    r = runs[-1]; old = _full_params(art, r.get('params') or {})
+    ratio = _scale(_full_params(art, params), plan) / _scale(old, plan)
+    where = f"its {r.get('profile', '?')} run of {str(r.get('created', ''))[:10]} ({fmt_seconds(r['seconds'])}, kg {old.get('kg', old.get('dataset', '-'))}"
+    return r['seconds'] * ratio, where + (f', scaled x{ratio:.3g} by questions x seeds)' if abs(ratio - 1) > 1e-9 else ')')
+
+def plan_artifact(art: Artifact,  # the artifact
+                  params: dict,  # its parameters under the profile (as `check_profile` gives them)
+                  plan: dict,  # planning settings (`plan_settings`)
+                  measured: dict,  # `usage_by_kind` of this machine's LLM records
+                  cached: dict,  # (kind, model) -> cached replies not yet counted (consumed as groups use them)
+                  shared: dict,  # work key -> the artifact that planned it first (filled as artifacts are planned)
+                  prior: list,  # `prior_runs()`
+                  seconds_per_call: float) -> dict:  # wall seconds of one API call
+    "Needs, LLM calls, tokens, cost and time of one artifact under a profile."
+    from kgqa_nb.llm import api_cost
+    p = _full_params(art, params)
+    needs = [need_status(n) for n in artifact_needs(art, params)]
+    groups = []
+    for g in api_groups(art.name, p, plan):
+        model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
+        row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
+        if g.shared and g.shared in shared:
+            groups.append({**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0,
+                           'completion_tokens': 0, 'cost_usd': 0.}); continue
+        if g.shared: shared[g.shared] = art.name
+        hits = min(g.calls, cached.get((g.kind, model), 0)); cached[(g.kind, model)] = cached.get((g.kind, model), 0) - hits
+        n = g.calls - hits
+        size, size_src = prompt_size(g.kind, measured)
+        price, price_src = group_price(g, plan)
+        pt = round(n * (size['prompt'] + size['per_triple'] * g.triples)) if size else None
+        ct = n * size['completion'] if size else None
+        groups.append({**row, 'triples_per_prompt': g.triples, 'cache_hits': hits, 'api_calls': n, 'prompt_tokens': pt, 'completion_tokens': ct,
+                       'cost_usd': round(api_cost(pt, ct, price), 4) if size and price else (0. if n == 0 else None),
+                       'tokens_source': size_src, 'price': list(price) if price else None, 'price_source': price_src})
+    secs, secs_src = estimate_seconds(art, params, plan, prior)
+    api_calls = sum(g['api_calls'] for g in groups)
+    llm_s = api_calls * seconds_per_call / max(int(plan['concurrency']), 1)
+    costs = [g['cost_usd'] for g in groups]
+    return dict(artifact=art.name, notebook=_shown(art.notebook), status='ready' if all(n['met'] for n in needs) else 'blocked',
+                needs=needs, llm=groups, api_calls=api_calls,
+                prompt_tokens=sum(g['prompt_tokens'] or 0 for g in groups), completion_tokens=sum(g['completion_tokens'] or 0 for g in groups),
+                cost_usd=None if None in costs else round(sum(costs), 4),
+                seconds=None if secs is None and api_calls == 0 else round((secs or 0) + llm_s, 1),
+                seconds_source=secs_src + (f'; + {api_calls:,} API calls x {seconds_per_call:.3g} s / {plan["concurrency"]} concurrent' if api_calls else ''))
+
+# %% ../nbs/40_rerun.ipynb #c053
+class BudgetError(ValueError):
+    "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
+
+_DATED = re.compile(r'-\d{4}-\d{2}-\d{2}$')  # servers answer as a dated snapshot ('gpt-4.1-2025-04-14')
+
+def llm_roots(profile: str,  # profile name or YAML path
+              measure: bool = False) -> list:  # the plan also learns from the scratch folder's smoke runs
+    "Folders whose LLM caches and ledgers the spend meter (this profile's own) or the plan (`measure`, plus the scratch folder) reads."
+    out = [user_cache_dir() / 'llm', output_root(profile) / 'results'] + ([project_dirs.scratch] if measure else [])
+    return list(dict.fromkeys(Path(p) for p in out))
+
+def plan_profile(profile: str = 'smoke',  # profile name or YAML path
+                 only=None,  # artifact names (default: all in the manifest)
+                 roots=None,  # folders of LLM caches / ledgers to measure from (default: `llm_roots(profile, measure=True)`)
+                 prior=None) -> dict:  # provenance records of earlier runs (default: `prior_runs()`)
+    "What running `profile` needs, calls, spends and takes, per artifact and in total, from files on this machine only."
+    import statistics
+    manifest = load_manifest()
+    names = list(only) if only else list(manifest)
+    for n in names:
+        if n not in manifest: raise ArtifactError(f'unknown artifact {n!r}{_nearest(n, manifest)}; `kgqa rerun --list` shows them all')
+    params, plan = check_profile(profile, manifest), plan_settings(profile)
+    not_run = read_profile(profile).get('not_run') or {}
+    rows = measured_usage(llm_roots(profile, measure=True) if roots is None else roots)
+    measured, cached = usage_by_kind(rows), {}
+    for r in rows:
+        if r['kind'] and r['offline'] is False: cached[(r['kind'], _DATED.sub('', r['model'] or ''))] = cached.get((r['kind'], _DATED.sub('', r['model'] or '')), 0) + 1
+    secs = [r['seconds'] for r in rows if r['offline'] is False and r['seconds']]
+    spc, spc_src = (statistics.mean(secs), f'measured here ({len(secs)} ledger lines)') if secs else (plan['seconds_per_call'], 'plan.seconds_per_call (assumed)')
+    prior, shared, arts = prior_runs() if prior is None else prior, {}, []
+    for n in names:
+        if n in not_run: arts.append(dict(artifact=n, status='not run', reason=not_run[n], needs=[], llm=[], api_calls=0, cost_usd=0., seconds=0.)); continue
+        arts.append(plan_artifact(manifest[n], params[n], plan, measured, cached, shared, prior, spc))
+    costs = [a['cost_usd'] for a in arts]
+    total = dict(api_calls=sum(a['api_calls'] for a in arts), prompt_tokens=sum(a.get('prompt_tokens', 0) for a in arts),
+                 completion_tokens=sum(a.get('completion_tokens', 0) for a in arts),
+                 cost_usd=round(sum(c for c in costs if c is not None), 4),
+                 cost_unknown_for=[a['artifact'] for a in arts if a['cost_usd'] is None],
+                 seconds=round(sum(a['seconds'] or 0 for a in arts), 1),
+                 seconds_unknown_for=[a['artifact'] for a in arts if a['seconds'] is None],
+                 blocked=[a['artifact'] for a in arts if a['status'] == 'blocked'])
+    from datetime import datetime, timezone
+    return dict(profile=str(profile), created=datetime.now(timezone.utc).isoformat(timespec='seconds'), network_calls=0,
+                settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
+                artifacts=arts, total=total)
+
+# %% ../nbs/40_rerun.ipynb #c057
+def _usd(x) -> str: return 'unknown' if x is None else f'${x:,.2f}'
+
+def _tok(n) -> str: return '?' if n is None else f'{n / 1e6:.3g}M' if n >= 1e6 else f'{n / 1e3:.3g}k' if n >= 1e3 else str(n)
+
+def format_plan(plan: dict) -> str:
+    "The plan as text: per artifact its status, what is missing and how to get it, LLM calls, tokens, cost and time."
+    arts, lines = plan['artifacts'], [f"plan for profile {plan['profile']} ({len(plan['artifacts'])} artifacts; no network call was made)"]
+    for i, a in enumerate(arts, 1):
+        head = f"[{i}/{len(arts)}] {a['artifact']}: {a['status']}"
+        if a['status'] == 'not run': lines.append(f"{head} ({a['reason']})"); continue
+        t = 'time unknown' if a['seconds'] is None else f"~{fmt_seconds(a['seconds'])}"
+        lines.append(f"{head} · {a['api_calls']:,} LLM API calls · {_usd(a['cost_usd'])} · {t}")
+        for n in a['needs']:
+            if not n['met']: lines.append(f"    MISSING {n['need']}: {n['missing']}" + (f" ({n['download']})" if n.get('download') else '') + f"\n      -> {n['fix']}")
+        for g in a['llm']:
+            who = f"{g['model'] or '$KGQA_LLM_MODEL'}" + (f" @ {g['base_url']}" if g['base_url'] else '')
+            if g.get('shared_with'): lines.append(f"    {g['role']} ({who}): {g['calls']:,} calls shared with {g['shared_with']} (replayed from its cache)"); continue
+            lines.append(f"    {g['role']} ({who}): {g['calls']:,} calls - {g['cache_hits']:,} cached = {g['api_calls']:,}; "
+                         f"{_tok(g['prompt_tokens'])} prompt + {_tok(g['completion_tokens'])} completion tokens; {_usd(g['cost_usd'])}"
+                         f"  [tokens: {g['tokens_source']}; price: {g['price_source']}]")
+        if a['seconds'] is not None or a['api_calls']: lines.append(f"    time: {a['seconds_source']}")
+    t = plan['total']
+    lines.append(f"total: {t['api_calls']:,} LLM API calls, {_tok(t['prompt_tokens'])} prompt + {_tok(t['completion_tokens'])} completion tokens, "
+                 f"{_usd(t['cost_usd'])}" + (f" + unknown for {', '.join(t['cost_unknown_for'])}" if t['cost_unknown_for'] else '') +
+                 f"; ~{fmt_seconds(t['seconds'])}" + (f" + unmeasured {', '.join(t['seconds_unknown_for'])}" if t['seconds_unknown_for'] else ''))
+    if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
+    return '\n'.join(lines)
+
+# %% ../nbs/40_rerun.ipynb #c060
+class SpendMeter:
+    "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
+    def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
+                 prices: dict | None = None):  # model -> price triple, beside MODEL_PRICES
+        self.roots, self.prices, self._lock = list(roots), dict(prices or {}), threading.Lock()
+        self._pos = {f: f.stat().st_size for f in llm_record_files(self.roots)}
+        self._keys, self.calls, self.prompt_tokens, self.completion_tokens, self.cost_usd, self.unpriced_calls = set(), 0, 0, 0, 0., 0
+
+    def _add(self, r: dict):
+        from kgqa_nb.llm import api_cost, model_price
+        if not isinstance(r, dict) or r.get('key') in self._keys: return
+        if isinstance(r.get('request'), dict) and isinstance(r.get('usage'), dict):
+            if 'offline_model' in r['request']: return
+            u, cost = r['usage'], None
+        elif 'prompt_tokens' in r and 'cost_usd' in r:
+            if r.get('offline'): return
+            u, cost = r, r.get('cost_usd')
+        else: return
+        self._keys.add(r.get('key'))
+        pt, ct, cpt = int(u.get('prompt_tokens') or 0), int(u.get('completion_tokens') or 0), int(u.get('cached_prompt_tokens') or 0)
+        if cost is None:
+            price = self.prices.get(r.get('model')) or model_price(str(r.get('model') or ''))
+            cost = api_cost(pt, ct, price, cpt) if price else None
+        self.calls += 1; self.prompt_tokens += pt; self.completion_tokens += ct
+        if cost is None: self.unpriced_calls += 1
+        else: self.cost_usd += cost
+
+    def poll(self) -> dict:
+        "Read what the files gained since the last poll; the totals so far."
+        with self._lock:
+            for f in llm_record_files(self.roots):
+                start, size = self._pos.get(f, 0), f.stat().st_size
+                if size <= start: continue
+                with open(f, 'rb') as fh: fh.seek(start); data = fh.read(size - start)
+                cut = data.rfind(b'\n') + 1; self._pos[f] = start + cut  # whole lines only: a line being written waits
+                for line in data[:cut].splitlines():
+                    try: self._add(json.loads(line))
+                    except ValueError: pass
+            return self.totals()
+
+    def totals(self) -> dict:
+        return dict(api_calls=self.calls, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                    cost_usd=round(self.cost_usd, 6), unpriced_calls=self.unpriced_calls)
+
+def spent_since(before: dict, after: dict) -> dict:
+    "The difference of two `SpendMeter` totals."
+    return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
+
+def check_budget(plan: dict,  # `plan_profile`
+                 max_cost: float) -> None:  # USD
+    "Refuse (BudgetError) a run whose planned API cost passes `max_cost`, or whose cost the plan cannot tell."
+    ready = [a for a in plan['artifacts'] if a['status'] == 'ready']
+    unknown = [a['artifact'] for a in ready if a['cost_usd'] is None]
+    if unknown: raise BudgetError(f'--max-cost {max_cost:g}: the cost of {", ".join(unknown)} is unknown (see `kgqa rerun --plan`: a price or a prompt size is missing); refusing to start')
+    cost = sum(a['cost_usd'] for a in ready)
+    if cost > max_cost:
+        top = sorted(ready, key=lambda a: -a['cost_usd'])[:3]
+        raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
+                          '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
+
+class SpendGuard:
+    "Context manager: polls a `SpendMeter` every `every` seconds and interrupts the run once the spend passes `max_cost`."
+    def __init__(self, meter: SpendMeter, max_cost: float | None, every: float = 10.):
+        self.meter, self.max_cost, self.every, self.tripped, self._stop = meter, max_cost, every, False, threading.Event()
+
+    def over(self) -> bool:
+        if self.max_cost is not None and self.meter.poll()['cost_usd'] > self.max_cost: self.tripped = True
+        return self.tripped
+
+    def _watch(self):
+        import _thread
+        while not self._stop.wait(self.every):
+            if self.over(): _thread.interrupt_main(); return
+
+    def __enter__(self):
+        if self.max_cost is not None: self._thread = threading.Thread(target=self._watch, daemon=True); self._thread.start()
+        return self
+
+    def __exit__(self, *a):
+        self._stop.set()
+        if self.max_cost is not None: self._thread.join()
+
+# %% ../nbs/40_rerun.ipynb #c064
 def rerun(profile: str = 'smoke',  # profile name or YAML path
           only=None,  # artifact names (default: all in the manifest)
           keep_going: bool = True,  # run the rest after a failure
           out_root=None,  # output folder (default: the profile's)
           log=None,  # callable taking a progress line (default: print to stderr)
-          heartbeat: float = 60.) -> list:  # seconds between 'still running' lines
+          heartbeat: float = 60.,  # seconds between 'still running' lines
+          max_cost: float | None = None,  # USD: refuse a run planned above it, stop one whose measured spend passes it
+          guard_every: float = 10.,  # seconds between spend checks while an artifact runs (with max_cost)
+          run=None) -> list:  # the function that runs one artifact (default: `run_artifact`)
     "Run every (or `only` the named) artifact under `profile`; returns one status record per artifact."
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     manifest = load_manifest()
@@ -319,22 +791,38 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
         if n not in manifest: raise ArtifactError(f'unknown artifact {n!r}{_nearest(n, manifest)}; `kgqa rerun --list` shows them all')
     params = check_profile(profile, manifest)
     not_run = read_profile(profile).get('not_run') or {}
+    planned = {a['artifact']: a for a in plan_profile(profile, names)['artifacts']}
+    if max_cost is not None: check_budget(dict(artifacts=list(planned.values())), max_cost)
+    meter, run = SpendMeter(llm_roots(profile), plan_settings(profile)['prices']), run or run_artifact
+    spend = lambda s: f"LLM so far: {s['api_calls']:,} API calls, {_tok(s['prompt_tokens'] + s['completion_tokens'])} tokens, {_usd(s['cost_usd'])}"
     records, t0 = [], time.perf_counter()
     for i, n in enumerate(names, 1):
-        head = f'[{i}/{len(names)}] {n}'
+        head, pa = f'[{i}/{len(names)}] {n}', planned[n]
         why = [f'not in this profile: {not_run[n]}'] if n in not_run else unmet_needs(artifact_needs(manifest[n], params[n]))
         if why:
             records.append(dict(artifact=n, status='skipped', reason='; '.join(why))); log(f'{head}: skipped, {"; ".join(why)}'); continue
-        log(f'{head}: running')
+        log(f'{head}: running' + (f" (planned: {pa['api_calls']:,} LLM API calls, {_usd(pa['cost_usd'])}, ~{fmt_seconds(pa['seconds'])})" if pa['api_calls'] else ''))
+        guard = SpendGuard(meter, max_cost, guard_every)
         try:
-            with Heartbeat(head, heartbeat, log): records.append(run_artifact(manifest[n], profile, out_root=out_root))
-            log(f'{head}: ok in {fmt_seconds(records[-1]["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})')
+            with Heartbeat(head, heartbeat, log, detail=lambda: spend(meter.poll()) if meter.calls or pa['api_calls'] else ''), guard:
+                records.append(run(manifest[n], profile, out_root=out_root, plan=pa, meter=meter))
+            s = records[-1].get('llm_spent') or {}
+            log(f'{head}: ok in {fmt_seconds(records[-1]["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})' +
+                (f"; LLM: {s['api_calls']:,} API calls, {_usd(s['cost_usd'])} (planned {pa['api_calls']:,}, {_usd(pa['cost_usd'])})" if s.get('api_calls') or pa['api_calls'] else ''))
         except ArtifactError as e:
             records.append(dict(artifact=n, status='failed', reason=str(e))); log(f'{head}: FAILED, {str(e).splitlines()[0]}')
             if not keep_going: break
+        except KeyboardInterrupt:
+            if not guard.tripped: raise
+        if max_cost is not None and (guard.tripped or guard.over()):
+            why = f'measured LLM spend {_usd(meter.cost_usd)} passed --max-cost {max_cost:g}'
+            if guard.tripped and (not records or records[-1]['artifact'] != n): records.append(dict(artifact=n, status='stopped', reason=why))
+            log(f'{head}: STOPPED, {why}; the remaining artifacts are not run')
+            records += [dict(artifact=m, status='stopped', reason=why) for m in names[i:]]
+            break
     return records
 
-# %% ../nbs/40_rerun.ipynb #c042
+# %% ../nbs/40_rerun.ipynb #c068
 class UsageError(ValueError):
     "A command line that cannot be parsed."
 
@@ -342,7 +830,7 @@ class CLIParser(argparse.ArgumentParser):
     "An `argparse` parser whose errors raise `UsageError` (one line) instead of printing the usage and exiting."
     def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
 
-# %% ../nbs/40_rerun.ipynb #c044
+# %% ../nbs/40_rerun.ipynb #c070
 def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
     ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
@@ -350,7 +838,18 @@ def rerun_cli(argv=None) -> int:
     ap.add_argument('--only', nargs='*', help='artifact names (default: all in params/manifest.yaml)')
     ap.add_argument('--stop-on-error', action='store_true', help='stop at the first failing artifact')
     ap.add_argument('--list', action='store_true', help='list artifacts with their parameters and their needs under --profile, and exit')
+    ap.add_argument('--plan', action='store_true', help='print what the run needs, calls, spends and takes per artifact (no network call), write it as JSON, and exit')
+    ap.add_argument('--plan-json', metavar='PATH', help='where --plan writes the JSON plan (default: _smoke/plans/<profile>.json)')
+    ap.add_argument('--max-cost', type=float, metavar='USD', help='refuse to start when the plan costs more; stop when the measured LLM spend passes it')
     a = ap.parse_args(argv)
+    if a.max_cost is not None and a.max_cost < 0: raise UsageError(f'--max-cost must be >= 0 USD, got {a.max_cost:g}')
+    if a.plan:
+        plan = plan_profile(a.profile, a.only)
+        out = Path(a.plan_json) if a.plan_json else project_dirs.scratch / 'plans' / f'{Path(a.profile).stem}.json'
+        write_text_atomic(out, json.dumps(jsonable(plan), indent=1) + '\n')
+        print(format_plan(plan)); print(f'plan written to {_shown(out)}')
+        if a.max_cost is not None: check_budget(plan, a.max_cost)
+        return 0
     if a.list:
         params = check_profile(a.profile)
         for n, art in load_manifest().items():
@@ -358,8 +857,8 @@ def rerun_cli(argv=None) -> int:
             print(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(needs)}]' if needs else ''))
             for p in notebook_parameters(art.notebook): print(f'    {p.name}: {p.type} = {p.default!r}  # {p.help}')
         return 0
-    recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error)
+    recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error, max_cost=a.max_cost)
     for r in recs: print(f"{r['status']:>7}  {r['artifact']:<30} {fmt_seconds(r['seconds']) if 'seconds' in r else ''} {r.get('reason', '').splitlines()[0] if r.get('reason') else ''}")
     pub = publish_dirs(a.profile)
     print(f'outputs under {_shown(output_root(a.profile))}' + (f', published to {_shown(pub[0])}/ and {_shown(pub[1])}/' if pub else ''))
-    return 1 if any(r['status'] == 'failed' for r in recs) else 0
+    return 1 if any(r['status'] in ('failed', 'stopped') for r in recs) else 0
