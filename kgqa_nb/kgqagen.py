@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import PKG_DIR, ReasonError, git_state, package_versions, progress, read_jsonl, write_text_atomic
+from .core import PKG_DIR, ReasonError, artifact_dirs, folder_lock, git_state, keyed_folder, package_versions, progress, read_jsonl, write_text_atomic
 from .kg import KnowledgeGraph, format_item, kg_fingerprint, load_kg, parse_item
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
 from .llm import LLMClient, LLMError, read_ledger, register_offline_model
 from .validate import QueryShapeError, construct_query, read_query
 from .isomorphism import IsomorphismError, classify_answer_subgraph
 from .minimality import minimality
+from .datasources import resolve_kg
 from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
 from .synthkgqa import GenerationError, OutcomeLog, RunRefused, _OneLineParser, open_run_folder
 
@@ -30,8 +31,8 @@ __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_
            'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
            'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'instance_record',
            'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
-           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser',
-           'kgqagen_cli']
+           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'KGQAGenDataset', 'kgqagen_dataset',
+           'gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -683,6 +684,39 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
     return summary
 
 # %% ../nbs/22_kgqagen.ipynb #c064
+@dataclass
+class KGQAGenDataset:
+    "A finished KGQAGen run, as the artifact notebooks read it."
+    folder: Path  # the run folder
+    kg: KnowledgeGraph  # the KG it was generated on
+    records: pd.DataFrame  # GTSQA-schema records plus KGQAGen's fields
+    funnel: dict  # see `select_kgqagen`
+    summary: dict  # run_summary.json
+
+def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.resolve_kg` knows
+                    n_target: int = 20, seed: int = 0, backend: str = 'offline', model: str = '', reviser_model: str = '',
+                    base_url: str = '', root=None,  # parent of the kgqagen/ cache folder (default: the smoke scratch results)
+                    concurrency: int = 8, **cfg) -> KGQAGenDataset:  # further `KGQAGenConfig` fields (max_rounds, ...)
+    "Build (or reuse) the KGQAGen run of these parameters."
+    graph = resolve_kg(kg)
+    c = KGQAGenConfig(kg=graph.name, n_target=int(n_target), seed=int(seed), backend=backend, model=model or None,
+                      reviser_model=reviser_model or None, base_url=base_url or None, concurrency=concurrency, **cfg)
+    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph))
+    key.pop('base_url', None)
+    folder = keyed_folder((Path(root) if root is not None else artifact_dirs('')[0]) / 'kgqagen', graph.name, key)
+    run_dir = folder / 'run'
+    with folder_lock(folder):
+        if not (folder / 'done.json').exists():
+            summary = run_kgqagen(run_dir, c, kg=graph, verbose=False, status_every=0)
+            write_text_atomic(folder / 'done.json', json.dumps(dict(records=summary['records']), indent=1) + '\n')
+    summary = json.loads((run_dir / 'run_summary.json').read_text())
+    return KGQAGenDataset(run_dir, graph, pd.DataFrame(read_jsonl(run_dir / 'records.jsonl')), summary['funnel'], summary)
+
+def gold_names(kg: KnowledgeGraph, rec) -> list:
+    "The gold answers of a record for `metrics.em_lasm_scores`: per answer its ID and its label."
+    return [[a, kg.entity_labels[kg.entity_index[a]]] if a in kg.entity_index else [a] for a in rec['all_answers_wikidata']]
+
+# %% ../nbs/22_kgqagen.ipynb #c067
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:
