@@ -197,16 +197,26 @@ def _pick_in_group(rng, item_group, weights, query_group, n_groups: int) -> np.n
     return np.where(e > s, out, -1)
 
 # %% ../nbs/02_toyworld.ipynb #c022
-def _unique_labels(rng, n: int, make, used: set, max_rounds: int = 500) -> list:
+def _unique_labels(rng, n: int, make, used: set, max_rounds: int = 500,
+                   numbered: bool = True) -> list:  # when the maker's space is exhausted, number repeats ('Name 2'); False: raise
     "`n` labels from `make(rng, k)` that are not in `used` (they are added to it), in draw order."
     out = []
-    for _ in range(max_rounds):
+    for i in range(max_rounds):
         if len(out) >= n: break
+        before = len(out)
         for s in make(rng, max(32, int(1.3 * (n - len(out))))):
             if s not in used:
                 used.add(s); out.append(s)
                 if len(out) == n: break
-    if len(out) < n: raise RuntimeError(f'label space exhausted: got {len(out)} of {n} unique labels')
+        left = n - len(out)  # new labels only get rarer: stop when even this round's yield in every round left cannot fill
+        if left > 1000 and (len(out) - before) * (max_rounds - i - 1) < left: break
+    if len(out) < n and not numbered: raise RuntimeError(f'label space exhausted: got {len(out)} of {n} unique labels')
+    nxt = {}  # a very large world: repeat drawn names with the first free number, as organisations do
+    while len(out) < n:
+        for s in make(rng, n - len(out)):
+            j = nxt.get(s, 2)
+            while f'{s} {j}' in used: j += 1
+            nxt[s] = j + 1; used.add(f'{s} {j}'); out.append(f'{s} {j}')
     return out
 
 def _templates(templates: dict, **slots):
