@@ -19,14 +19,16 @@ COMMANDS = {
     'retrieve': ('kgqa_nb.subgraphrag:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
     'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
     'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
+    'kgqagen': ('kgqa_nb.kgqagen:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
     'serve-offline': ('kgqa_nb.cli:serve_offline_cli', 'serve the offline models as an OpenAI-compatible server on 127.0.0.1'),
+    'serve-llm': ('kgqa_nb.llm_local:serve_llm_cli', "serve a GGUF model with llama.cpp's OpenAI-compatible server on 127.0.0.1 (install with make llm-local)"),
 }
 
 # %% ../nbs/41_cli.ipynb #c007
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
     'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.synthkgqa:GenerationError',
-    'kgqa_nb.synthkgqa:ManifestMismatch', 'kgqa_nb.rerun:ArtifactError',
+    'kgqa_nb.synthkgqa:ManifestMismatch', 'kgqa_nb.rerun:ArtifactError', 'kgqa_nb.kgqagen:KGQAGenError',
 )
 
 def user_error_types() -> tuple:
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
         return 2
 
 # %% ../nbs/41_cli.ipynb #c012
-OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag')  # chapters that register offline models
+OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag', 'kgqa_nb.kgqagen')  # chapters that register offline models
 
 def port_number(s: str) -> int:  # the command-line text
     "A TCP port for `argparse`: 0 (any free port) to 65535."

@@ -23,11 +23,11 @@ from . import metrics
 
 # %% auto #0
 __all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND', 'UltraGraph',
-           'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency',
-           'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'CheckpointError', 'checkpoint_path',
-           'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks', 'ranking_metrics',
-           'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split', 'ultra_eval_cli',
-           'UltraQueryExecutor', 'missing_fact_queries']
+           'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency', 'csr_sum',
+           'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops', 'appendix_a_flops',
+           'llm_prefill_flops', 'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers',
+           'filtered_ranks', 'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split',
+           'ultra_eval_cli', 'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -128,6 +128,12 @@ def relational_adjacency(edge_index: torch.Tensor,  # (2, E) stored edges; messa
     return RelationalAdjacency(crow, entries % num_nodes, counts.float(), pairs // T, pairs % T, num_nodes)
 
 # %% ../nbs/18_ultra.ipynb #c018
+def csr_sum(S: torch.Tensor,  # (rows, cols) sparse CSR matrix
+            x: torch.Tensor):  # (cols, w) dense
+    "S @ x: torch's CSR row-reduction kernel on the CPU, the generic sparse product elsewhere."
+    return torch.sparse.mm(S, x, 'sum') if x.device.type == 'cpu' else torch.sparse.mm(S, x)
+
+# %% ../nbs/18_ultra.ipynb #c021
 class GeneralizedRelationalConv(nn.Module):
     "NBFNet layer: DistMult messages summed with the boundary, Linear on [old state, aggregate], LayerNorm, ReLU."
     def __init__(self, dim: int = 64,  # hidden size (input = output)
@@ -153,14 +159,14 @@ class GeneralizedRelationalConv(nn.Module):
         for s in range(0, P, step):
             e = min(P, s + step); lo, hi = int(adj.crow[s]), int(adj.crow[e])
             with _quiet_csr(): S = torch.sparse_csr_tensor(adj.crow[s:e + 1] - lo, adj.col[lo:hi], adj.val[lo:hi], (e - s, N), check_invariants=False)
-            msg = torch.sparse.mm(S, xf)  # (pairs, B*d): sum of the sources' states per (target, type)
+            msg = csr_sum(S, xf)  # (pairs, B*d): sum of the sources' states per (target, type)
             msg.mul_(rf.index_select(0, adj.pair_type[s:e]))
             D = torch.sparse_csr_tensor(torch.cat([adj.crow.new_zeros(1), torch.cumsum(torch.bincount(adj.pair_dst[s:e], minlength=N), 0)]),
                                         torch.arange(e - s, device=xf.device), torch.ones(e - s, device=xf.device), (N, e - s), check_invariants=False)
-            agg += torch.sparse.mm(D, msg)  # pairs are sorted by target: a CSR sum into their targets
+            agg += csr_sum(D, msg)  # pairs are sorted by target: a CSR sum into their targets
         return F.relu(self.layer_norm(self.linear(torch.cat([x, agg.view(N, B, d)], -1))))
 
-# %% ../nbs/18_ultra.ipynb #c022
+# %% ../nbs/18_ultra.ipynb #c025
 class RelNBFNet(nn.Module):
     "NBFNet over the relation graph: query-conditioned representations of all 2R relation types."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -181,7 +187,7 @@ class RelNBFNet(nn.Module):
             h = layer(h, boundary, graph.rel_adj, rel, chunk_size) + h
         return h.transpose(0, 1)
 
-# %% ../nbs/18_ultra.ipynb #c024
+# %% ../nbs/18_ultra.ipynb #c027
 class EntityNBFNet(nn.Module):
     "NBFNet over the fact graph, with per-layer projections of the conditioned relation vectors, and a score MLP."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -215,7 +221,7 @@ class EntityNBFNet(nn.Module):
         init[h_index, ar] = query
         return self.propagate(graph, init, rel_reprs, query, chunk_size)
 
-# %% ../nbs/18_ultra.ipynb #c026
+# %% ../nbs/18_ultra.ipynb #c029
 class Ultra(nn.Module):
     "ULTRA: a relation NBFNet conditioned on the query relation feeding an entity NBFNet; parameter names match the checkpoints."
     def __init__(self, dim: int = 64, num_layers: int = 6,
@@ -242,7 +248,35 @@ class Ultra(nn.Module):
         if direction == 'head': return self(graph, anchor, relation + graph.num_relations // 2, rel_query=relation)
         raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
 
-# %% ../nbs/18_ultra.ipynb #c030
+# %% ../nbs/18_ultra.ipynb #c033
+def _mp_flops(adj: RelationalAdjacency, B: int, d: int) -> int:
+    "Sparse FLOPs of one `GeneralizedRelationalConv` message pass over `adj` for B queries."
+    nnz, P = len(adj.col), len(adj.pair_dst)
+    return 2 * nnz * B * d + 2 * P * B * d
+
+def ultra_flops(graph: UltraGraph,  # the graph the model runs on
+                batch: int = 1,  # B, queries answered together
+                dim: int = 64, num_layers: int = 6) -> dict:
+    "FLOPs of one `Ultra` forward (relation network + entity network + score MLP) for `batch` queries: sparse, dense, elementwise, total."
+    B, d, L, N, T = int(batch), dim, num_layers, graph.num_nodes, graph.num_relations
+    sparse = L * (_mp_flops(graph.rel_adj, B, d) + _mp_flops(graph.adj, B, d))
+    dense = (L * 2 * (2 * d) * d * B * (T + N)  # Linear(2d -> d) on [state, aggregate] of every relation node and entity
+             + L * 2 * (2 * d * d * B * T)  # the entity layers' 2-layer relation projections (B x 2R vectors)
+             + 2 * (2 * d) * (2 * d) * N * B + 2 * (2 * d) * N * B)  # score MLP: Linear(2d -> 2d), Linear(2d -> 1)
+    elementwise = (L * (T + N) * B * d * (1 + 5 + 1 + 1)  # bias, LayerNorm, ReLU, residual
+                   + L * B * T * d * 3  # relation projection: two biases and a ReLU
+                   + N * B * (2 * d * 2 + 2))  # score MLP biases and ReLU, output bias, sigmoid
+    return dict(sparse=sparse, dense=dense, elementwise=elementwise, total=sparse + dense + elementwise)
+
+def appendix_a_flops(num_nodes: int, num_edges: int, dim: int = 64, num_layers: int = 6) -> int:
+    "The ULTRAG paper's coarse GNN count (Appendix A): L (2 E d + 4 d^2 N)."
+    return num_layers * (2 * num_edges * dim + 4 * dim * dim * num_nodes)
+
+def llm_prefill_flops(num_nodes: int, num_edges: int, active_params: float = 5.1e9) -> float:
+    "The paper's lower bound for an LLM reading the graph: 2 x active parameters per token, N + E + 1 tokens (Appendix A)."
+    return 2 * active_params * (num_nodes + num_edges + 1)
+
+# %% ../nbs/18_ultra.ipynb #c037
 ULTRA_CHECKPOINTS = {  # name -> sha256 and the sum of all parameters (a cheap fingerprint of the loaded weights)
     'ultra_3g': dict(sha256='fdedc01b0045fc089d2ad5da08569466b7b221691fe978a18e91082bbb133c18', param_sum=314.0047),
     'ultra_4g': dict(sha256='48a046e708adf5632d87c30eacae01f5f51466b2301effdc2cb42358d22854e0', param_sum=271.6183),
@@ -255,7 +289,7 @@ KEY_PREFIXES = ('model.model.',)  # UltraQuery -> RelationProjection -> Ultra ne
 class CheckpointError(ValueError):
     "A checkpoint file that is not one of the known ULTRA checkpoints, or whose weights do not fit the model."
 
-# %% ../nbs/18_ultra.ipynb #c032
+# %% ../nbs/18_ultra.ipynb #c039
 def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
                     url: str | None = None):  # download source (default: the ULTRA GitHub repository)
     "Local path of a named checkpoint, downloading (sha256-verified) into the user cache when absent."
@@ -265,7 +299,7 @@ def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
     dest = user_cache_dir() / 'ckpts' / 'ultra' / f'{name}.pth'
     return download((url or ULTRA_CKPT_URL).format(name=name), dest, sha256=ULTRA_CHECKPOINTS[name]['sha256'])
 
-# %% ../nbs/18_ultra.ipynb #c035
+# %% ../nbs/18_ultra.ipynb #c042
 def ultra_state_dict(path,  # a .pth file
                      verify: bool = True):  # require the sha256 of a known checkpoint
     "The model state_dict of a checkpoint file, with UltraQuery's key prefix stripped."
@@ -288,7 +322,7 @@ def ultra_state_dict(path,  # a .pth file
         out[k] = v
     return out
 
-# %% ../nbs/18_ultra.ipynb #c036
+# %% ../nbs/18_ultra.ipynb #c043
 def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or a path to a .pth file
                device: str = 'cpu',  # 'auto', 'cpu', 'cuda', 'cuda:N'
                verify: bool = True,  # require a known sha256
@@ -300,7 +334,7 @@ def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or
     except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
 
-# %% ../nbs/18_ultra.ipynb #c042
+# %% ../nbs/18_ultra.ipynb #c049
 def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
                   anchors: np.ndarray,  # (n,) anchor entity per query
                   rels: np.ndarray,  # (n,) original relation per query
@@ -319,7 +353,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c045
+# %% ../nbs/18_ultra.ipynb #c052
 def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
@@ -330,14 +364,14 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
     cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
     return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
 
-# %% ../nbs/18_ultra.ipynb #c049
+# %% ../nbs/18_ultra.ipynb #c056
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
     r = torch.as_tensor(ranks).double().cpu().numpy()
     if r.size == 0: raise ValueError('no ranks to summarise')
     return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
-# %% ../nbs/18_ultra.ipynb #c052
+# %% ../nbs/18_ultra.ipynb #c059
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -360,7 +394,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c054
+# %% ../nbs/18_ultra.ipynb #c061
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -371,7 +405,7 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c058
+# %% ../nbs/18_ultra.ipynb #c065
 def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
                    split: LinkPredictionSplit,  # from `kg.load_split`
                    which: str = 'test',  # 'test' or 'valid' queries
@@ -389,7 +423,7 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
     return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
                          for d, m in res.items()])
 
-# %% ../nbs/18_ultra.ipynb #c063
+# %% ../nbs/18_ultra.ipynb #c070
 def ultra_eval_cli(argv=None) -> int:
     "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
     import argparse
@@ -422,7 +456,7 @@ def ultra_eval_cli(argv=None) -> int:
         print(f'wrote {a.out}')
     return 0
 
-# %% ../nbs/18_ultra.ipynb #c072
+# %% ../nbs/18_ultra.ipynb #c079
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -431,7 +465,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c073
+# %% ../nbs/18_ultra.ipynb #c080
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -457,7 +491,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c075
+# %% ../nbs/18_ultra.ipynb #c082
 from fastcore.basics import patch
 
 @patch
@@ -489,7 +523,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c081
+# %% ../nbs/18_ultra.ipynb #c088
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

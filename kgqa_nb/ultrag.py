@@ -23,11 +23,11 @@ from . import metrics
 # %% auto #0
 __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE', 'crisp_set',
            'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply', 'check_query',
-           'WrittenQuery', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer',
+           'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer',
            'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner',
            'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages',
            'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
-           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate', 'summarize', 'ultrag_cli']
+           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate', 'summarize', 'cost_per_query', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -126,6 +126,12 @@ class WrittenQuery:
     @property
     def text(self) -> str: return format_query(self.query) if self.valid else ''
 
+def llm_text(step, messages: list) -> str:
+    "The reply text of `step.client` to `messages`, its token usage added to `step.tokens` (recorded usage for cached replies, so reruns count the same)."
+    r = step.client.chat(messages)
+    step.tokens.update({k: int(r.usage.get(k) or 0) for k in ('prompt_tokens', 'completion_tokens')})
+    return r.text
+
 class LLMQueryWriter:
     "Step 1 of ULTRAG: an LLM writes the DSL query; one retry with the error message when the reply is invalid."
     def __init__(self, client: LLMClient,  # the LLM (offline models, or any OpenAI-compatible server)
@@ -134,14 +140,14 @@ class LLMQueryWriter:
                  label: str | None = None):  # what to call this writer in tables (default: the client's description)
         self.client, self.kg, self.retries = client, kg, retries
         self.label = label or f'llm {client.describe()}'
-        self.stats = Counter()
+        self.stats, self.tokens = Counter(), Counter()
 
     def write(self, question: str, seeds=None, history=()) -> WrittenQuery:
         "The query for `question` (with `seeds` when known); never raises for a bad reply."
         msgs, out = writer_messages(question, self.kg, seeds, history), WrittenQuery()
         self.stats['questions'] += 1
         for attempt in range(self.retries + 1):
-            try: out.reply = self.client.chat(msgs).text
+            try: out.reply = llm_text(self, msgs)
             except LLMError as e: out.errors.append('llm_error'); out.message = str(e); break
             out.attempts += 1
             try:
@@ -344,14 +350,18 @@ class NeuralExecutor:
                  logic: str = 'product', threshold: float = 0.0,
                  batched: bool = True):  # run ready projections together (`execute_batched`); False: one at a time
         self.model, self.logic, self.threshold, self.batched, self._cache = model, logic, threshold, batched, {}
+        self.last_flops = 0  # FLOPs of the last `execute` (`ultra.ultra_flops` per projection, on the pruned graph)
 
     def execute(self, query, leaf_sets: dict, pruned: Pruned) -> torch.Tensor:
         "(V,) memberships over the full graph."
-        from kgqa_nb.ultra import UltraQueryExecutor
+        from kgqa_nb.ultra import UltraQueryExecutor, ultra_flops
         key = id(pruned.kg)
         if key not in self._cache: self._cache = {key: UltraQueryExecutor(self.model, pruned.kg, self.logic, self.threshold)}
         ex, sub = self._cache[key], _sub_leaf_sets(leaf_sets, pruned)
-        return _lift(execute_batched(ex, query, sub) if self.batched else ex.execute(query, sub), pruned)
+        if isinstance(query, str): query = parse_query(query)
+        out = _lift(execute_batched(ex, query, sub) if self.batched else ex.execute(query, sub), pruned)
+        self.last_flops = len(query_relations(query)) * ultra_flops(ex.graph, 1)['total']  # linear in the batch: batching saves time, not FLOPs
+        return out
 
 class SymbolicStep:
     "Step 4, symbolic: exact set semantics on the pruned graph (memberships 0 or 1)."
@@ -386,11 +396,11 @@ def _offline_decider(messages: list) -> str:
 class LLMDecider:
     "Step 5, iterative: an LLM judges the top entities; an unreadable reply counts as sufficient (ends the loop)."
     def __init__(self, client: LLMClient, top_k: int = 10):
-        self.client, self.top_k = client, top_k
+        self.client, self.top_k, self.tokens = client, top_k, Counter()
         self.label = f'llm {client.describe()}'
     def decide(self, x: torch.Tensor, question: str, kg: KnowledgeGraph) -> bool:
         "Is `x` enough to answer `question`?"
-        try: reply = self.client.chat(decider_messages(question, top_members(x, kg, self.top_k), kg)).text
+        try: reply = llm_text(self, decider_messages(question, top_members(x, kg, self.top_k), kg))
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
@@ -418,12 +428,12 @@ def _offline_arbitrator(messages: list) -> str:
 class LLMArbitrator:
     "Step 6 of ULTRAG: an LLM picks the answer set from the top-k candidates (only offered IDs are kept)."
     def __init__(self, client: LLMClient, top_k: int = 50):
-        self.client, self.top_k = client, top_k
+        self.client, self.top_k, self.tokens = client, top_k, Counter()
         self.label = f'llm {client.describe()}'
     def arbitrate(self, x: torch.Tensor, query_text: str, question: str, kg: KnowledgeGraph) -> list:
         "Answer entity IDs."
         top = top_members(x, kg, self.top_k)
-        try: reply = self.client.chat(arbitrator_messages(question, query_text, top, kg)).text
+        try: reply = llm_text(self, arbitrator_messages(question, query_text, top, kg))
         except LLMError: return relative_threshold(top, 1.0)  # the LLM failed: fall back to the top entity
         offered = {e for e, _ in top}
         return list(dict.fromkeys(e for e in re.findall(r'Q[0-9]+', reply) if e in offered))
@@ -461,7 +471,11 @@ class UltragResult:
     error: str = ''  # a `WRITE_ERRORS` name, or ''
     message: str = ''
     subgraph_nodes: int = 0  # entities of the (last) pruned graph
+    subgraph_edges: int = 0  # facts of the (last) pruned graph
     scores: object = None  # the (V,) fuzzy set (kept when `keep_scores`)
+    flops: int = 0  # the executor's FLOPs, summed over rounds (0 for a symbolic executor)
+    prompt_tokens: int = 0  # LLM tokens of this question's calls (writer, decider, arbitrator), replies from the cache included
+    completion_tokens: int = 0
 
 class Ultrag:
     "ULTRAG (Algorithm 1): writer -> linker -> SEPPR pruner -> executor -> decider (loop) -> arbitrator."
@@ -485,6 +499,8 @@ class Ultrag:
     def answer(self, question: str, seeds=None) -> UltragResult:
         "Run the recipe on one question (`seeds`: entity IDs, or None to link the writer's mentions)."
         res, T, history, x = UltragResult(question), Counter(), [], None
+        llm_steps = [getattr(self, s) for s in ('writer', 'decider', 'arbitrator') if hasattr(getattr(self, s), 'tokens')]
+        before = [Counter(st.tokens) for st in llm_steps]
         def timed(step, fn, *a):
             t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
             return out
@@ -496,7 +512,8 @@ class Ultrag:
             except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
             pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
             x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
-            res.query, res.subgraph_nodes, res.error, res.message = w.text, pruned.kg.num_entities, '', ''
+            res.flops += getattr(self.executor, 'last_flops', 0)
+            res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
             if timed('decide', self.decider.decide, x, question, self.kg): break
             history.append(top_members(x, self.kg, 10))
         if x is not None:
@@ -504,6 +521,9 @@ class Ultrag:
             res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
             if self.keep_scores: res.scores = x
         res.timings = {k: float(v) for k, v in T.items()}
+        for st, b in zip(llm_steps, before):
+            res.prompt_tokens += st.tokens['prompt_tokens'] - b['prompt_tokens']
+            res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
         return res
 
 # %% ../nbs/19_ultrag.ipynb #c045
@@ -535,7 +555,8 @@ def evaluate(pipe: Ultrag,  # the recipe
                              hits=metrics.answer_hit(res.answers, gold), precision=p, recall=rcl, f1=f1,
                              exact_match=metrics.exact_match(res.answers, gold),
                              rank=gold_rank(res.scores, gi) if res.scores is not None else pipe.kg.num_entities,
-                             subgraph_nodes=res.subgraph_nodes, rounds=res.rounds, gold=gold, top=res.top,
+                             subgraph_nodes=res.subgraph_nodes, subgraph_edges=res.subgraph_edges, rounds=res.rounds, gold=gold, top=res.top, flops=res.flops,
+                             prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
                              **{f't_{k}': v for k, v in res.timings.items()}))
     finally: pipe.keep_scores = keep
     df = pd.DataFrame(rows)
@@ -553,7 +574,22 @@ def summarize(df: pd.DataFrame, by=None) -> pd.DataFrame:
     if by is None: return agg(df).to_frame().T
     return df.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()
 
-# %% ../nbs/19_ultrag.ipynb #c049
+def cost_per_query(df: pd.DataFrame,  # `evaluate`'s table
+                   llm_active_params: float = 5.1e9) -> pd.DataFrame:  # the LLM of the paper's Appendix A bound (GPT-OSS-120B)
+    "Mean cost of one question: seconds per step and in all, executor GFLOPs, LLM tokens, and the Appendix-A FLOPs of an LLM reading the pruned graph."
+    from kgqa_nb.ultra import llm_prefill_flops
+    steps = [c for c in df.columns if c.startswith('t_')]
+    row = {f'seconds_{c[2:]}': df[c].fillna(0).mean() for c in steps}
+    row['seconds_total'] = df[steps].fillna(0).sum(axis=1).mean()
+    row['executor_gflops'] = df.flops.mean() / 1e9
+    row['prompt_tokens'], row['completion_tokens'] = df.prompt_tokens.mean(), df.completion_tokens.mean()
+    row['subgraph_nodes'], row['subgraph_edges'] = df.subgraph_nodes.mean(), df.subgraph_edges.mean()
+    llm = np.mean([llm_prefill_flops(n, e, llm_active_params) for n, e in zip(df.subgraph_nodes, df.subgraph_edges)])
+    row['llm_reading_gflops'] = llm / 1e9
+    row['llm_to_executor_flops'] = llm / df.flops.mean() if df.flops.mean() > 0 else float('nan')
+    return pd.DataFrame([dict(n=len(df), **row)])
+
+# %% ../nbs/19_ultrag.ipynb #c051
 def _cli_pipeline(a, kg):
     from kgqa_nb.ultra import load_ultra
     from kgqa_nb.datasources import load_source

@@ -82,6 +82,32 @@ def test_whole_llm_path_through_the_stand_in_server():
     assert set(res.timings) == {'write', 'link', 'prune', 'execute', 'decide', 'arbitrate'} and res.rounds == 1
 
 
+def test_tokens_per_question_count_the_same_from_the_cache(tmp_path):
+    q = '[scripted] tokens?'
+    SCRIPT[q] = ['QUERY: Q900000006 -> P47']
+    def run(srv_url, mode):
+        c = LLMClient('openai', model='stand-in', base_url=srv_url, api_key='x', cache_dir=tmp_path, cache_mode=mode, backoff_base=0.01)
+        pipe = Ultrag(TW, LLMQueryWriter(c, TW), SymbolicStep(), pruner=SEPPRPruner(k=500), decider=LLMDecider(c), arbitrator=LLMArbitrator(c))
+        return pipe.answer(q, ['Q900000006'])
+    with OfflineChatServer() as srv:
+        live = run(srv.url, 'readwrite')
+        assert len(srv.requests) == 3
+    replay = run('http://127.0.0.1:9/v1', 'replay')  # server gone: every reply comes from the cache
+    assert live.prompt_tokens > 0 and live.completion_tokens > 0 and live.flops == 0  # the symbolic executor does no FLOPs
+    assert (replay.prompt_tokens, replay.completion_tokens, replay.answers) == (live.prompt_tokens, live.completion_tokens, live.answers)
+
+
+def test_neural_executor_flops_follow_the_projections():
+    from kgqa_nb.ultra import load_ultra, ultra_flops
+    ex = NeuralExecutor(load_ultra('ultraquery'))
+    pipe = Ultrag(TW, LLMQueryWriter(LLMClient('offline', cache=False), TW), ex, pruner=SEPPRPruner(k=300))
+    SCRIPT['[scripted] one hop?'] = ['QUERY: Q900000006 -> P47']
+    SCRIPT['[scripted] two hops?'] = ['QUERY: Q900000006 -> P47 -> P47']
+    one, two = pipe.answer('[scripted] one hop?', ['Q900000006']), pipe.answer('[scripted] two hops?', ['Q900000006'])
+    per_projection = ultra_flops(ex._cache[next(iter(ex._cache))].graph, 1)['total']
+    assert one.flops == per_projection and two.flops == 2 * per_projection and one.subgraph_edges > 0
+
+
 def test_iterative_decider_respects_the_round_cap():
     q = '[scripted] weak?'
     SCRIPT[q] = ['QUERY: Q900000006 -> P47']
