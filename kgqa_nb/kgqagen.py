@@ -32,7 +32,7 @@ __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_
            'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'instance_record',
            'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
            'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'KGQAGenDataset', 'kgqagen_dataset',
-           'gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
+           'gold_names', 'published_gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -715,6 +715,12 @@ def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.re
 def gold_names(kg: KnowledgeGraph, rec) -> list:
     "The gold answers of a record for `metrics.em_lasm_scores`: per answer its ID and its label."
     return [[a, kg.entity_labels[kg.entity_index[a]]] if a in kg.entity_index else [a] for a in rec['all_answers_wikidata']]
+
+def published_gold_names(rec) -> list:
+    "The gold answers of a published KGQAGen-10k record (`dataset.read_kgqagen`): per answer its label, and its QID when the proof names every answer."
+    labels, ids = list(rec['answer_labels']), rec.get('all_answers_wikidata')
+    ids = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
+    return [[q, l] for q, l in zip(ids, labels)] if ids and len(ids) == len(labels) else [[l] for l in labels]
 
 # %% ../nbs/22_kgqagen.ipynb #c067
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}

@@ -15,17 +15,22 @@ from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError
 
 # %% auto #0
-__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'triple_lines',
-           'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader', 'compact_triple_lines',
-           'subgraphrag_messages', 'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader', 'few_shot_prompt',
-           'parse_few_shot_answers', 'few_shot_status', 'FewShotReader', 'make_reader']
+__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'item_label',
+           'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader',
+           'compact_triple_lines', 'subgraphrag_messages', 'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader',
+           'few_shot_prompt', 'parse_few_shot_answers', 'few_shot_status', 'FewShotReader', 'make_reader']
 
 # %% ../nbs/16_readers.ipynb #c006
+def item_label(text: str) -> str:
+    "The label of a `'Label (ID)'` item; a literal (a date, a number, a code) is its own label."
+    try: return parse_item(text)[0]
+    except ValueError: return str(text)
+
 def triple_lines(triples) -> str:
     "One `(head, relation, tail)` line per distinct triple, labels only."
     seen, out = set(), []
     for h, r, t in triples:
-        line = f'({parse_item(h)[0]}, {parse_item(r)[0]}, {parse_item(t)[0]})'
+        line = f'({item_label(h)}, {item_label(r)}, {item_label(t)})'
         if line not in seen: seen.add(line); out.append(line)
     return '\n'.join(out)
 
@@ -106,7 +111,7 @@ def compact_triple_lines(triples, k: int | None = None) -> str:
     "`(head,relation,tail)` lines, labels only, no spaces around commas, distinct in order, the first `k`."
     seen, out = set(), []
     for h, r, t in triples:
-        line = f'({parse_item(h)[0]},{parse_item(r)[0]},{parse_item(t)[0]})'
+        line = f'({item_label(h)},{item_label(r)},{item_label(t)})'
         if line not in seen: seen.add(line); out.append(line)
     return '\n'.join(out[:k] if k else out)
 

@@ -4,6 +4,7 @@ exactly its answer set, SIGKILL then resume equals an uninterrupted run, malform
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kgqa_nb import llm
@@ -250,3 +251,35 @@ def test_user_seed_list(tmp_path, kg):
     seeds.write_text('Q1234567890123\n')
     with pytest.raises(KGQAGenError, match='not in KG'):
         run_kgqagen(tmp_path / 'v', KGQAGenConfig(seeds=['Q1234567890123']), kg=kg)
+
+
+# ------------------------------------------------------------------ Table 2 on the published KGQAGen-10k layout
+
+PUBLISHED = [
+    {'id': 3, 'seed': 'Q13373', 'question': 'Which city was Galileo Galilei born in?', 'answer': ['Pisa'],
+     'sparql': 'SELECT ?cityLabel WHERE { wd:Q307 wdt:P19 ?city . SERVICE wikibase:label { bd:serviceParam wikibase:language "en" . } }',
+     'proof': [['Galileo Galilei (Q307)', 'place of birth (P19)', 'Pisa (Q13373)']]},
+    {'id': 1, 'seed': 'Q3048935', 'question': "Which work follows 'The Adventures of Captain Hatteras' in the 'Voyages Extraordinaires'?",
+     'answer': ['A Journey to the Center of the Earth'],
+     'sparql': 'SELECT ?work WHERE { wd:Q319149 wdt:P156 ?work . ?work wdt:P179 wd:Q3048935 . }',
+     'proof': [['The Adventures of Captain Hatteras (Q319149)', 'followed by (P156)', 'A Journey to the Center of the Earth (Q219457)'],
+               ['A Journey to the Center of the Earth (Q219457)', 'part of the series (P179)', 'Voyages Extraordinaires (Q3048935)'],
+               ['A Journey to the Center of the Earth (Q219457)', 'publication date (P577)', '1864']]},
+]
+
+
+def test_table2_reads_the_published_dataset(tmp_path, monkeypatch):
+    "Artifact 92 with source kgqagen-10k and no KG: the LLM rows on every published question, the oracle and retriever rows left out."
+    from kgqa_nb.rerun import load_manifest, run_artifact
+    data = tmp_path / 'data'; (data / 'kgqagen').mkdir(parents=True)
+    (data / 'kgqagen' / 'data.jsonl').write_text(''.join(json.dumps(o) + '\n' for o in PUBLISHED))
+    monkeypatch.setenv('KGQA_DATA', str(data))
+    out = tmp_path / 'out'
+    run_artifact(load_manifest()['kgqagen_table2'], 'smoke', overrides=dict(source='kgqagen-10k', kg=''), out_root=out)
+    table = pd.read_csv(out / 'results' / 'kgqagen_table2.csv')
+    assert table.type.tolist() == ['Pure LLM', 'LLM-SP'] and (table.n_questions == 2).all()
+    assert not table.model.str.contains('oracle').any()  # published queries use the label service: no oracle row
+    per_q = pd.read_csv(out / 'results' / 'kgqagen_table2_per_question.csv')
+    assert sorted(per_q.id.unique()) == [1, 3]
+    prov = json.loads((out / 'results' / 'kgqagen_table2.provenance.json').read_text())
+    assert prov['params']['source'] == 'kgqagen-10k' and 'published KGQAGen-10k' in prov['llm_backend']
