@@ -18,11 +18,11 @@ __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'PLAN_DEFAULTS', 'MEASURED_P
            'profile_file', 'read_profile', 'check_profile', 'data_folders', 'param_needs', 'artifact_needs',
            'unmet_needs', 'output_root', 'publish_dirs', 'publish_outputs', 'ArtifactError', 'resolve_params',
            'run_artifact', 'fmt_seconds', 'Heartbeat', 'CallGroup', 'question_count', 'test_questions',
-           'generation_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'kgrag_calls', 'api_groups',
-           'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'plan_settings',
-           'group_price', 'prompt_size', 'prior_runs', 'estimate_seconds', 'plan_artifact', 'BudgetError', 'llm_roots',
-           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'SpendGuard', 'rerun',
-           'UsageError', 'CLIParser', 'rerun_cli']
+           'generation_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'kgrag_calls',
+           'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'llm_record_files', 'measured_usage', 'usage_by_kind',
+           'downloads_for', 'need_status', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs',
+           'estimate_seconds', 'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter',
+           'spent_since', 'check_budget', 'SpendGuard', 'rerun', 'UsageError', 'CLIParser', 'rerun_cli']
 
 # %% ../nbs/40_rerun.ipynb #c006
 @dataclass
@@ -161,7 +161,10 @@ def _cuda(v) -> bool: return str(v).startswith('cuda')
 NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter whose non-empty value meets the need instead)
     ('llm', {'backend': {'openai'}}, 'base_url'),  # question generation through an OpenAI-compatible API
     ('llm', {'reader': {'llm'}, 'reader_backend': {'openai'}}, 'reader_base_url'),  # an LLM reader behind an API
+    ('llm', {'reader_backend': {'openai'}, 'judge_backend': lambda v: True}, None),  # KGQAGen Table 2's readers (no `reader` switch)
+    ('llm', {'judge_backend': {'openai'}}, None),  # an LLM judge (LASM)
     ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
+    ('data:kgqagen', {'source': {'kgqagen-10k'}}, None),  # the published KGQAGen-10k file
     ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
 )
 
@@ -324,6 +327,11 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     test_fraction=0.165,  # share of requested generated questions that end in the zero-shot test split (companion: 99 of 600)
     split_sizes={'train': 30477, 'test': 1622},  # GTSQA questions per split (SynthKGQA Table 1), when n_questions is 0 (all)
     sp_triples=12,  # shortest-path triples per question given to the Figure 4 reader (assumed; Table 6 has GT 1-4 hop paths)
+    kgqagen_acceptance_rate=0.417,  # share of KGQAGen candidates kept (measured with the offline roles on CoDEx-M: 300 of 720)
+    kgqagen_generator_calls=2.0,  # generator calls per KGQAGen candidate: expansion rounds + the question (offline on CoDEx-M: 1,440 / 720)
+    kgqagen_reviser_calls=1.83,  # SPARQL-reviser calls per KGQAGen candidate (offline on CoDEx-M: 1,314 / 720, cache hits included)
+    kgqagen_10k=10787,  # questions in the published KGQAGen-10k
+    lasm_judged_per_question=2.2,  # LASM judge calls per question and Table 2 row: pairs exact match misses (offline on CoDEx-M: 1,984 / 900)
     subquestions=2.0,  # KG-RAG sub-questions per decomposed MetaQA question (assumed; 1-3 hops)
     seconds_per_call=4.0,  # wall seconds of one API call (assumed; the ledger's measured mean replaces it)
     concurrency=8,  # concurrent API calls (LLMClient's default)
@@ -338,6 +346,10 @@ MEASURED_PROMPTS = {
     'synthkgqa-paraphrase': dict(prompt=102, per_triple=0, completion=24, calls=88),
     'kgqa-reader': dict(prompt=97, per_triple=12.81, completion=8, calls=66),
     'kgqa-subgraphrag-reader': dict(prompt=146, per_triple=11.48, completion=6, calls=611),
+    'kgqagen-expand': dict(prompt=1160, per_triple=0, completion=83, calls=96),
+    'kgqagen-revise': dict(prompt=380, per_triple=0, completion=31, calls=17),
+    'kgqa-llm-only': dict(prompt=66, per_triple=0, completion=5, calls=40),
+    'lasm-judge': dict(prompt=142, per_triple=0, completion=1, calls=40),
 }
 MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (2026-11-25)'
 
@@ -418,6 +430,32 @@ def kgrag_calls(p, plan, baselines: bool = False) -> list:
     if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q))
     return out
 
+def kgqagen_calls(p, plan) -> list:
+    "KGQAGen generation: per candidate (n / acceptance rate) the generator's expansion and question calls and the reviser's calls."
+    if p.get('backend', 'offline') != 'openai': return []
+    n, api = int(p.get('n_target', 0)), _api('openai', p.get('model'), p.get('base_url'))
+    cands = math.ceil(n / plan['kgqagen_acceptance_rate'])
+    key = f"kgqagen:{p.get('kg', 'toyworld')}:{n}:{p.get('seed', 0)}:{api['model']}:{p.get('reviser_model', '')}"
+    return [CallGroup('generator (expansion, question)', 'kgqagen-expand', **api, calls=math.ceil(cands * plan['kgqagen_generator_calls']), shared=key + ':generator'),
+            CallGroup('SPARQL reviser', 'kgqagen-revise', **_api('openai', p.get('reviser_model') or p.get('model'), p.get('base_url')),
+                      calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser')]
+
+def kgqagen_table2_calls(p, plan) -> list:
+    "KGQAGen Table 2: the dataset's generation (when generated), per question three reader calls (alone, proof, retrieved) and the LASM judge."
+    gen = p.get('source', 'generated') == 'generated'
+    out = kgqagen_calls(p, plan) if gen else []
+    n = int(p.get('n_target', 0)) if gen else plan['kgqagen_10k']
+    if p.get('max_questions'): n = min(n, int(p['max_questions']))
+    if p.get('reader_backend', 'offline') == 'openai':
+        api = _api('openai', p.get('reader_model'), p.get('base_url'))
+        out += [CallGroup('reader (question alone)', 'kgqa-llm-only', **api, calls=n),
+                CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=3.0),
+                CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=n, triples=float(p.get('top_k', 100)))]
+    if p.get('judge_backend', 'offline') == 'openai':
+        out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p.get('judge_model'), p.get('base_url')),
+                             calls=math.ceil(3 * n * plan['lasm_judged_per_question'])))
+    return out
+
 _GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
                 'fig6_seeds_hops_answers', 'fig7_subgraph_sizes', 'fig8_minimal_types', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths')
 LLM_WORK = {  # artifact -> (its parameters, planning assumptions) -> [CallGroup]; an artifact not listed makes no LLM call
@@ -429,6 +467,8 @@ LLM_WORK = {  # artifact -> (its parameters, planning assumptions) -> [CallGroup
     'ultrag_oracle_vs_llm': lambda p, plan: ultrag_calls(p, plan)[:1],
     'kgrag_hops_topk': kgrag_calls,
     'kgrag_baselines': lambda p, plan: kgrag_calls(p, plan, baselines=True),
+    'kgqagen_generation': kgqagen_calls,
+    'kgqagen_table2': kgqagen_table2_calls,
 }
 
 def api_groups(name: str, params: dict, plan: dict) -> list:
@@ -440,7 +480,7 @@ _TRIPLE_LINE = re.compile(r'^\(.+\)\s*$', re.M)
 
 def _prompt_kind(messages) -> str | None:
     from kgqa_nb.llm import offline_model_for
-    import kgqa_nb.generate, kgqa_nb.readers, kgqa_nb.kgrag, kgqa_nb.ultrag  # noqa: F401 (they register the offline models)
+    import kgqa_nb.generate, kgqa_nb.readers, kgqa_nb.kgrag, kgqa_nb.ultrag, kgqa_nb.kgqagen, kgqa_nb.metrics  # noqa: F401 (they register the offline models)
     try: return offline_model_for(messages).name
     except Exception: return None
 
