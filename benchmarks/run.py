@@ -1,5 +1,6 @@
 """Run the benchmarks (`make bench`): each benchmarks/bench_<topic>.py defines run(quick: bool = False) -> dict.
-Results go to benchmarks/results/<topic>.json with a provenance record (machine, versions, commit)."""
+Results go to benchmarks/results/<topic>.json with a provenance record (machine, versions, commit).
+A topic whose module sets `ON_DEMAND = True` (e.g. `scale`) runs only when named: `--only scale`."""
 import argparse, importlib.util, json, sys, traceback
 from pathlib import Path
 
@@ -19,6 +20,8 @@ def main(argv=None):
     for f in files:
         topic = f.stem[6:]
         spec = importlib.util.spec_from_file_location(f.stem, f); mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+        if getattr(mod, 'ON_DEMAND', False) and not (a.only and topic in a.only):
+            print(f'== {topic}: on demand only (run it with --only {topic})', flush=True); continue
         print(f'== {topic}', flush=True)
         try:
             with Timer() as t: res = mod.run(quick=a.quick)
