@@ -146,7 +146,7 @@ class LocalLLMServer:
     def __init__(self, model=None,  # a .gguf path, a LocalModel, or None for the registry model
                  port: int = 0,  # 0 = a free port
                  ctx: int = 4096,  # context size in tokens
-                 threads: int | None = None,  # CPU threads (default: cores, at most 4)
+                 threads: int | None = None,  # CPU threads (default: cores less one, at least 1, at most 4)
                  chat_format: str | None = None,  # llama.cpp chat format (default: the model's)
                  alias: str | None = None,  # the model name requests use (default: the model's name)
                  gpu_layers: int = 0,  # layers on the GPU (-1 = all)
@@ -157,7 +157,7 @@ class LocalLLMServer:
         if isinstance(model, LocalModel) or model is None: self.spec, self.model_path = model or REGISTRY_MODEL, None
         else: self.model_path = Path(model).expanduser(); self.spec = local_model_for(self.model_path)
         self.port, self.ctx, self.host, self.gpu_layers, self.startup_timeout = port, int(ctx), host, int(gpu_layers), startup_timeout
-        self.threads = int(threads or min(4, os.cpu_count() or 1))
+        self.threads = int(threads or min(4, max(1, (os.cpu_count() or 2) - 1)))
         self.chat_format, self.alias = chat_format or self.spec.chat_format, alias or self.spec.name
         self.log_path, self.proc = Path(log_path) if log_path else None, None
 
@@ -239,7 +239,7 @@ SERVE_LLM_URL = 'http://127.0.0.1:8080/v1'  # where `kgqa serve-llm` serves by d
 def registry_model_run(work,  # work(client) -> result: every LLM call of the work goes through this client
                        cache_dir,  # the LLM cache folder (its file is named after the model)
                        base_url: str = '',  # a server of the registry model ('': one started here, else `SERVE_LLM_URL`)
-                       threads: int = 2,  # CPU threads of a server started here
+                       threads: int | None = None,  # CPU threads of a server started here (default: `LocalLLMServer`'s)
                        **kw):  # further `LLMClient` arguments (max_tokens, timeout, concurrency, ...)
     "`work(client)` with the registry model: from the cache alone when it holds every reply, else through a live server."
     kw = {'price_per_mtok': (0.0, 0.0, 0.0), 'timeout': 600.0, **kw, 'cache_dir': Path(cache_dir)}
@@ -263,7 +263,7 @@ def serve_llm_cli(argv=None) -> int:
     ap.add_argument('--model', default=None, help=f'a .gguf file (default: the registry model {REGISTRY_MODEL.name}, set up by `make llm-local`)')
     ap.add_argument('--port', type=_port, default=8080, help='port on 127.0.0.1 (0 = any free port)')
     ap.add_argument('--ctx', type=int, default=4096, help='context size in tokens')
-    ap.add_argument('--threads', type=int, default=None, help='CPU threads (default: cores, at most 4)')
+    ap.add_argument('--threads', type=int, default=None, help='CPU threads (default: cores less one, at least 1, at most 4)')
     ap.add_argument('--chat-format', default=None, help='llama.cpp chat format (default: from the model)')
     ap.add_argument('--alias', default=None, help='the model name clients use (default: the model file name)')
     ap.add_argument('--gpu-layers', type=int, default=0, help='layers on the GPU (-1 = all; needs a CUDA build of llama-cpp-python)')

@@ -23,7 +23,7 @@ CHAT = [dict(role='user', content='Name one colour.')]
 
 @pytest.fixture(scope='module')
 def server():
-    with LocalLLMServer(ctx=4096, threads=2) as s:
+    with LocalLLMServer(ctx=4096) as s:
         yield s
 
 
@@ -111,7 +111,7 @@ def test_transient_failures_in_front_of_the_real_server_are_retried(server):
 
 def test_replay_is_byte_identical_with_the_server_stopped(tmp_path):
     prompts = [FEW_SHOT, FEW_SHOT.replace('Madrid', 'Paris').replace('Spain', 'France')]
-    with LocalLLMServer(threads=2) as srv:
+    with LocalLLMServer() as srv:
         c = srv.client(cache_dir=tmp_path / 'llm', max_tokens=8, ledger=tmp_path / 'calls.jsonl')
         first = c.complete_many(prompts, stop=['\n']) + [c.chat(CHAT), c.chat(CHAT, max_tokens=9)]
         url = srv.url
