@@ -269,7 +269,7 @@ def _geography(w: _World, n_countries: int, n_cities: int):
             dem.setdefault(name, root + COUNTRY_SUF[x][1]); out.append(name)
         return out
     names = _unique_labels(rng, n_countries, make, w.used)
-    demonym = [dem[n] for n in names]
+    demonym = [dem[n] if n in dem else '{} {}'.format(dem[n.rsplit(' ', 1)[0]], n.rsplit(' ', 1)[1]) for n in names]  # 'Valdoria 2' -> 'Valdorian 2'
     C = w.add('country', names, ['country'] * n_countries)
     w.typed('country', C)
     # languages: most countries have their own, a quarter speak a neighbour's

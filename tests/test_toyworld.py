@@ -88,3 +88,11 @@ def test_properties_over_seeds(seed, scale, frac):
     for p, q in (('P22', 'Q6581097'), ('P25', 'Q6581072')):
         assert {g.get(x, kg.entity(q)) for x in kg.tail[kg.rel == kg.relation(p)].tolist()} <= {kg.entity(q)}
     assert set(INVERSE_OF) <= set(kg.relation_ids)
+
+
+def test_labels_stay_unique_past_the_word_lists():
+    "More countries than the name space holds (a ~16M-triple world): numbered names, with numbered demonyms and languages."
+    from kgqa_nb.toyworld import _World, _geography
+    w = _World(np.random.default_rng(0)); geo = _geography(w, 9000, 9000)
+    assert len(set(w.labels)) == len(w.labels)
+    assert any(' ' in d for d in geo['demonym'])
