@@ -473,7 +473,7 @@ def _place_labels(w: _World, rng, templates, city, country, geo: dict, tries: in
                 city=w.labels[geo['T'][c]], dem=geo['demonym'][k], fam=fams[r[1] % len(fams)], fam2=fams[r[2] % len(fams)],
                 adj=ADJ[r[3] % len(ADJ)], noun=NOUN[r[4] % len(NOUN)], role=_FILL['role'][r[5] % 6], cat=_FILL['cat'][r[6] % 3],
                 field=_FILL['field'][r[7] % 6])
-        for j in range(2, 100): yield f"{templates[0].format(city=w.labels[geo['T'][c]], dem=geo['demonym'][k], fam=fams[j], fam2=fams[j + 1], adj=ADJ[j % len(ADJ)], noun=NOUN[j % len(NOUN)], role='Film', cat='Album of the Year', field='Physics')} {j}"
+        for j in range(2, 1 << 30): yield f"{templates[0].format(city=w.labels[geo['T'][c]], dem=geo['demonym'][k], fam=fams[j % len(fams)], fam2=fams[(j + 1) % len(fams)], adj=ADJ[j % len(ADJ)], noun=NOUN[j % len(NOUN)], role='Film', cat='Album of the Year', field='Physics')} {j}"
     for i, (c, k) in enumerate(zip(city.tolist(), country.tolist())): out.append(_first_free(w, cands(i, c, k)))
     return out
 
