@@ -216,7 +216,8 @@ class SRModel(nn.Module):
         "(n, dim) unit vectors of texts, through the shared network (differentiable in training)."
         dev = next(self.parameters()).device
         if self.cfg.tune == 'encoder':
-            feats = {k: v.to(dev) for k, v in self.st.tokenize(texts).items()}
+            prep = getattr(self.st, 'preprocess', None) or self.st.tokenize  # `tokenize` is deprecated in newer sentence-transformers
+            feats = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in prep(texts).items()}  # tensors, and e.g. a 'modality' string
             v = self.st(feats)['sentence_embedding']
         else: v = torch.tanh(self.head(self._frozen_vectors(texts).to(dev)))
         return F.normalize(v, dim=-1)
