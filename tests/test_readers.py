@@ -41,4 +41,4 @@ def test_llm_only_reader_sends_no_triples():
 def test_reader_labels():
     assert QueryReader().describe() == 'oracle (query reader)'
     assert make_reader('llm').describe().endswith('(SubgraphRAG prompt)')
-    with pytest.raises(ValueError, match="'offline' or 'llm'"): make_reader('oracle')
+    with pytest.raises(ValueError, match="'offline', 'llm' or 'few-shot'"): make_reader('oracle')
