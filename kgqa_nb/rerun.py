@@ -335,6 +335,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     kgqagen_generator_calls=2.0,  # generator calls per KGQAGen candidate: expansion rounds + the question (offline on CoDEx-M: 1,440 / 720)
     kgqagen_reviser_calls=1.83,  # SPARQL-reviser calls per KGQAGen candidate (offline on CoDEx-M: 1,314 / 720, cache hits included)
     kgqagen_10k=10787,  # questions in the published KGQAGen-10k
+    kgqagen_proof_triples=3.0,  # proof triples per KGQAGen question given to the LLM-SP reader (offline on CoDEx-M: mean 3.0)
     lasm_judged_per_question=2.2,  # LASM judge calls per question and Table 2 row: pairs exact match misses (offline on CoDEx-M: 1,984 / 900)
     subquestions=2.0,  # KG-RAG sub-questions per decomposed MetaQA question (assumed; 1-3 hops)
     seconds_per_call=4.0,  # wall seconds of one API call (assumed; the ledger's measured mean replaces it)
@@ -453,7 +454,7 @@ def kgqagen_table2_calls(p, plan) -> list:
     if p.get('reader_backend', 'offline') == 'openai':
         api = _api('openai', p.get('reader_model'), p.get('base_url'))
         out += [CallGroup('reader (question alone)', 'kgqa-llm-only', **api, calls=n),
-                CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=3.0),
+                CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=plan['kgqagen_proof_triples']),
                 CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=n, triples=float(p.get('top_k', 100)))]
     if p.get('judge_backend', 'offline') == 'openai':
         out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p.get('judge_model'), p.get('base_url')),
