@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_llm_local.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, importlib, importlib.util, json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, ctypes, hashlib, importlib, importlib.util, json, os, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from .sparql import ServerStartError, check_port
 # %% auto #0
 __all__ = ['REGISTRY_MODEL', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError', 'server_missing', 'gguf_dirs',
            'gguf_dir', 'find_gguf', 'local_llm_missing', 'assemble_registry_model', 'free_port', 'LocalLLMServer',
-           'registry_model_run', 'serve_llm_cli']
+           'parent_watch_command', 'registry_model_run', 'serve_llm_cli']
 
 # %% ../nbs/04a_llm_local.ipynb #c006
 @dataclass(frozen=True)
@@ -202,11 +202,14 @@ def start(self: LocalLLMServer):
         except OSError: raise ServerStartError(f'port {self.port} on {self.host} is already in use (stop the server there or pick another port)') from None
     if self.log_path is None: self.log_path = Path(tempfile.mkdtemp(prefix='kgqa-llm-')) / 'server.log'
     log = open(self.log_path, 'ab')
-    try: self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:  # stdin is the pipe the launcher watches; start_new_session keeps a terminal's Ctrl-C for the parent to handle
+        self.proc = subprocess.Popen(parent_watch_command(self.command()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                                     start_new_session=True, preexec_fn=_die_with_parent())
     finally: log.close()
     deadline = time.monotonic() + self.startup_timeout
     while time.monotonic() < deadline:
         if self.proc.poll() is not None:
+            if self.proc.stdin: self.proc.stdin.close()
             self.proc = None
             raise LocalLLMError(f'the local LLM server exited while starting ({self._log_tail()}); log: {self.log_path}')
         try:
@@ -224,16 +227,48 @@ def stop(self: LocalLLMServer, grace: float = 10.0):  # seconds to wait after SI
         self.proc.terminate()
         try: self.proc.wait(grace)
         except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait(5)
+    if self.proc.stdin: self.proc.stdin.close()
     self.proc = None
 
-# %% ../nbs/04a_llm_local.ipynb #c024
+# %% ../nbs/04a_llm_local.ipynb #c023
+_PARENT_WATCH = '''import os, runpy, sys, threading
+parent = int(sys.argv[1])
+def _watch():
+    try:
+        while sys.stdin.buffer.read(1 << 12): pass
+    except (OSError, ValueError): pass
+    sys.stderr.write('kgqa: the parent process is gone; the server stops\\n'); sys.stderr.flush()
+    os._exit(3)
+threading.Thread(target=_watch, name='parent-watch', daemon=True).start()
+if os.name == 'posix' and os.getppid() != parent: os._exit(3)
+sys.argv = sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
+'''
+
+def parent_watch_command(cmd: list[str],  # `[python, '-m', module, *args]`
+                         parent: int | None = None  # the pid the server must not outlive (default: this process)
+                        ) -> list[str]:
+    "`cmd` run through a launcher that ends the process when its stdin closes, i.e. when the parent that holds the pipe dies."
+    if len(cmd) < 3 or cmd[1] != '-m': raise ValueError(f'expected [python, "-m", module, ...], got {cmd[:3]}')
+    return [cmd[0], '-c', _PARENT_WATCH, str(parent or os.getpid()), *cmd[2:]]
+
+def _die_with_parent():
+    "A `preexec_fn` (Linux) that asks the kernel to SIGKILL the child when the thread that forked it ends (None elsewhere)."
+    if not sys.platform.startswith('linux') or threading.current_thread() is not threading.main_thread(): return None
+    try: prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing is loaded between fork and exec
+    except (OSError, AttributeError): return None
+    PR_SET_PDEATHSIG = 1
+    def preexec(): prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    return preexec
+
+# %% ../nbs/04a_llm_local.ipynb #c028
 @patch
 def client(self: LocalLLMServer, **kw) -> LLMClient:
     "An `LLMClient` for this server (same cache, retries and ledger as any other); `kw` go to `LLMClient`."
     kw.setdefault('price_per_mtok', (0.0, 0.0, 0.0))
     return LLMClient('openai', model=self.alias, base_url=self.url, **kw)
 
-# %% ../nbs/04a_llm_local.ipynb #c025b
+# %% ../nbs/04a_llm_local.ipynb #c031
 SERVE_LLM_URL = 'http://127.0.0.1:8080/v1'  # where `kgqa serve-llm` serves by default
 
 def registry_model_run(work,  # work(client) -> result: every LLM call of the work goes through this client
@@ -248,7 +283,7 @@ def registry_model_run(work,  # work(client) -> result: every LLM call of the wo
     if base_url or local_llm_missing(): return work(LLMClient('openai', REGISTRY_MODEL.name, base_url or SERVE_LLM_URL, **kw))
     with LocalLLMServer(threads=threads) as srv: return work(srv.client(**kw))
 
-# %% ../nbs/04a_llm_local.ipynb #c027
+# %% ../nbs/04a_llm_local.ipynb #c034
 def _port(s: str) -> int:
     try: return check_port(int(s))
     except (ValueError, ServerStartError): raise argparse.ArgumentTypeError(f'a port is a number 0-65535, got {s!r}') from None

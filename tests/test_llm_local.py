@@ -204,3 +204,42 @@ def test_every_role_parser_survives_the_real_model(server, tmp_path):
                    [[('Alien (Q1)', 'director (P57)', 'Ridley Scott (Q2)'), ('Ridley Scott (Q2)', 'place of birth (P19)', 'South Shields (Q3)')]] * 2)
     print('few-shot reader replies:', dict(fs.status))
     assert sum(fs.status.values()) == 2 and set(fs.status) <= {'answer', 'not available', 'empty', 'token limit', 'prompt echo'}
+
+
+# --- the server never outlives its parent ----------------------------------------------------------------------------------
+
+_PARENT = '''import sys, threading, time, urllib.request
+from kgqa_nb.llm_local import LocalLLMServer
+srv = LocalLLMServer(threads=1)
+if sys.argv[1] == 'worker-thread':  # the thread that started the server ends: the server must stay
+    t = threading.Thread(target=srv.start); t.start(); t.join(); time.sleep(1)
+else: srv.start()
+urllib.request.urlopen(srv.url + '/models', timeout=10).read()
+print(srv.proc.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def _gone(pid) -> bool:
+    "No such process, or a zombie waiting for init to reap it (it runs no code and holds no port)."
+    import psutil
+    try: return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess: return True
+
+
+@pytest.mark.parametrize('started_from', ['main-thread', 'worker-thread'])
+def test_server_dies_with_a_sigkilled_parent(started_from):
+    import os, signal, subprocess, sys, time
+    parent = subprocess.Popen([sys.executable, '-c', _PARENT, started_from], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline()  # the server's pid, once it answers
+        assert line.strip().isdigit(), f'the parent did not start the server (exit code {parent.poll()})'
+        pid = int(line)
+        assert not _gone(pid)
+        os.kill(parent.pid, signal.SIGKILL); parent.wait(10)
+        deadline = time.monotonic() + 10
+        while not _gone(pid) and time.monotonic() < deadline: time.sleep(0.1)
+        assert _gone(pid), f'the server (pid {pid}) outlived its SIGKILLed parent'
+    finally:
+        if parent.poll() is None: parent.kill(); parent.wait(10)
+        parent.stdout.close()
