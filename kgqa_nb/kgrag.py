@@ -24,7 +24,7 @@ from .text import TextEncoder, VectorIndex, l2_normalize
 __all__ = ['NO_CANDIDATES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION',
            'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question', 'MetaQAQuestion',
            'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize', 'triple_texts',
-           'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples', 'prompt_role',
+           'triple_parts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples', 'prompt_role',
            'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages', 'synthesis_messages',
            'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer', 'type_chain',
            'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose', 'relation_phrase_answer',
@@ -140,6 +140,11 @@ def triple_texts(kg: KnowledgeGraph, eids) -> list[str]:
     "The verbalised text of each triple index."
     E, R = kg.entity_labels, kg.relation_labels
     return [verbalize(E[kg.head[e]], R[kg.rel[e]], E[kg.tail[e]]) for e in np.asarray(eids, np.int64)]
+
+def triple_parts(kg: KnowledgeGraph, eids) -> list[tuple]:
+    "The (subject, relation, object) labels of each triple index, written as `verbalize` writes them (what a reader takes)."
+    E, R = kg.entity_labels, kg.relation_labels
+    return [tuple(x.replace('_', ' ') for x in (E[kg.head[e]], R[kg.rel[e]], E[kg.tail[e]])) for e in np.asarray(eids, np.int64)]
 
 # %% ../nbs/21_kgrag.ipynb #c023
 def similarity_metric(encoder: TextEncoder) -> str:
@@ -467,6 +472,7 @@ class KGRAG:
     n_hops: int = 3  # N: candidate retrieval depth (the paper selects 3)
     top_k: int = 30  # K: triples per sub-question (the paper selects 30)
     role_params: dict = field(default_factory=lambda: {r: dict(p) for r, p in ROLE_PARAMS.items()})  # sampling per role
+    reader: object = None  # answers sub-questions from their triples instead of the 'answer' role (e.g. readers.FewShotReader); None: the role
 
     def _chat(self, role: str, messages: list) -> tuple:
         r = self.llm.chat(messages, **self.role_params[role])
@@ -486,7 +492,10 @@ def answer_sub(self: KGRAG, subq: str, cands: Candidates | None, trace: dict) ->
     "One sub-question answered from its top-K triples (or zero-shot when `cands` is None)."
     top = self.retriever.select(subq, cands, self.top_k) if cands is not None else []
     texts = [t for t, _, _ in top]
-    text, _ = self._chat('answer', answer_messages(subq, texts)) if cands is not None else self._chat('direct', direct_messages(subq))
+    if cands is not None and self.reader is not None:  # a reader in the answerer's place reads the same top-K triples
+        got = self.reader.answer(subq, triple_parts(self.retriever.kg, [e for _, _, e in top]))
+        text = '; '.join(got) or 'unknown'
+    else: text, _ = self._chat('answer', answer_messages(subq, texts)) if cands is not None else self._chat('direct', direct_messages(subq))
     items, issues = parse_answer(text, triple_entities(texts, RELATION_PHRASES) if cands is not None else None)
     trace['issues'] += issues
     return dict(question=subq, triples=texts, triple_ids=[e for _, _, e in top], answer='; '.join(items), items=items)
@@ -529,7 +538,7 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     trace['final_answer'], trace['prediction'] = '; '.join(items), items[0]
     return trace
 
-# %% ../nbs/21_kgrag.ipynb #c066
+# %% ../nbs/21_kgrag.ipynb #c068
 def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
     "One row per question: prediction, Hit@1, sub-questions, candidate-set size, issue counts."
     rows = []
@@ -541,12 +550,13 @@ def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFra
             row.update(prediction=t['prediction'], hit_at_1=float(hit_at_1(t['prediction'], q.answers)), n_subquestions=len(t['steps']),
                        n_candidates=t['n_candidates'], llm_error='', **{f'issue_{k}': c.get(k, 0) for k in ISSUES})
         except LLMError as e:
-            if system.llm._dead: raise  # unreachable server, bad key, unknown model: every later question would fail the same way
+            dead = system.llm._dead or getattr(getattr(system.reader, 'client', None), '_dead', False)
+            if dead: raise  # unreachable server, bad key, unknown model: every later question would fail the same way
             row.update(prediction='', hit_at_1=0.0, n_subquestions=0, n_candidates=0, llm_error=str(e).splitlines()[0], **{f'issue_{k}': 0 for k in ISSUES})
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/21_kgrag.ipynb #c068
+# %% ../nbs/21_kgrag.ipynb #c070
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
     "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
@@ -569,7 +579,7 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
     h, t = kg.head[ids][ok], kg.tail[ids][ok]
     return any((a in before and b in after) or (b in before and a in after) for a, b in zip(h.tolist(), t.tolist()))
 
-# %% ../nbs/21_kgrag.ipynb #c070
+# %% ../nbs/21_kgrag.ipynb #c072
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
@@ -590,7 +600,7 @@ def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c072
+# %% ../nbs/21_kgrag.ipynb #c074
 def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
                      seed: int = 0) -> list:
     "A seeded sample of `n` questions without replacement, in file order."
@@ -600,11 +610,14 @@ def sample_questions(questions: list, n: int,  # sample size (0 or more than ava
 
 OFFLINE_ROLES = 'offline (template decomposer, relation-phrase reader; not an LLM)'
 
-def roles_label(llm: LLMClient) -> str:
-    "What answered the LLM roles: the offline label, or the backend, model and server."
-    return OFFLINE_ROLES if llm.backend == 'offline' else llm.describe()
+def roles_label(llm: LLMClient,
+                reader: str = '') -> str:  # the label of a reader that answered the sub-questions instead of the 'answer' role
+    "What answered the LLM roles: the offline label, or the backend, model and server; and the sub-question reader when one did."
+    if not reader: return OFFLINE_ROLES if llm.backend == 'offline' else llm.describe()
+    rest = 'offline decomposer, reformulator and synthesiser (templates; not an LLM)' if llm.backend == 'offline' else f'{llm.describe()} (decompose, reformulate, synthesize)'
+    return f'{rest}; sub-question answers: {reader}'
 
-# %% ../nbs/21_kgrag.ipynb #c078
+# %% ../nbs/21_kgrag.ipynb #c080
 def kgrag_cli(argv=None) -> int:
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     import argparse

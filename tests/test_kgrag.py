@@ -184,6 +184,31 @@ def test_unreachable_server_stops_the_run(tmp_path):
         evaluate(system, [Q, Q], mode='llm+kg')
 
 
+def test_unreachable_reader_server_stops_the_run(tmp_path):
+    "A sub-question reader (the floor row's) whose server is gone stops the run like the roles' server would (before: every row an llm_error)."
+    from kgqa_nb.readers import FewShotReader
+    srv = OfflineChatServer().start(); url = srv.url; srv.stop()
+    reader = FewShotReader(LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=0, timeout=2))
+    system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), LLMClient(cache=False), n_hops=2, top_k=5, reader=reader)
+    with pytest.raises(kgrag.LLMError, match='cannot reach'):
+        evaluate(system, [Q, Q], mode='kg-rag')
+
+
+def test_a_reader_answers_the_subquestions_from_the_same_triples(tmp_path):
+    "With a reader, each sub-question's top-K triples go to it (as labels) and the answer role is never asked."
+    seen = []
+    class Recorder:
+        def answer(self, question, triples, record=None): seen.append((question, list(triples))); return ['Tom Hardy']
+    plain = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), LLMClient(cache=False), n_hops=2, top_k=5)
+    read = KGRAG(plain.retriever, LLMClient(cache=False), n_hops=2, top_k=5, reader=Recorder())
+    a, b = plain.answer(Q.question), read.answer(Q.question)
+    assert len(seen) == len(b['steps']) == len(a['steps']) >= 1
+    assert [s['question'] for s in b['steps']][:1] == [s['question'] for s in a['steps']][:1]
+    assert seen[0][1] == kgrag.triple_parts(TOY, b['steps'][0]['triple_ids'])
+    assert ['(' + ', '.join(t) + ')' for t in seen[0][1]] == b['steps'][0]['triples']
+    assert all(s['answer'] == 'Tom Hardy' for s in b['steps'])
+
+
 def test_cli_bad_question_is_one_line(capsys):
     assert kgrag_cli(['ask', 'who directed Inception']) == 2
     err = capsys.readouterr().err

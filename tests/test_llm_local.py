@@ -243,3 +243,24 @@ def test_server_dies_with_a_sigkilled_parent(started_from):
     finally:
         if parent.poll() is None: parent.kill(); parent.wait(10)
         parent.stdout.close()
+
+
+# --- the KG-RAG floor row: the full system with the small base LM answering the sub-questions --------------------------------
+
+def test_kgrag_with_the_few_shot_reader_on_the_real_server(server, tmp_path):
+    from kgqa_nb.kg import KnowledgeGraph
+    from kgqa_nb.kgrag import KGRAG, MetaQAQuestion, TripleRetriever, evaluate, roles_label
+    from kgqa_nb.readers import FewShotReader
+    from kgqa_nb.text import HashingEncoder
+    toy = KnowledgeGraph.from_id_triples(
+        [('m1', 'directed_by', 'p1'), ('m1', 'starred_actors', 'p2'), ('m2', 'starred_actors', 'p2'), ('m2', 'directed_by', 'p3')],
+        {'m1': 'Inception', 'm2': 'Warrior', 'p1': 'Christopher Nolan', 'p2': 'Tom Hardy', 'p3': 'Gavin OConnor'}, name='toy')
+    q = MetaQAQuestion('2hop-test-1', 'who directed the movies starred by [Tom Hardy]', 'Tom Hardy', ('Christopher Nolan', 'Gavin OConnor'), 2)
+    fs = FewShotReader(server.client(cache_dir=tmp_path / 'llm'))
+    system = KGRAG(TripleRetriever(toy, HashingEncoder(), store_root=tmp_path / 'emb'), LLMClient(cache=False), n_hops=2, top_k=5, reader=fs)
+    df = evaluate(system, [q], 'kg-rag')
+    assert df.llm_error.iloc[0] == '' and df.n_subquestions.iloc[0] >= 1 and df.hit_at_1.iloc[0] in (0.0, 1.0)
+    assert sum(fs.status.values()) == df.n_subquestions.iloc[0]  # one completion per sub-question, each classified
+    assert set(fs.status) <= {'answer', 'not available', 'empty', 'token limit', 'prompt echo'}
+    label = roles_label(system.llm, REGISTRY_MODEL.describe())
+    assert 'gemma-3-270m' in label and 'MB' in label and 'few-shot completions' in label
