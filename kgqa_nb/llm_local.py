@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_llm_local.ipynb #c002
 from __future__ import annotations
-import argparse, ctypes, hashlib, importlib, importlib.util, json, os, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, ctypes, hashlib, importlib, inspect, importlib.util, json, os, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +15,10 @@ from .llm import LLMClient, LLMError
 from .sparql import ServerStartError, check_port
 
 # %% auto #0
-__all__ = ['REGISTRY_MODEL', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError', 'server_missing', 'gguf_dirs',
-           'gguf_dir', 'find_gguf', 'local_llm_missing', 'assemble_registry_model', 'free_port', 'LocalLLMServer',
-           'parent_watch_command', 'registry_model_run', 'serve_llm_cli']
+__all__ = ['REGISTRY_MODEL', 'SYSTEM_DROPPING_FORMATS', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError',
+           'server_missing', 'gguf_dirs', 'gguf_dir', 'find_gguf', 'local_llm_missing', 'assemble_registry_model',
+           'free_port', 'LocalLLMServer', 'parent_watch_command', 'fold_system', 'chat_format_prelude',
+           'registry_model_run', 'serve_llm_cli']
 
 # %% ../nbs/04a_llm_local.ipynb #c006
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def command(self: LocalLLMServer) -> list[str]:
     "The command line of the server process."
     cmd = [sys.executable, '-m', 'llama_cpp.server', '--model', str(self.model_path), '--host', self.host, '--port', str(self.port),
            '--n_ctx', str(self.ctx), '--n_threads', str(self.threads), '--model_alias', self.alias, '--n_gpu_layers', str(self.gpu_layers)]
-    return cmd + (['--chat_format', self.chat_format] if self.chat_format else [])
+    fmt = f'kgqa-{self.chat_format}' if self.chat_format in SYSTEM_DROPPING_FORMATS else self.chat_format
+    return cmd + (['--chat_format', fmt] if fmt else [])
 
 @patch
 def _resolve_model(self: LocalLLMServer):
@@ -203,7 +205,7 @@ def start(self: LocalLLMServer):
     if self.log_path is None: self.log_path = Path(tempfile.mkdtemp(prefix='kgqa-llm-')) / 'server.log'
     log = open(self.log_path, 'ab')
     try:  # stdin is the pipe the launcher watches; start_new_session keeps a terminal's Ctrl-C for the parent to handle
-        self.proc = subprocess.Popen(parent_watch_command(self.command()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(parent_watch_command(self.command(), prelude=chat_format_prelude()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                      start_new_session=True, preexec_fn=_die_with_parent())
     finally: log.close()
     deadline = time.monotonic() + self.startup_timeout
@@ -241,16 +243,18 @@ def _watch():
     os._exit(3)
 threading.Thread(target=_watch, name='parent-watch', daemon=True).start()
 if os.name == 'posix' and os.getppid() != parent: os._exit(3)
-sys.argv = sys.argv[2:]
+exec(sys.argv[2])  # the prelude: code the server process runs before the module (e.g. chat formats to register)
+sys.argv = sys.argv[3:]
 runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
 '''
 
 def parent_watch_command(cmd: list[str],  # `[python, '-m', module, *args]`
-                         parent: int | None = None  # the pid the server must not outlive (default: this process)
+                         parent: int | None = None,  # the pid the server must not outlive (default: this process)
+                         prelude: str = ''  # Python code the process runs before the module
                         ) -> list[str]:
     "`cmd` run through a launcher that ends the process when its stdin closes, i.e. when the parent that holds the pipe dies."
     if len(cmd) < 3 or cmd[1] != '-m': raise ValueError(f'expected [python, "-m", module, ...], got {cmd[:3]}')
-    return [cmd[0], '-c', _PARENT_WATCH, str(parent or os.getpid()), *cmd[2:]]
+    return [cmd[0], '-c', _PARENT_WATCH, str(parent or os.getpid()), prelude, *cmd[2:]]
 
 def _die_with_parent():
     "A `preexec_fn` (Linux) that asks the kernel to SIGKILL the child when the thread that forked it ends (None elsewhere)."
@@ -261,14 +265,32 @@ def _die_with_parent():
     def preexec(): prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     return preexec
 
-# %% ../nbs/04a_llm_local.ipynb #c028
+# %% ../nbs/04a_llm_local.ipynb #c027
+def fold_system(messages: list) -> list:
+    "`messages` without system turns: their text joined at the start of the first user turn (a new user turn if there is none)."
+    system = '\n\n'.join(m['content'] for m in messages if m.get('role') == 'system' and isinstance(m.get('content'), str) and m['content'])
+    rest = [dict(m) for m in messages if m.get('role') != 'system']
+    if not system: return rest
+    if rest and rest[0].get('role') == 'user' and isinstance(rest[0].get('content'), str): rest[0]['content'] = f"{system}\n\n{rest[0]['content']}"
+    else: rest.insert(0, dict(role='user', content=system))
+    return rest
+
+SYSTEM_DROPPING_FORMATS = {'gemma': 'format_gemma', 'mistral-instruct': 'format_mistral_instruct'}  # llama.cpp format -> its formatter
+
+def chat_format_prelude() -> str:
+    "Code for the server process that registers `kgqa-<format>` (system text folded into the first user turn) for each format that drops it."
+    return (inspect.getsource(fold_system) + 'from llama_cpp import llama_chat_format as _f\n'
+            'def _folded(fmt): return lambda messages, **kw: fmt(fold_system(messages), **kw)\n'
+            f'for _name, _fn in {SYSTEM_DROPPING_FORMATS!r}.items(): _f.register_chat_format("kgqa-" + _name)(_folded(getattr(_f, _fn)))\n')
+
+# %% ../nbs/04a_llm_local.ipynb #c031
 @patch
 def client(self: LocalLLMServer, **kw) -> LLMClient:
     "An `LLMClient` for this server (same cache, retries and ledger as any other); `kw` go to `LLMClient`."
     kw.setdefault('price_per_mtok', (0.0, 0.0, 0.0))
     return LLMClient('openai', model=self.alias, base_url=self.url, **kw)
 
-# %% ../nbs/04a_llm_local.ipynb #c031
+# %% ../nbs/04a_llm_local.ipynb #c034
 SERVE_LLM_URL = 'http://127.0.0.1:8080/v1'  # where `kgqa serve-llm` serves by default
 
 def registry_model_run(work,  # work(client) -> result: every LLM call of the work goes through this client
@@ -283,7 +305,7 @@ def registry_model_run(work,  # work(client) -> result: every LLM call of the wo
     if base_url or local_llm_missing(): return work(LLMClient('openai', REGISTRY_MODEL.name, base_url or SERVE_LLM_URL, **kw))
     with LocalLLMServer(threads=threads) as srv: return work(srv.client(**kw))
 
-# %% ../nbs/04a_llm_local.ipynb #c034
+# %% ../nbs/04a_llm_local.ipynb #c037
 def _port(s: str) -> int:
     try: return check_port(int(s))
     except (ValueError, ServerStartError): raise argparse.ArgumentTypeError(f'a port is a number 0-65535, got {s!r}') from None

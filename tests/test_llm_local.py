@@ -54,6 +54,14 @@ def test_completion_and_chat_reply_shapes_and_usage(server):
     assert s['prompt_tokens'] > 0 and s['completion_tokens'] > 0
 
 
+def test_system_messages_reach_the_model(server):
+    "llama-cpp-python's gemma format drops system turns; the server's kgqa-gemma folds them into the first user turn."
+    c = small(server, max_tokens=1)
+    bare = c.chat(CHAT).usage['prompt_tokens']
+    with_system = c.chat([dict(role='system', content='You answer in one word, a colour that painters use often.')] + CHAT).usage['prompt_tokens']
+    assert with_system >= bare + 10
+
+
 def test_streaming_reply_shapes_and_usage(server):
     whole = small(server).complete(FEW_SHOT, stop=['\n'])
     streamed = small(server, stream=True).complete(FEW_SHOT, stop=['\n'])
