@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_ultra.ipynb #c002
 from __future__ import annotations
-import math, sys, warnings
+import ctypes, functools, hashlib, math, os, platform, shutil, subprocess, sys, tempfile, warnings
 from contextlib import contextmanager
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,12 +22,13 @@ from .kg import KnowledgeGraph, LinkPredictionSplit, UnknownIdError, load_split
 from . import metrics
 
 # %% auto #0
-__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND', 'UltraGraph',
-           'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency', 'csr_sum',
-           'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops', 'appendix_a_flops',
-           'llm_prefill_flops', 'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers',
-           'filtered_ranks', 'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split',
-           'ultra_eval_cli', 'UltraQueryExecutor', 'missing_fact_queries']
+__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'KERNEL_MODES', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND',
+           'UltraGraph', 'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency',
+           'csr_sum', 'kernel_mode', 'fused_kernel', 'use_fused', 'fused_relational_sum', 'GeneralizedRelationalConv',
+           'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops', 'appendix_a_flops', 'llm_prefill_flops',
+           'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks',
+           'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split', 'ultra_eval_cli',
+           'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -113,6 +114,8 @@ class RelationalAdjacency:
     pair_dst: torch.Tensor  # (P,) int64 node receiving the pair's messages
     pair_type: torch.Tensor  # (P,) int64 relation type of the pair
     num_nodes: int
+    node_ptr: torch.Tensor | None = None  # (N+1,) int64: node v's pairs are node_ptr[v]:node_ptr[v+1] (pairs are sorted by target)
+    blocks: torch.Tensor | None = None  # node boundaries of work blocks with about equal edge counts (for the fused kernel's threads)
 
 def relational_adjacency(edge_index: torch.Tensor,  # (2, E) stored edges; messages flow edge_index[1] -> edge_index[0]
                          edge_type: torch.Tensor,  # (E,)
@@ -125,7 +128,13 @@ def relational_adjacency(edge_index: torch.Tensor,  # (2, E) stored edges; messa
     rows = entries // num_nodes
     crow = torch.zeros(len(pairs) + 1, dtype=torch.long, device=dst.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=len(pairs)), 0)
-    return RelationalAdjacency(crow, entries % num_nodes, counts.float(), pairs // T, pairs % T, num_nodes)
+    pair_dst = pairs // T
+    node_ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
+    node_ptr[1:] = torch.cumsum(torch.bincount(pair_dst, minlength=num_nodes), 0)
+    work = crow[node_ptr]  # edges before each node's first pair
+    cuts = torch.linspace(0, int(work[-1]), min(num_nodes, 256) + 1, device=dst.device).round().long()
+    blocks = torch.unique(torch.cat([torch.searchsorted(work, cuts), torch.tensor([0, num_nodes], device=dst.device)]))
+    return RelationalAdjacency(crow, entries % num_nodes, counts.float(), pair_dst, pairs % T, num_nodes, node_ptr, blocks)
 
 # %% ../nbs/18_ultra.ipynb #c018
 def csr_sum(S: torch.Tensor,  # (rows, cols) sparse CSR matrix
@@ -134,6 +143,126 @@ def csr_sum(S: torch.Tensor,  # (rows, cols) sparse CSR matrix
     return torch.sparse.mm(S, x, 'sum') if x.device.type == 'cpu' else torch.sparse.mm(S, x)
 
 # %% ../nbs/18_ultra.ipynb #c021
+_RELSUM_CPP = r"""
+// DistMult message passing in one pass per target node (kgqa_nb.ultra): for each node v and each of its (v, r) pairs,
+// out[v] += (sum over the pair's sources u of count(u) * x[u]) * rel[r].
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+template <typename T>
+static void work(const int64_t* __restrict__ node_ptr, const int64_t* __restrict__ pair_type, const int64_t* __restrict__ crow,
+                 const int64_t* __restrict__ col, const T* __restrict__ val, const T* __restrict__ x, const T* __restrict__ rel,
+                 T* __restrict__ out, int64_t dim, const int64_t* __restrict__ blocks, int64_t n_blocks, std::atomic<int64_t>* next) {
+    std::vector<T> acc_v(dim);
+    T* __restrict__ acc = acc_v.data();
+    for (int64_t b = next->fetch_add(1); b < n_blocks; b = next->fetch_add(1)) {
+        for (int64_t v = blocks[b]; v < blocks[b + 1]; ++v) {
+            T* __restrict__ o = out + v * dim;
+            for (int64_t p = node_ptr[v]; p < node_ptr[v + 1]; ++p) {
+                const T* __restrict__ w = rel + pair_type[p] * dim;
+                const int64_t e0 = crow[p], e1 = crow[p + 1];
+                const T c0 = val[e0];
+                const T* __restrict__ x0 = x + col[e0] * dim;
+                if (e1 - e0 == 1) {  // one source (most pairs): a single pass, as a per-edge kernel would do
+                    for (int64_t d = 0; d < dim; ++d) o[d] += c0 * x0[d] * w[d];
+                    continue;
+                }
+                for (int64_t d = 0; d < dim; ++d) acc[d] = c0 * x0[d];
+                for (int64_t e = e0 + 1; e < e1; ++e) {
+                    const T c = val[e];
+                    const T* __restrict__ xu = x + col[e] * dim;
+                    for (int64_t d = 0; d < dim; ++d) acc[d] += c * xu[d];
+                }
+                for (int64_t d = 0; d < dim; ++d) o[d] += acc[d] * w[d];
+            }
+        }
+    }
+}
+
+template <typename T>
+static void relsum(const int64_t* node_ptr, const int64_t* pair_type, const int64_t* crow, const int64_t* col, const T* val,
+                   const T* x, const T* rel, T* out, int64_t dim, const int64_t* blocks, int64_t n_blocks, int n_threads) {
+    std::atomic<int64_t> next{0};
+    if (n_threads <= 1) { work<T>(node_ptr, pair_type, crow, col, val, x, rel, out, dim, blocks, n_blocks, &next); return; }
+    std::vector<std::thread> pool;
+    for (int t = 0; t < n_threads; ++t)
+        pool.emplace_back(work<T>, node_ptr, pair_type, crow, col, val, x, rel, out, dim, blocks, n_blocks, &next);
+    for (auto& th : pool) th.join();
+}
+
+extern "C" {
+void relsum_f32(const int64_t* np, const int64_t* pt, const int64_t* cr, const int64_t* co, const float* va, const float* x,
+                const float* r, float* o, int64_t d, const int64_t* bl, int64_t nb, int nt) { relsum<float>(np, pt, cr, co, va, x, r, o, d, bl, nb, nt); }
+void relsum_f64(const int64_t* np, const int64_t* pt, const int64_t* cr, const int64_t* co, const double* va, const double* x,
+                const double* r, double* o, int64_t d, const int64_t* bl, int64_t nb, int nt) { relsum<double>(np, pt, cr, co, va, x, r, o, d, bl, nb, nt); }
+}
+"""
+KERNEL_MODES = ('auto', 'fused', 'torch')  # KGQA_ULTRA_KERNEL: fused kernel when it builds / fused or fail / portable path only
+
+def kernel_mode() -> str:
+    "The CPU message-passing path asked for by `KGQA_ULTRA_KERNEL` (default 'auto')."
+    mode = os.environ.get('KGQA_ULTRA_KERNEL', 'auto').strip().lower() or 'auto'
+    if mode not in KERNEL_MODES: raise ValueError(f'KGQA_ULTRA_KERNEL={mode!r}: use one of {KERNEL_MODES}')
+    return mode
+
+def _cpu_model() -> str:
+    try: return next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith(('model name', 'Hardware'))), '')
+    except OSError: return ''
+
+def _compile(cxx: str, out: Path) -> list:
+    "Build the kernel into `out` (atomically); returns the flags used. -march=native first, portable flags if refused."
+    base = ['-O3', '-shared', '-fPIC', '-std=c++17', '-pthread']
+    with tempfile.TemporaryDirectory(dir=out.parent) as d:
+        cpp, so = Path(d) / 'relsum.cpp', Path(d) / 'relsum.so'
+        cpp.write_text(_RELSUM_CPP)
+        for flags in ([*base, '-march=native'], base):
+            r = subprocess.run([cxx, *flags, str(cpp), '-o', str(so)], capture_output=True, text=True, timeout=300)
+            if r.returncode == 0: os.replace(so, out); return flags
+        raise RuntimeError(f'{cxx} failed: ' + ' '.join((r.stderr or r.stdout).split())[:300])
+
+@functools.cache
+def fused_kernel():
+    "The compiled fused message-passing kernel (a ctypes library), or None where it cannot be built: the portable path runs."
+    if kernel_mode() == 'torch': return None
+    try:
+        cxx = os.environ.get('CXX') or next((shutil.which(c) for c in ('c++', 'g++', 'clang++') if shutil.which(c)), None)
+        if not cxx: raise RuntimeError('no C++ compiler found (set CXX)')
+        key = hashlib.sha256('\0'.join([_RELSUM_CPP, cxx, platform.machine(), _cpu_model()]).encode()).hexdigest()[:16]
+        path = user_cache_dir() / 'kernels' / f'ultra-relsum-{key}.so'
+        if not path.exists(): path.parent.mkdir(parents=True, exist_ok=True); _compile(cxx, path)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        if kernel_mode() == 'fused': raise RuntimeError(f'ULTRA fused CPU kernel: {e}') from None
+        warnings.warn(f'ULTRA fused CPU kernel unavailable ({e}); using the portable PyTorch path', RuntimeWarning, stacklevel=2)
+        return None
+    for name, T in (('relsum_f32', ctypes.c_float), ('relsum_f64', ctypes.c_double)):
+        getattr(lib, name).argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+        getattr(lib, name).restype = None
+    return lib
+
+def use_fused(*tensors) -> bool:
+    "Whether a layer on these tensors runs the fused kernel: CPU, float32/64, no gradient needed, a kernel built."
+    if any(t.device.type != 'cpu' or t.dtype not in (torch.float32, torch.float64) for t in tensors): return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors): return False
+    return kernel_mode() != 'torch' and fused_kernel() is not None
+
+def fused_relational_sum(adj: RelationalAdjacency,  # the graph grouped by (target, type), on the CPU
+                         xf: torch.Tensor,  # (N, w) source states
+                         rf: torch.Tensor,  # (T, w) relation vectors
+                         out: torch.Tensor):  # (N, w) contiguous, e.g. the boundary; the messages are added to it in place
+    "out += the DistMult messages of every (target, type) pair, in one pass per target (the fused CPU kernel)."
+    lib, dt = fused_kernel(), out.dtype
+    if not out.is_contiguous() or out.shape != xf.shape: raise ValueError(f'out must be a contiguous {tuple(xf.shape)} tensor')
+    xf, rf, val = xf.to(dt).contiguous(), rf.to(dt).contiguous(), adj.val.to(dt).contiguous()
+    ptr = lambda t: ctypes.c_void_p(t.data_ptr())
+    fn = lib.relsum_f32 if dt == torch.float32 else lib.relsum_f64
+    fn(ptr(adj.node_ptr), ptr(adj.pair_type), ptr(adj.crow), ptr(adj.col), ptr(val), ptr(xf), ptr(rf), ptr(out),
+       xf.shape[1], ptr(adj.blocks), len(adj.blocks) - 1, torch.get_num_threads())
+    return out
+
+# %% ../nbs/18_ultra.ipynb #c025
 class GeneralizedRelationalConv(nn.Module):
     "NBFNet layer: DistMult messages summed with the boundary, Linear on [old state, aggregate], LayerNorm, ReLU."
     def __init__(self, dim: int = 64,  # hidden size (input = output)
@@ -150,11 +279,12 @@ class GeneralizedRelationalConv(nn.Module):
                 boundary: torch.Tensor,  # (N, B, d) boundary condition, added as a self-message
                 adj: RelationalAdjacency,  # the graph, grouped by (target, type)
                 relation: torch.Tensor,  # (T, B, d) relation vectors per batch element
-                chunk_size: int = DEFAULT_CHUNK):  # max messages (pairs x batch) materialised at once
+                chunk_size: int = DEFAULT_CHUNK):  # max messages (pairs x batch) materialised at once (portable path)
         "New node states (N, B, d)."
         N, B, d = x.shape
         xf, rf = x.reshape(N, B * d), relation.reshape(relation.shape[0], B * d)
-        agg = boundary.reshape(N, B * d).clone()
+        agg = boundary.reshape(N, B * d).clone(memory_format=torch.contiguous_format)
+        if use_fused(x, boundary, relation): return self.combine(x, fused_relational_sum(adj, xf, rf, agg).view(N, B, d))
         step, P = max(1, chunk_size // B), len(adj.pair_dst)
         for s in range(0, P, step):
             e = min(P, s + step); lo, hi = int(adj.crow[s]), int(adj.crow[e])
@@ -164,9 +294,13 @@ class GeneralizedRelationalConv(nn.Module):
             D = torch.sparse_csr_tensor(torch.cat([adj.crow.new_zeros(1), torch.cumsum(torch.bincount(adj.pair_dst[s:e], minlength=N), 0)]),
                                         torch.arange(e - s, device=xf.device), torch.ones(e - s, device=xf.device), (N, e - s), check_invariants=False)
             agg += csr_sum(D, msg)  # pairs are sorted by target: a CSR sum into their targets
-        return F.relu(self.layer_norm(self.linear(torch.cat([x, agg.view(N, B, d)], -1))))
+        return self.combine(x, agg.view(N, B, d))
 
-# %% ../nbs/18_ultra.ipynb #c025
+    def combine(self, x: torch.Tensor, agg: torch.Tensor):
+        "ReLU(LayerNorm(Linear([old state, aggregate])))."
+        return F.relu(self.layer_norm(self.linear(torch.cat([x, agg], -1))))
+
+# %% ../nbs/18_ultra.ipynb #c029
 class RelNBFNet(nn.Module):
     "NBFNet over the relation graph: query-conditioned representations of all 2R relation types."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -187,7 +321,7 @@ class RelNBFNet(nn.Module):
             h = layer(h, boundary, graph.rel_adj, rel, chunk_size) + h
         return h.transpose(0, 1)
 
-# %% ../nbs/18_ultra.ipynb #c027
+# %% ../nbs/18_ultra.ipynb #c031
 class EntityNBFNet(nn.Module):
     "NBFNet over the fact graph, with per-layer projections of the conditioned relation vectors, and a score MLP."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -221,7 +355,7 @@ class EntityNBFNet(nn.Module):
         init[h_index, ar] = query
         return self.propagate(graph, init, rel_reprs, query, chunk_size)
 
-# %% ../nbs/18_ultra.ipynb #c029
+# %% ../nbs/18_ultra.ipynb #c033
 class Ultra(nn.Module):
     "ULTRA: a relation NBFNet conditioned on the query relation feeding an entity NBFNet; parameter names match the checkpoints."
     def __init__(self, dim: int = 64, num_layers: int = 6,
@@ -248,7 +382,7 @@ class Ultra(nn.Module):
         if direction == 'head': return self(graph, anchor, relation + graph.num_relations // 2, rel_query=relation)
         raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
 
-# %% ../nbs/18_ultra.ipynb #c033
+# %% ../nbs/18_ultra.ipynb #c037
 def _mp_flops(adj: RelationalAdjacency, B: int, d: int) -> int:
     "Sparse FLOPs of one `GeneralizedRelationalConv` message pass over `adj` for B queries."
     nnz, P = len(adj.col), len(adj.pair_dst)
@@ -276,7 +410,7 @@ def llm_prefill_flops(num_nodes: int, num_edges: int, active_params: float = 5.1
     "The paper's lower bound for an LLM reading the graph: 2 x active parameters per token, N + E + 1 tokens (Appendix A)."
     return 2 * active_params * (num_nodes + num_edges + 1)
 
-# %% ../nbs/18_ultra.ipynb #c037
+# %% ../nbs/18_ultra.ipynb #c041
 ULTRA_CHECKPOINTS = {  # name -> sha256 and the sum of all parameters (a cheap fingerprint of the loaded weights)
     'ultra_3g': dict(sha256='fdedc01b0045fc089d2ad5da08569466b7b221691fe978a18e91082bbb133c18', param_sum=314.0047),
     'ultra_4g': dict(sha256='48a046e708adf5632d87c30eacae01f5f51466b2301effdc2cb42358d22854e0', param_sum=271.6183),
@@ -289,7 +423,7 @@ KEY_PREFIXES = ('model.model.',)  # UltraQuery -> RelationProjection -> Ultra ne
 class CheckpointError(ValueError):
     "A checkpoint file that is not one of the known ULTRA checkpoints, or whose weights do not fit the model."
 
-# %% ../nbs/18_ultra.ipynb #c039
+# %% ../nbs/18_ultra.ipynb #c043
 def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
                     url: str | None = None):  # download source (default: the ULTRA GitHub repository)
     "Local path of a named checkpoint, downloading (sha256-verified) into the user cache when absent."
@@ -299,7 +433,7 @@ def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
     dest = user_cache_dir() / 'ckpts' / 'ultra' / f'{name}.pth'
     return download((url or ULTRA_CKPT_URL).format(name=name), dest, sha256=ULTRA_CHECKPOINTS[name]['sha256'])
 
-# %% ../nbs/18_ultra.ipynb #c042
+# %% ../nbs/18_ultra.ipynb #c046
 def ultra_state_dict(path,  # a .pth file
                      verify: bool = True):  # require the sha256 of a known checkpoint
     "The model state_dict of a checkpoint file, with UltraQuery's key prefix stripped."
@@ -322,7 +456,7 @@ def ultra_state_dict(path,  # a .pth file
         out[k] = v
     return out
 
-# %% ../nbs/18_ultra.ipynb #c043
+# %% ../nbs/18_ultra.ipynb #c047
 def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or a path to a .pth file
                device: str = 'cpu',  # 'auto', 'cpu', 'cuda', 'cuda:N'
                verify: bool = True,  # require a known sha256
@@ -334,7 +468,7 @@ def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or
     except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
 
-# %% ../nbs/18_ultra.ipynb #c049
+# %% ../nbs/18_ultra.ipynb #c053
 def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
                   anchors: np.ndarray,  # (n,) anchor entity per query
                   rels: np.ndarray,  # (n,) original relation per query
@@ -353,7 +487,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c052
+# %% ../nbs/18_ultra.ipynb #c056
 def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
@@ -364,14 +498,14 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
     cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
     return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
 
-# %% ../nbs/18_ultra.ipynb #c056
+# %% ../nbs/18_ultra.ipynb #c060
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
     r = torch.as_tensor(ranks).double().cpu().numpy()
     if r.size == 0: raise ValueError('no ranks to summarise')
     return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
-# %% ../nbs/18_ultra.ipynb #c059
+# %% ../nbs/18_ultra.ipynb #c063
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -394,7 +528,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c061
+# %% ../nbs/18_ultra.ipynb #c065
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -405,7 +539,7 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c065
+# %% ../nbs/18_ultra.ipynb #c069
 def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
                    split: LinkPredictionSplit,  # from `kg.load_split`
                    which: str = 'test',  # 'test' or 'valid' queries
@@ -423,7 +557,7 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
     return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
                          for d, m in res.items()])
 
-# %% ../nbs/18_ultra.ipynb #c070
+# %% ../nbs/18_ultra.ipynb #c074
 def ultra_eval_cli(argv=None) -> int:
     "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
     import argparse
@@ -456,7 +590,7 @@ def ultra_eval_cli(argv=None) -> int:
         print(f'wrote {a.out}')
     return 0
 
-# %% ../nbs/18_ultra.ipynb #c079
+# %% ../nbs/18_ultra.ipynb #c083
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -465,7 +599,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c080
+# %% ../nbs/18_ultra.ipynb #c084
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -491,7 +625,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c082
+# %% ../nbs/18_ultra.ipynb #c086
 from fastcore.basics import patch
 
 @patch
@@ -523,7 +657,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c088
+# %% ../nbs/18_ultra.ipynb #c092
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

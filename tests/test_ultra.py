@@ -75,7 +75,53 @@ def test_layer_matches_per_edge_reference(n, e, t, b, chunk, seed):
     for (v, u), r in zip(ei.t().tolist(), et.tolist()): agg[v] += x[u] * rel[r]  # kernel convention: edge_index[1] -> [0]
     ref = torch.relu(layer.layer_norm(layer.linear(torch.cat([x, agg], -1))))
     adj = ultra.relational_adjacency(ei, et, n)
-    with torch.no_grad(): torch.testing.assert_close(layer(x, bd, adj, rel, chunk_size=chunk), ref, rtol=1e-5, atol=1e-5)
+    with torch.no_grad(): torch.testing.assert_close(layer(x, bd, adj, rel, chunk_size=chunk), ref, rtol=1e-5, atol=1e-5)  # fused
+    os.environ['KGQA_ULTRA_KERNEL'] = 'torch'
+    try:
+        with torch.no_grad(): torch.testing.assert_close(layer(x, bd, adj, rel, chunk_size=chunk), ref, rtol=1e-5, atol=1e-5)  # portable
+    finally: os.environ.pop('KGQA_ULTRA_KERNEL')
+
+
+_HAS_CXX = bool(os.environ.get('CXX') or shutil.which('c++') or shutil.which('g++') or shutil.which('clang++'))
+
+
+@pytest.mark.skipif(not _HAS_CXX, reason='no C++ compiler on this machine: the portable path runs')
+def test_fused_kernel_builds_and_is_used(monkeypatch):
+    assert ultra.fused_kernel() is not None  # where a compiler exists, CPU inference runs the fused kernel
+    x = torch.randn(3, 2)
+    assert ultra.use_fused(x) and not ultra.use_fused(x.double().requires_grad_())
+    monkeypatch.setenv('KGQA_ULTRA_KERNEL', 'torch'); assert not ultra.use_fused(x)
+
+
+def test_fused_kernel_matches_portable_on_ilpc_sized_batch():
+    "Whole forward on a random 2k-node graph with parallel edges, batch 5, both paths, float32: same logits."
+    g = torch.Generator().manual_seed(3)
+    n, e, R = 2000, 16000, 12
+    ei, et = torch.randint(0, n, (2, e), generator=g), torch.randint(0, R, (e,), generator=g)
+    ei = torch.cat([ei, ei[:, :500]], 1); et = torch.cat([et, et[:500]])  # parallel edges
+    kg_graph = ultra.UltraGraph(torch.cat([ei, ei.flip(0)], 1), torch.cat([et, et + R]), n, 2 * R,
+                                *ultra.build_relation_graph(torch.cat([ei, ei.flip(0)], 1), torch.cat([et, et + R]), n, 2 * R))
+    model = load_ultra('ultra_3g')
+    h, r = torch.randint(0, n, (5,), generator=g), torch.randint(0, 2 * R, (5,), generator=g)
+    with torch.no_grad():
+        fused = model(kg_graph, h, r)
+        os.environ['KGQA_ULTRA_KERNEL'] = 'torch'
+        try: portable = model(kg_graph, h, r)
+        finally: os.environ.pop('KGQA_ULTRA_KERNEL')
+    torch.testing.assert_close(fused, portable, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_kernel_unavailable_falls_back_or_fails_by_mode(monkeypatch, tmp_path):
+    monkeypatch.setenv('KGQA_CACHE', str(tmp_path)); monkeypatch.setenv('CXX', str(tmp_path / 'no-such-compiler'))
+    ultra.fused_kernel.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match='portable PyTorch path'): assert ultra.fused_kernel() is None
+        assert not ultra.use_fused(torch.zeros(2))  # a forward pass then runs the portable path
+        ultra.fused_kernel.cache_clear(); monkeypatch.setenv('KGQA_ULTRA_KERNEL', 'fused')
+        with pytest.raises(RuntimeError, match='ULTRA fused CPU kernel'): ultra.fused_kernel()
+        monkeypatch.setenv('KGQA_ULTRA_KERNEL', 'fast')
+        with pytest.raises(ValueError, match='KGQA_ULTRA_KERNEL'): ultra.kernel_mode()
+    finally: ultra.fused_kernel.cache_clear()
 
 
 @settings(max_examples=25, deadline=None)
