@@ -25,14 +25,14 @@ from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, em
 from .synthkgqa import GenerationError, OutcomeLog, RunRefused, _OneLineParser, open_run_folder
 
 # %% auto #0
-__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'KGQAGenError',
-           'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds', 'one_hop_sample', 'expansion_prompt',
-           'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'find_chain',
-           'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
-           'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'instance_record',
-           'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
-           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'KGQAGenDataset', 'kgqagen_dataset',
-           'gold_names', 'published_gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
+__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'RECORD_VERSION',
+           'KGQAGenError', 'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds', 'one_hop_sample',
+           'expansion_prompt', 'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply',
+           'find_chain', 'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query',
+           'revision_prompt', 'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify',
+           'proof_answer', 'instance_record', 'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record',
+           'select_kgqagen', 'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'KGQAGenDataset',
+           'kgqagen_dataset', 'gold_names', 'published_gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -456,16 +456,23 @@ def _constants(query: str) -> list:
     try: return read_query(query).entities
     except QueryShapeError: return list(dict.fromkeys(re.findall(r'\bwd:(Q\d+)\b', query)))
 
+def proof_answer(proof_ids: list,  # (h, r, t) ID triples of the proof
+                 answers: list) -> str:  # the verified answer IDs, sorted
+    "The answer the proof supports (`answer_node`): the first answer that is an entity of the proof, else the first answer."
+    in_proof = {x for h, _, o in proof_ids for x in (h, o)}
+    return next((a for a in answers if a in in_proof), answers[0])
+
 def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, inst: dict, answer_ids: list,
                    v: Verification, timeout: float = 10.0, min_cache: dict | None = None) -> dict:
     "The GTSQA-schema record (plus KGQAGen fields) of a verified instance."
     text = lambda i: kg.entity_text(kg.entity_index[i])
     proof_ids = _proof_ids(kg, inst['proof'])[0]
     answers = sorted(set(answer_ids))
+    answer = proof_answer(proof_ids, answers)
     ends = Counter(x for h, _, o in proof_ids for x in (h, o))  # proof leaves that are not answers are named in the question too
     seeds = list(dict.fromkeys([q for q in _constants(v.sparql) if q in kg.entity_index] +
                                [x for h, _, o in proof_ids for x in (h, o) if ends[x] == 1 and x not in answers]))
-    rec = empty_record(id=cid, question=inst['question'], seed_entities=[text(s) for s in seeds], answer_node=text(answers[0]),
+    rec = empty_record(id=cid, question=inst['question'], seed_entities=[text(s) for s in seeds], answer_node=text(answer),
                        answer_subgraph=[[text(h), kg.relation_text(kg.relation_index[r]), text(o)] for h, r, o in proof_ids],
                        sparql_query=v.sparql, all_answers_wikidata=answers, all_answers_wikikg2=answers)
     try:
@@ -474,16 +481,16 @@ def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, ins
         rec.update(full_answer_subgraph_wikidata=[list(t) for t in full], full_answer_subgraph_wikikg2=[list(t) for t in full])
     except (QueryShapeError, SparqlError, ValueError): pass
     try:
-        iso = classify_answer_subgraph(proof_ids, seeds, answers[0])
+        iso = classify_answer_subgraph(proof_ids, seeds, answer)
         rec.update(graph_isomorphism=iso.graph_isomorphism, n_hops=iso.n_hops)
-        m = minimality(store, proof_ids, seeds, answers[0], answers, cache=min_cache)
+        m = minimality(store, proof_ids, seeds, answer, answers, cache=min_cache)
         rec.update(redundant=m.redundant, minimal_graph_isomorphism=m.minimal_graph_isomorphism, minimal_seeds_and_queries=str(m.minimal_seeds_and_queries))
     except Exception: pass  # a proof that is not a seed-to-answer tree: no type, no minimality (the instance stays)
     return {**rec, 'seed': kg.entity_text(st.seed), 'answer_labels': [kg.entity_labels[kg.entity_index[a]] for a in answers],
             'proof': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions, 'sparql_draft': inst['sparql'],
             'subgraph_size': len(st.edges)}
 
-# %% ../nbs/22_kgqagen.ipynb #c048
+# %% ../nbs/22_kgqagen.ipynb #c049
 def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict):
     "(answer IDs, None, '') or (None, reason, detail)."
     in_graph = {kg.entity_ids[int(x)] for e in st.edges for x in (kg.head[e], kg.tail[e])}
@@ -496,7 +503,7 @@ def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict):
     if proof is None: return None, 'proof_not_in_kg', detail
     return ids, None, ''
 
-# %% ../nbs/22_kgqagen.ipynb #c050
+# %% ../nbs/22_kgqagen.ipynb #c051
 @dataclass
 class _Run:
     kg: KnowledgeGraph
@@ -548,7 +555,7 @@ def process_batch(run: _Run, ids: list) -> tuple:
         outcomes[i] = _out(i, 'accepted', v.reason, record=rec, rounds=st.rounds, revisions=v.revisions, attempts=v.attempts)
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/22_kgqagen.ipynb #c053
+# %% ../nbs/22_kgqagen.ipynb #c054
 @dataclass
 class KGQAGenSelection:
     "The records of a run and its funnel."
@@ -579,7 +586,7 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
                   discarded=dict(discarded.most_common()))
     return KGQAGenSelection(records, funnel, len(done) - i)
 
-# %% ../nbs/22_kgqagen.ipynb #c056
+# %% ../nbs/22_kgqagen.ipynb #c057
 KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'kgqagen')
 
 def kgqagen_manifest(cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient) -> dict:
@@ -608,7 +615,7 @@ def _clients(cfg: KGQAGenConfig, out: Path, gen, rev, cache_dir) -> tuple:
         if c.ledger is None: c.ledger = ledger
     return gen, rev
 
-# %% ../nbs/22_kgqagen.ipynb #c058
+# %% ../nbs/22_kgqagen.ipynb #c059
 def _status(done: dict, sel: KGQAGenSelection, ledger):
     print(f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
           f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(ledger)['calls']} model calls", file=sys.stderr, flush=True)
@@ -656,7 +663,7 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c059
+# %% ../nbs/22_kgqagen.ipynb #c060
 def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient,
                      done: dict, seconds: float, processed: int) -> dict:
     "Write records.jsonl, funnel.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
@@ -683,7 +690,7 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
                                                                 notes=f'Reviser: {rev.describe()}. Generated by kgqa_nb.kgqagen.', duplicates=sel.funnel['duplicates']))
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c064
+# %% ../nbs/22_kgqagen.ipynb #c065
 @dataclass
 class KGQAGenDataset:
     "A finished KGQAGen run, as the artifact notebooks read it."
@@ -693,6 +700,8 @@ class KGQAGenDataset:
     funnel: dict  # see `select_kgqagen`
     summary: dict  # run_summary.json
 
+RECORD_VERSION = 2  # bumped when `instance_record` changes what a record holds (2: answer_node is the answer the proof supports)
+
 def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.resolve_kg` knows
                     n_target: int = 20, seed: int = 0, backend: str = 'offline', model: str = '', reviser_model: str = '',
                     base_url: str = '', root=None,  # parent of the kgqagen/ cache folder (default: the smoke scratch results)
@@ -701,7 +710,7 @@ def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.re
     graph = resolve_kg(kg)
     c = KGQAGenConfig(kg=graph.name, n_target=int(n_target), seed=int(seed), backend=backend, model=model or None,
                       reviser_model=reviser_model or None, base_url=base_url or None, concurrency=concurrency, **cfg)
-    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph))
+    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph), records=RECORD_VERSION)
     key.pop('base_url', None)
     folder = keyed_folder((Path(root) if root is not None else artifact_dirs('')[0]) / 'kgqagen', graph.name, key)
     run_dir = folder / 'run'
@@ -722,7 +731,7 @@ def published_gold_names(rec) -> list:
     ids = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
     return [[q, l] for q, l in zip(ids, labels)] if ids and len(ids) == len(labels) else [[l] for l in labels]
 
-# %% ../nbs/22_kgqagen.ipynb #c067
+# %% ../nbs/22_kgqagen.ipynb #c068
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:

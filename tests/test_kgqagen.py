@@ -181,6 +181,14 @@ def test_funnel_adds_up_and_revisions_happen(smoke_run):
     assert all(o['attempts'][0]['outcome'] == 'answer_mismatch' for o in revised)
 
 
+def test_answer_node_is_the_answer_the_proof_supports(smoke_run):
+    "answer_node is an entity of answer_subgraph whenever the proof shows any answer (it was the first answer by ID)."
+    ent = lambda x: x.rsplit('(', 1)[-1].rstrip(')')
+    for r in records(smoke_run[0]):
+        in_proof = {ent(x) for t in r['answer_subgraph'] for x in (t[0], t[2])}
+        if in_proof & set(r['all_answers_wikidata']): assert ent(r['answer_node']) in in_proof, r['id']
+
+
 def test_records_feed_the_isomorphism_statistics(smoke_run):
     recs = records(smoke_run[0])
     typed = [r for r in recs if r['graph_isomorphism']]
