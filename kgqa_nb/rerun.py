@@ -446,19 +446,24 @@ def kgqagen_calls(p, plan) -> list:
                       calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser')]
 
 def kgqagen_table2_calls(p, plan) -> list:
-    "KGQAGen Table 2: the dataset's generation (when generated), per question three reader calls (alone, proof, retrieved) and the LASM judge."
+    "KGQAGen Table 2: the dataset's generation (when generated); per question the LLM reader alone, on the proof and on each retriever's top-K (PPR and the trained retrievers); the LASM judge on every row."
     gen = p.get('source', 'generated') == 'generated'
     out = kgqagen_calls(p, plan) if gen else []
     n = int(p.get('n_target', 0)) if gen else plan['kgqagen_10k']
     if p.get('max_questions'): n = min(n, int(p['max_questions']))
+    labels = list(p.get('retriever_labels', ['sp', 'gt'])) if p.get('retriever_profile', 'smoke') else []
+    retrievers = 1 + len(labels)  # PPR and one trained SubgraphRAG retriever per label regime
+    uq = int(p.get('ultrag_questions', 10))
+    ultrag_n = min(n, uq) if uq else n  # ULTRAG's row (oracle writer: no LLM call of its own)
     if p.get('reader_backend', 'offline') == 'openai':
         api = _api('openai', p.get('reader_model'), p.get('base_url'))
         out += [CallGroup('reader (question alone)', 'kgqa-llm-only', **api, calls=n),
                 CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=plan['kgqagen_proof_triples']),
-                CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=n, triples=float(p.get('top_k', 100)))]
+                CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=retrievers * n, triples=float(p.get('top_k', 100)))]
     if p.get('judge_backend', 'offline') == 'openai':
+        rows = (2 + retrievers) * n + (1 + retrievers) * n * gen + ultrag_n  # LLM-reader rows, oracle rows (generated only), ULTRAG
         out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p.get('judge_model'), p.get('base_url')),
-                             calls=math.ceil(3 * n * plan['lasm_judged_per_question'])))
+                             calls=math.ceil(rows * plan['lasm_judged_per_question'])))
     return out
 
 _GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
