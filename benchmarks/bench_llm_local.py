@@ -14,9 +14,9 @@ named failure reason (KG-RAG `ISSUES`, ULTRAG `WRITE_ERRORS`, generate `ParseErr
 `few_shot_status`). Roles whose parser has no failure reason record how the library reads the unusable reply (e.g. the
 decider reads a reply without a verdict as 'sufficient'). Reply lengths are the role's own, capped at `MAX_REPLY` tokens
 so the run fits minutes on a CPU (a decomposition cut there is a 'no_end_marker', as it would be at the role's own limit).
-Measured finding: llama-cpp-python 0.3.36's `gemma` chat format drops system messages (it logs that at debug level only), so
-through the chat endpoint the registry model never sees a role's instructions, only its user turns (the ULTRAG writer's
-prompt is ~41 tokens without its relation table); the few-shot completion roles are unaffected.
+llama-cpp-python 0.3.36's `gemma` chat format drops system messages (at debug level only): the first run of this table
+sent the ULTRAG writer's prompt as ~41 tokens, without its relation table. The server now serves `kgqa-gemma`, which folds
+the system text into the first user turn (`llm_local.fold_system`), so every chat role's instructions reach the model.
 Skipped, with the reason, where `make llm-local` has not installed the server and the model."""
 import os, re, time
 from collections import Counter
