@@ -497,6 +497,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                     'kgqa_nb/kgrag.py'),
                                'kgqa_nb.kgrag.TripleRetriever.candidates': ('kgrag.html#tripleretriever.candidates', 'kgqa_nb/kgrag.py'),
                                'kgqa_nb.kgrag.TripleRetriever.select': ('kgrag.html#tripleretriever.select', 'kgqa_nb/kgrag.py'),
+                               'kgqa_nb.kgrag.TripleRetriever.triple_vectors': ( 'kgrag.html#tripleretriever.triple_vectors',
+                                                                                 'kgqa_nb/kgrag.py'),
                                'kgqa_nb.kgrag.TripleRetriever.vectors': ('kgrag.html#tripleretriever.vectors', 'kgqa_nb/kgrag.py'),
                                'kgqa_nb.kgrag._last_user': ('kgrag.html#_last_user', 'kgqa_nb/kgrag.py'),
                                'kgqa_nb.kgrag._mentions': ('kgrag.html#_mentions', 'kgqa_nb/kgrag.py'),

@@ -21,16 +21,16 @@ from .metrics import hit_at_1
 from .text import TextEncoder, VectorIndex, l2_normalize
 
 # %% auto #0
-__all__ = ['NO_CANDIDATES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF', 'STEP_QUESTION',
-           'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question', 'MetaQAQuestion',
-           'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize', 'triple_texts',
-           'triple_parts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples', 'prompt_role',
-           'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages', 'synthesis_messages',
-           'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer', 'type_chain',
-           'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose', 'relation_phrase_answer',
-           'offline_answer', 'substitute_answers', 'offline_reformulate', 'offline_synthesize', 'offline_direct',
-           'KGRAG', 'evaluate', 'gold_chain', 'step_hit', 'retrieval_diagnostics', 'sample_questions', 'roles_label',
-           'kgrag_cli']
+__all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF',
+           'STEP_QUESTION', 'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question',
+           'MetaQAQuestion', 'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize',
+           'triple_texts', 'triple_parts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples',
+           'prompt_role', 'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages',
+           'synthesis_messages', 'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer',
+           'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
+           'relation_phrase_answer', 'offline_answer', 'substitute_answers', 'offline_reformulate',
+           'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate', 'gold_chain', 'step_hit',
+           'retrieval_diagnostics', 'sample_questions', 'roles_label', 'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -170,6 +170,8 @@ def top_k(query_vec,  # (dim,) the question's vector
     return s[order].astype(np.float32), order.astype(np.int64)
 
 # %% ../nbs/21_kgrag.ipynb #c026
+DENSE_VECTOR_BYTES = 2 << 30  # a KG's triple vectors are kept in memory as one matrix when they fit in this many bytes
+
 class TripleRetriever:
     "Candidate triples up to N hops and their top-K by similarity to a query, vectors from the embedding store."
     def __init__(self, kg: KnowledgeGraph, encoder: TextEncoder,
@@ -178,6 +180,7 @@ class TripleRetriever:
         self.kg, self.encoder, self.store_root, self.direction = kg, encoder, store_root, direction
         self.metric = similarity_metric(encoder)
         self._cands, self._vecs = {}, {}
+        self._X = self._have = None  # the in-memory matrix of triple vectors and which rows are filled
 
     def candidates(self, topic: str, n_hops: int) -> Candidates:
         "Candidates of the entity labelled `topic` up to `n_hops`."
@@ -189,23 +192,31 @@ class TripleRetriever:
         "Vectors of texts through the store (normalised for cosine)."
         return self.encoder.encode_cached(texts, role=role, root=self.store_root, normalize=self.metric == 'cosine', progress_bar=False)
 
-    def candidate_vectors(self, cands: Candidates) -> tuple:
-        "(texts, vectors) of a candidate set; the last few sets stay in memory (every sub-question and K reuses them)."
+    def triple_vectors(self, eids) -> np.ndarray:
+        "Vectors of the triples `eids`: from the in-memory matrix when the KG's vectors fit `DENSE_VECTOR_BYTES`, else from the store."
+        eids = np.asarray(eids, dtype=np.int64)
+        if self.kg.num_triples * self.encoder.dim * 4 > DENSE_VECTOR_BYTES: return self.vectors(triple_texts(self.kg, eids))
+        if self._X is None:
+            self._X = np.zeros((self.kg.num_triples, self.encoder.dim), np.float32)
+            self._have = np.zeros(self.kg.num_triples, bool)
+        missing = np.unique(eids[~self._have[eids]])
+        if len(missing): self._X[missing] = self.vectors(triple_texts(self.kg, missing)); self._have[missing] = True
+        return self._X[eids]
+
+    def candidate_vectors(self, cands: Candidates) -> np.ndarray | None:
+        "Vectors of a candidate set (None when empty); the last few sets stay in memory (every sub-question and K reuses them)."
         key = (cands.eids.tobytes(), len(cands))
-        hit = self._vecs.get(key)
-        if hit is None:
-            texts = triple_texts(self.kg, cands.eids)
-            hit = (texts, self.vectors(texts) if texts else None)
+        if key not in self._vecs:
             if len(self._vecs) >= 8: self._vecs.pop(next(iter(self._vecs)))
-            self._vecs[key] = hit
-        return hit
+            self._vecs[key] = self.triple_vectors(cands.eids) if len(cands) else None
+        return self._vecs[key]
 
     def select(self, query: str, cands: Candidates, k: int) -> list:
         "Top-`k` candidate triples for `query`: a list of (text, score, triple index)."
-        texts, vecs = self.candidate_vectors(cands)
-        if not texts: return []
+        vecs = self.candidate_vectors(cands)
+        if vecs is None: return []
         s, i = top_k(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
-        return [(texts[j], float(x), int(cands.eids[j])) for x, j in zip(s, i)]
+        return [(t, float(x), int(cands.eids[j])) for t, x, j in zip(triple_texts(self.kg, cands.eids[i]), s, i)]
 
 # %% ../nbs/21_kgrag.ipynb #c029
 def embed_all_triples(retriever: TripleRetriever, chunk: int = 8192) -> int:
