@@ -24,7 +24,7 @@ from .text import TextEncoder, VectorIndex, l2_normalize
 __all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF',
            'STEP_QUESTION', 'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question',
            'MetaQAQuestion', 'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize',
-           'triple_texts', 'triple_parts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples',
+           'triple_parts', 'triple_texts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples',
            'prompt_role', 'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages',
            'synthesis_messages', 'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer',
            'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
@@ -136,15 +136,14 @@ def verbalize(s: str, r: str, o: str) -> str:
     "`(subject, relation, object)` with underscores written as spaces."
     return '(' + ', '.join(x.replace('_', ' ') for x in (s, r, o)) + ')'
 
-def triple_texts(kg: KnowledgeGraph, eids) -> list[str]:
-    "The verbalised text of each triple index."
-    E, R = kg.entity_labels, kg.relation_labels
-    return [verbalize(E[kg.head[e]], R[kg.rel[e]], E[kg.tail[e]]) for e in np.asarray(eids, np.int64)]
-
 def triple_parts(kg: KnowledgeGraph, eids) -> list[tuple]:
-    "The (subject, relation, object) labels of each triple index, written as `verbalize` writes them (what a reader takes)."
+    "The (subject, relation, object) labels of each triple index, underscores written as spaces (what a reader takes; `triple_texts` joins them)."
     E, R = kg.entity_labels, kg.relation_labels
     return [tuple(x.replace('_', ' ') for x in (E[kg.head[e]], R[kg.rel[e]], E[kg.tail[e]])) for e in np.asarray(eids, np.int64)]
+
+def triple_texts(kg: KnowledgeGraph, eids) -> list[str]:
+    "The verbalised text of each triple index."
+    return [verbalize(*p) for p in triple_parts(kg, eids)]
 
 # %% ../nbs/21_kgrag.ipynb #c023
 def similarity_metric(encoder: TextEncoder) -> str:

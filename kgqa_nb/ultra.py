@@ -114,8 +114,8 @@ class RelationalAdjacency:
     pair_dst: torch.Tensor  # (P,) int64 node receiving the pair's messages
     pair_type: torch.Tensor  # (P,) int64 relation type of the pair
     num_nodes: int
-    node_ptr: torch.Tensor | None = None  # (N+1,) int64: node v's pairs are node_ptr[v]:node_ptr[v+1] (pairs are sorted by target)
-    blocks: torch.Tensor | None = None  # node boundaries of work blocks with about equal edge counts (for the fused kernel's threads)
+    node_ptr: torch.Tensor  # (N+1,) int64: node v's pairs are node_ptr[v]:node_ptr[v+1] (pairs are sorted by target)
+    blocks: torch.Tensor  # node boundaries of work blocks with about equal edge counts (for the fused kernel's threads)
 
 def relational_adjacency(edge_index: torch.Tensor,  # (2, E) stored edges; messages flow edge_index[1] -> edge_index[0]
                          edge_type: torch.Tensor,  # (E,)
@@ -237,9 +237,8 @@ def fused_kernel():
         if kernel_mode() == 'fused': raise RuntimeError(f'ULTRA fused CPU kernel: {e}') from None
         warnings.warn(f'ULTRA fused CPU kernel unavailable ({e}); using the portable PyTorch path', RuntimeWarning, stacklevel=2)
         return None
-    for name, T in (('relsum_f32', ctypes.c_float), ('relsum_f64', ctypes.c_double)):
-        getattr(lib, name).argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
-        getattr(lib, name).restype = None
+    for fn in (lib.relsum_f32, lib.relsum_f64):  # pointers, then dim, blocks, number of blocks, threads
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int], None
     return lib
 
 def use_fused(*tensors) -> bool:
