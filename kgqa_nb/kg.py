@@ -17,10 +17,10 @@ from .core import data_dir, MalformedFileError
 # %% auto #0
 __all__ = ['HEADER_WORDS', 'WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'CODEX_VIEWS', 'LP_LAYOUTS', 'LP_SPLITS',
            'METAQA_ERRATA', 'OGB_WIKIKG2_SPLITS', 'HETIONET_DIRECTIONS', 'DOWNLOADS', 'KG_REGISTRY', 'KG_DATA',
-           'format_item', 'parse_item', 'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'kg_fingerprint',
-           'check_id', 'read_triple_file', 'read_id_text', 'read_tsv', 'read_ntriples', 'read_synth_kgqa',
-           'codex_labels', 'load_codex_m', 'load_codex_m_labelled', 'LinkPredictionSplit', 'load_split',
-           'load_ilpc2022', 'load_metaqa_kb', 'read_ogb_mapping', 'read_ogb_split', 'read_wikikg90m_text',
+           'format_item', 'parse_item', 'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'unique_ids',
+           'relabel', 'kg_fingerprint', 'check_id', 'read_triple_file', 'read_id_text', 'read_tsv', 'read_ntriples',
+           'read_synth_kgqa', 'codex_labels', 'load_codex_m', 'load_codex_m_labelled', 'LinkPredictionSplit',
+           'load_split', 'load_ilpc2022', 'load_metaqa_kb', 'read_ogb_mapping', 'read_ogb_split', 'read_wikikg90m_text',
            'with_wikikg90m_text', 'read_ogbl_wikikg2', 'write_ogb_layout', 'load_wikikg2', 'hetionet_id',
            'metaedge_abbrev', 'read_hetionet_json', 'read_hetionet_tsv', 'load_hetionet', 'Download', 'human_size',
            'download_table', 'remote_size', 'fetch', 'load_kg']
@@ -183,6 +183,25 @@ class CSR:
         s, e = self.indptr[v], self.indptr[v + 1]
         return self.nbr[s:e], self.eid[s:e], self.fwd[s:e]
     def degree(self) -> np.ndarray: return np.diff(self.indptr)
+    def rows(self, nodes) -> np.ndarray:
+        "Positions in `nbr`/`eid`/`fwd` of the adjacency of every node in `nodes`, node by node (one gather for many nodes)."
+        nodes = np.asarray(nodes, np.int64)
+        starts = self.indptr[nodes]; lens = self.indptr[nodes + 1] - starts
+        return np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+
+def unique_ids(ids, n: int) -> np.ndarray:
+    "Sorted distinct values of `ids`, integers in [0, n): a marker array of n flags when ids are many, else np.unique."
+    ids = np.asarray(ids, np.int64)
+    if len(ids) * 8 < n: return np.unique(ids)
+    mark = np.zeros(n, bool); mark[ids] = True
+    return np.flatnonzero(mark)
+
+def relabel(ids, n: int) -> tuple[np.ndarray, np.ndarray]:
+    "`np.unique(ids, return_inverse=True)` for integers in [0, n), without sorting ids: (sorted distinct ids, position of each id)."
+    ids = np.asarray(ids, np.int64)
+    uniq = unique_ids(ids, n)
+    pos = np.empty(n, np.int64); pos[uniq] = np.arange(len(uniq))
+    return uniq, pos[ids]
 
 def _csr(src, dst, num_nodes, eid, fwd):
     order = np.argsort(src, kind='stable')
@@ -258,11 +277,9 @@ def bfs_distances(self: KnowledgeGraph, sources,  # entity indices to start from
     dist = np.full(self.num_entities, -1, dtype=np.int64)
     frontier = np.unique(np.asarray(sources, dtype=np.int64)); dist[frontier] = 0; d = 0
     while len(frontier) and (max_hops is None or d < max_hops):
-        starts, ends = csr.indptr[frontier], csr.indptr[frontier + 1]
-        lens = ends - starts
-        if lens.sum() == 0: break
-        idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-        nxt = csr.nbr[idx]; nxt = np.unique(nxt[dist[nxt] < 0])  # drop visited nodes before sorting
+        nxt = csr.nbr[csr.rows(frontier)]
+        if not len(nxt): break
+        nxt = unique_ids(nxt[dist[nxt] < 0], self.num_entities)  # drop visited nodes before de-duplicating
         d += 1; dist[nxt] = d; frontier = nxt
     return dist
 

@@ -393,5 +393,7 @@ def seppr(edges,  # (src, dst) arrays or a KnowledgeGraph
 def top_k_nodes(scores, k: int, min_score: float = 0.0) -> np.ndarray:
     "Indices of the k highest scores above `min_score`, best first (ties broken by lower index: deterministic)."
     s = np.asarray(scores)
-    order = np.lexsort((np.arange(len(s)), -s))
+    cand = np.arange(len(s))
+    if 0 < k < len(s): cand = np.flatnonzero(s >= np.partition(s, len(s) - k)[len(s) - k])  # ties with the k-th best stay in
+    order = cand[np.lexsort((cand, -s[cand]))]
     return order[s[order] > min_score][:k]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .core import keyed_folder, params_key, progress
-from .kg import KnowledgeGraph, UnknownIdError, kg_fingerprint, parse_item
+from .kg import KnowledgeGraph, UnknownIdError, kg_fingerprint, parse_item, relabel
 from .paths import (CONVENTIONS, SPLabels, UnknownConventionError, personalized_pagerank, top_k_nodes, shortest_path_labels,
                            shortest_path_metapaths)
 from .dataset import empty_record
@@ -52,15 +52,15 @@ def relation_edges(kg: KnowledgeGraph, r: int) -> np.ndarray:
 
 # %% ../nbs/12_qgraphs.ipynb #c009
 def khop_edges(kg: KnowledgeGraph, seeds,  # seed entity indices
-               k: int = 3,  # hops
+               k: int = 3,  # hops (at most 254)
                max_edges: int | None = None,  # cap on the number of triples (None = no cap)
                rng: np.random.Generator | None = None) -> tuple[np.ndarray, bool]:
     "Edge ids of the undirected k-hop neighbourhood of `seeds`, nearest first under a cap; and whether the cap cut."
+    if not 0 <= k < 255: raise ValueError(f'k must be between 0 and 254 hops, not {k}')
     dist = kg.bfs_distances(seeds, max_hops=k - 1)
-    big = np.iinfo(np.int64).max
-    dh, dt = dist[kg.head], dist[kg.tail]
-    level = np.minimum(np.where(dh >= 0, dh, big), np.where(dt >= 0, dt, big))
-    edges = np.flatnonzero(level <= k - 1)
+    near = np.where(dist >= 0, dist, 255).astype(np.uint8)  # one byte per entity: the scan below reads E of them twice
+    level = np.minimum(near[kg.head], near[kg.tail])  # a triple's level is its nearer end's hop distance
+    edges = np.flatnonzero(level < k)
     if max_edges is None or len(edges) <= max_edges: return edges, False
     rng = rng or np.random.default_rng(0)
     lv = level[edges]; counts = np.bincount(lv, minlength=k); cum = np.cumsum(counts)
@@ -69,6 +69,7 @@ def khop_edges(kg: KnowledgeGraph, seeds,  # seed entity indices
     last = edges[lv == L]
     take = rng.choice(last, max_edges - len(inner), replace=False) if L < k else last[:0]
     return np.sort(np.concatenate([inner, take])), True
+
 
 # %% ../nbs/12_qgraphs.ipynb #c012
 def ppr_prune(kg: KnowledgeGraph, edges,  # candidate edge ids (the neighbourhood)
@@ -81,7 +82,7 @@ def ppr_prune(kg: KnowledgeGraph, edges,  # candidate edge ids (the neighbourhoo
               rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
     "Edge ids kept after PPR ranking and budget pruning, and the kept entities in rank order."
     edges = np.asarray(edges, np.int64); seeds = np.asarray(seeds, np.int64)
-    nodes, inv = np.unique(np.concatenate([kg.head[edges], kg.tail[edges], seeds]), return_inverse=True)
+    nodes, inv = relabel(np.concatenate([kg.head[edges], kg.tail[edges], seeds]), kg.num_entities)
     E = len(edges); lh, lt = inv[:E], inv[E:2 * E]
     x = personalized_pagerank((lh, lt), len(nodes), inv[2 * E:])
     ranked = top_k_nodes(x, n_nodes, min_score)

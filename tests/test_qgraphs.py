@@ -103,6 +103,32 @@ def test_khop_cap_prefers_near_triples(kg, records):
     if len(one) <= len(full) // 2: assert set(one.tolist()) <= set(capped.tolist())
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(5, 60), st.integers(0, 200), st.integers(1, 4), st.integers(0, 10_000))
+def test_khop_equals_networkx(n, m, k, seed):
+    "The k-hop neighbourhood is every triple with an end within k - 1 undirected hops of a seed (networkx BFS, multigraph)."
+    r = np.random.default_rng(seed)
+    h, t = r.integers(0, n, m), r.integers(0, n, m)
+    g = KnowledgeGraph(h, np.zeros(m, np.int64), t, [f'Q{i}' for i in range(n)], ['P1'])
+    seeds = np.unique(r.integers(0, n, 1 + seed % 3))
+    G = nx.MultiGraph(); G.add_nodes_from(range(n)); G.add_edges_from(zip(h.tolist(), t.tolist()))
+    near = set()
+    for s in seeds.tolist(): near |= set(nx.single_source_shortest_path_length(G, s, cutoff=k - 1))
+    want = [e for e in range(m) if h[e] in near or t[e] in near]
+    got, cut = khop_edges(g, seeds, k)
+    assert got.tolist() == want and not cut
+    if len(want) > 2:  # under a cap: every triple of the levels that fit, and a sample of the first level that does not
+        d = {}
+        for s in seeds.tolist():
+            for v, dv in nx.single_source_shortest_path_length(G, s, cutoff=k - 1).items(): d[v] = min(d.get(v, dv), dv)
+        lvl = {e: min(d.get(int(h[e]), k), d.get(int(t[e]), k)) for e in want}
+        cap = len(want) // 2
+        capped, cut = khop_edges(g, seeds, k, max_edges=cap, rng=np.random.default_rng(seed))
+        L = min(l for l in range(k) if sum(v <= l for v in lvl.values()) > cap)
+        assert cut and len(capped) == cap and len(set(capped.tolist())) == cap
+        assert {e for e, v in lvl.items() if v < L} <= set(capped.tolist()) <= {e for e, v in lvl.items() if v <= L}
+
+
 def test_ppr_prune_keeps_only_edges_among_ranked(kg, records):
     s = record_question(kg, records[0])['seeds']
     hood, _ = khop_edges(kg, s, 2)
