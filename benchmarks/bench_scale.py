@@ -90,7 +90,7 @@ def _steps(kg, recs, n_nodes: int, max_triples: int) -> dict:
 
 def run(quick: bool = False) -> dict:
     "Every rehearsal stage at KGQA_SCALE_TRIPLES triples (default 4M; 100k with quick), and the GTSQA extrapolation."
-    from kgqa_nb.core import project_dirs
+    from kgqa_nb.core import git_state, project_dirs
     from kgqa_nb.kg import kg_fingerprint
     from kgqa_nb.toyworld import make_toyworld
     from kgqa_nb.sparql import OxigraphStore
@@ -166,7 +166,8 @@ def run(quick: bool = False) -> dict:
     qg['per_question_cpu_seconds'] = round(qg['cpu_seconds'] / max(len(qgs), 1), 4)
     worker_mib = max(qg['peak_rss_mib'] - qg['rss_before_mib'], 0)
     res['measured'] = dict(triples=kg.num_triples, per_question_cpu_seconds=qg['per_question_cpu_seconds'], worker_peak_mib=worker_mib,
-                           kg_resident_mib=st['qgraph_indexes']['rss_after_mib'] - st['kg_build']['rss_before_mib'])  # KG + indexes, interpreter excluded
+                           kg_resident_mib=st['qgraph_indexes']['rss_after_mib'] - st['kg_build']['rss_before_mib'],  # KG + indexes, interpreter excluded
+                           commit=(git_state()['commit'] or '')[:12], load_average=[round(x, 2) for x in os.getloadavg()])  # which code, how busy
     res['runs'] = _earlier_runs(kg.num_triples) + [res['measured']]
     res['extrapolation'] = _extrapolate(res['runs'])
     return res
