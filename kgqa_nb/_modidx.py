@@ -1119,6 +1119,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'kgqa_nb.subgraphrag.RetrievalInputError': ( 'subgraphrag.html#retrievalinputerror',
                                                                                   'kgqa_nb/subgraphrag.py'),
                                      'kgqa_nb.subgraphrag.RetrieverStudy': ('subgraphrag.html#retrieverstudy', 'kgqa_nb/subgraphrag.py'),
+                                     'kgqa_nb.subgraphrag.RetrieverStudy.checkpoint': ( 'subgraphrag.html#retrieverstudy.checkpoint',
+                                                                                        'kgqa_nb/subgraphrag.py'),
                                      'kgqa_nb.subgraphrag.SubgraphRAGRetriever': ( 'subgraphrag.html#subgraphragretriever',
                                                                                    'kgqa_nb/subgraphrag.py'),
                                      'kgqa_nb.subgraphrag.SubgraphRAGRetriever.__init__': ( 'subgraphrag.html#subgraphragretriever.__init__',

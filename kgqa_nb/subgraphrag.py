@@ -570,7 +570,9 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
             else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
             write_text_atomic(f, df.to_csv(index=False))
         frames.append(pd.read_csv(f, dtype={'id': str}))
-    return pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs['folder'] = str(folder)  # where its runs and checkpoints are (RetrieverStudy.checkpoint)
+    return out
 
 # %% ../nbs/15_subgraphrag.ipynb #c052
 def metric_columns(study: pd.DataFrame) -> list:
@@ -649,6 +651,13 @@ class RetrieverStudy:
     qgraphs: object  # qgraphs.QuestionGraphs in record order
     study: pd.DataFrame  # one row per (retriever, labels, seed, test question)
     prov: dict  # keywords for core.write_table / core.save_figure (reader as the LLM, question writer as question_llm)
+    folder: Path | None = None  # the study's keyed cache folder: its run tables and checkpoints
+
+    def checkpoint(self, arm: str, seed: int = 0) -> Path:
+        "The best checkpoint of the SubgraphRAG run trained on `arm` labels ('gt', 'sp' or 'sp:CONVENTION') with `seed`."
+        ck = Path(self.folder) / 'ckpt' / f"{label_key(arm).replace(':', '_')}-{seed}" / 'best.pt'
+        if not ck.exists(): raise FileNotFoundError(f'no SubgraphRAG checkpoint for labels {arm!r}, seed {seed}: {ck} (was that run in the study?)')
+        return ck
 
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
@@ -683,7 +692,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                             train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
                             retriever_cfgs={'sr': sr_cfg}, reader=reader, reader_ks=reader_ks, threads=threads or None, device=device)
     prov = {**ctx.prov, 'llm_backend': reader.describe(), 'question_llm': ctx.prov['llm_backend']}
-    return RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), prov)
+    return RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), prov, Path(study.attrs['folder']))
 
 READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorded with a study's parameters
 
