@@ -16,9 +16,11 @@ it fits and how long GTSQA's 32,099 questions take, so `extrapolation` turns the
 On demand only, never in CI: `make bench` (benchmarks/run.py without --only) skips it because of ON_DEMAND below; it takes
 tens of minutes, GBs of memory and disk. Run it by name:
     KGQA_PROGRESS=0 KGQA_SCALE_TRIPLES=4000000 nice -n 10 .venv/bin/python benchmarks/run.py --only scale
+and, after a full run of a size, its k-hop comparison alone: `.venv/bin/python benchmarks/bench_scale.py --khop-only` (same variables).
 Environment: KGQA_SCALE_TRIPLES (KG size, default 4M; 100k with --quick), KGQA_SCALE_QUESTIONS (sampled subgraphs and offline
 datapoints, default 1000), KGQA_SCALE_QGRAPHS (question graphs built from those records, default all of them),
-KGQA_SCALE_STEP_QUESTIONS (questions timed step by step, default 100), KGQA_SCALE_DIR (stores, runs and graphs; default
+KGQA_SCALE_STEP_QUESTIONS (questions timed step by step, default 100; the first 30 also time the k-hop step against its
+previous implementation, same edge ids required), KGQA_SCALE_DIR (stores, runs and graphs; default
 the scratch folder's scale/). Each size's `measured` record is kept in benchmarks/results/scale.json under `runs`, and the
 extrapolation fits all sizes measured so far.
 Peak memory is the process's resident-set high-water mark (VmHWM, reset before each stage through /proc/self/clear_refs).
@@ -88,6 +90,42 @@ def _steps(kg, recs, n_nodes: int, max_triples: int) -> dict:
     return dict(questions=len(recs), cpu_seconds_per_question={k: round(v / max(len(recs), 1), 4) for k, v in t.items()})
 
 
+def _previous_khop(kg, seeds, k, max_edges, rng):
+    "The k-hop step as it was before 810fb28, the baseline: BFS frontiers de-duplicated by np.unique, three int64 passes over every triple."
+    csr = kg.und_csr
+    dist = np.full(kg.num_entities, -1, np.int64); frontier = np.unique(np.asarray(seeds, np.int64)); dist[frontier] = 0
+    for d in range(1, k):
+        starts = csr.indptr[frontier]; lens = csr.indptr[frontier + 1] - starts
+        if lens.sum() == 0: break
+        nxt = csr.nbr[np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())]
+        frontier = np.unique(nxt[dist[nxt] < 0]); dist[frontier] = d
+    big = np.iinfo(np.int64).max
+    dh, dt = dist[kg.head], dist[kg.tail]
+    level = np.minimum(np.where(dh >= 0, dh, big), np.where(dt >= 0, dt, big))
+    edges = np.flatnonzero(level <= k - 1)
+    if len(edges) <= max_edges: return edges, False
+    lv = level[edges]; cum = np.cumsum(np.bincount(lv, minlength=k))
+    L = int(np.searchsorted(cum, max_edges, side='right'))
+    inner, last = edges[lv < L], edges[lv == L]
+    return np.sort(np.concatenate([inner, rng.choice(last, max_edges - len(inner), replace=False)])), True
+
+
+def khop_versus_previous(kg, recs, max_edges: int = 500_000) -> dict:
+    "CPU seconds per question of `qgraphs.khop_edges` and of the previous k-hop on the same questions; their edge ids must be equal."
+    from kgqa_nb.qgraphs import record_question, khop_edges, _gt_metapaths, question_seed
+    prev = now = 0.
+    for rec in recs.to_dict('records'):
+        q = record_question(kg, rec); seeds, answers = np.unique(q['seeds']), np.unique(q['answers'])
+        k = max(3, int(q['hops'] or max((len(m) for _, m in _gt_metapaths(q['gt_triples'], seeds, answers, kg.num_relations)), default=1)))
+        t0 = time.process_time(); a = _previous_khop(kg, seeds, k, max_edges, np.random.default_rng(question_seed(0, rec['id'])))
+        t1 = time.process_time(); b = khop_edges(kg, seeds, k, max_edges, np.random.default_rng(question_seed(0, rec['id'])))
+        t2 = time.process_time(); prev += t1 - t0; now += t2 - t1
+        if a[1] != b[1] or not np.array_equal(a[0], b[0]): raise AssertionError(f'question {rec["id"]}: k-hop edges differ from the previous implementation')
+    n = max(len(recs), 1)
+    return dict(questions=len(recs), triples=kg.num_triples, previous_cpu_seconds_per_question=round(prev / n, 4),
+                cpu_seconds_per_question=round(now / n, 4), speedup=round(prev / max(now, 1e-9), 2), identical_edges=True)
+
+
 def run(quick: bool = False) -> dict:
     "Every rehearsal stage at KGQA_SCALE_TRIPLES triples (default 4M; 100k with quick), and the GTSQA extrapolation."
     from kgqa_nb.core import git_state, project_dirs
@@ -106,6 +144,7 @@ def run(quick: bool = False) -> dict:
     n_nodes, max_triples = 2500, 20_000  # the paper's question-graph sizes (PPR entities, triple budget)
     scale = round(target / TRIPLES_PER_SCALE, 2)
     root = Path(os.environ.get('KGQA_SCALE_DIR') or project_dirs.scratch / 'scale')
+    commit = (git_state()['commit'] or '')[:12]  # the code that runs: read now, not after tens of minutes
     st: dict = {}
     res = dict(target_triples=target, scale=scale, questions=n_q, question_graphs=n_g, n_nodes=n_nodes, max_triples=max_triples, stages=st,
                machine=dict(cpus=os.cpu_count(), load_average=os.getloadavg(), note='run under nice -n 10 on a machine shared with other work: CPU seconds, not wall seconds, are the basis'))
@@ -161,13 +200,14 @@ def run(quick: bool = False) -> dict:
         s.extra = dict(graphs=len(graphs), per_question_seconds=round((time.perf_counter() - s.t0) / max(len(graphs), 1), 5))
 
     st['question_graph_steps'] = _steps(kg, recs.head(n_steps), n_nodes, max_triples)
+    st['khop_versus_previous'] = khop_versus_previous(kg, recs.head(min(n_steps, 30)))
 
     qg = st['question_graphs']
     qg['per_question_cpu_seconds'] = round(qg['cpu_seconds'] / max(len(qgs), 1), 4)
     worker_mib = max(qg['peak_rss_mib'] - qg['rss_before_mib'], 0)
     res['measured'] = dict(triples=kg.num_triples, per_question_cpu_seconds=qg['per_question_cpu_seconds'], worker_peak_mib=worker_mib,
                            kg_resident_mib=st['qgraph_indexes']['rss_after_mib'] - st['kg_build']['rss_before_mib'],  # KG + indexes, interpreter excluded
-                           commit=(git_state()['commit'] or '')[:12], load_average=[round(x, 2) for x in os.getloadavg()])  # which code, how busy
+                           commit=commit, load_average=[round(x, 2) for x in os.getloadavg()])  # which code, how busy
     res['runs'] = _earlier_runs(kg.num_triples) + [res['measured']]
     res['extrapolation'] = _extrapolate(res['runs'])
     return res
@@ -185,7 +225,9 @@ def _extrapolate(runs: list, target_triples: float = WIKIKG2_TRIPLES) -> dict:
     "GTSQA rebuild hours on CORES cores: per-question CPU seconds at the largest size, and a fit a + b * triples over all sizes."
     runs = sorted(runs, key=lambda r: r['triples']); big = runs[-1]
     per_q = big['per_question_cpu_seconds']
-    if len(runs) >= 2:  # linear in the KG size through the two largest sizes (the k-hop step scans every triple once)
+    if big['triples'] >= target_triples:  # measured at the target size or above: nothing to extrapolate in size
+        at_target = per_q; how = f'measured at {big["triples"]:,} triples (at least the target): per-question time as measured'
+    elif len(runs) >= 2:  # linear in the KG size through the two largest sizes (the k-hop step scans every triple once)
         (x0, y0), (x1, y1) = [(r['triples'], r['per_question_cpu_seconds']) for r in runs[-2:]]
         b = max((y1 - y0) / (x1 - x0), 0.); a = y1 - b * x1
         at_target = a + b * target_triples; how = f'linear through the two largest sizes ({x0:,} and {x1:,} triples)'
@@ -208,6 +250,20 @@ def _extrapolate(runs: list, target_triples: float = WIKIKG2_TRIPLES) -> dict:
                             f'{big["triples"]:,} triples, scaled linearly: they hold per-triple masks of the whole KG)')
 
 
+def khop_only() -> dict:
+    "`--khop-only`: the k-hop comparison alone, on the KG and records of an earlier full run of this size (its scratch folder)."
+    from kgqa_nb.core import project_dirs
+    from kgqa_nb.kg import kg_fingerprint
+    from kgqa_nb.toyworld import make_toyworld
+    import pandas as pd
+    target = int(os.environ.get('KGQA_SCALE_TRIPLES', 4_000_000)); n_q = int(os.environ.get('KGQA_SCALE_QUESTIONS', 1000))
+    kg = make_toyworld(scale=round(target / TRIPLES_PER_SCALE, 2)); kg.und_csr
+    root = Path(os.environ.get('KGQA_SCALE_DIR') or project_dirs.scratch / 'scale')
+    f = root / f'generation-{kg_fingerprint(kg)[:16]}-{n_q}' / 'records.jsonl'
+    if not f.exists(): raise SystemExit(f'{f} is missing: run the full rehearsal at this size first (--only scale)')
+    return khop_versus_previous(kg, pd.read_json(f, lines=True, dtype={'id': str}).head(30))
+
+
 if __name__ == '__main__':
     import sys
-    print(json.dumps(run(quick='--quick' in sys.argv), indent=1))
+    print(json.dumps(khop_only() if '--khop-only' in sys.argv else run(quick='--quick' in sys.argv), indent=1))
