@@ -16,9 +16,9 @@ from .sparql import ServerStartError, check_port
 
 # %% auto #0
 __all__ = ['REGISTRY_MODEL', 'SYSTEM_DROPPING_FORMATS', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError',
-           'server_missing', 'gguf_dirs', 'gguf_dir', 'find_gguf', 'local_llm_missing', 'assemble_registry_model',
-           'free_port', 'LocalLLMServer', 'parent_watch_command', 'fold_system', 'chat_format_prelude',
-           'registry_model_run', 'serve_llm_cli']
+           'server_missing', 'gguf_dirs', 'gguf_dir', 'find_gguf', 'local_llm_missing', 'local_llm_need',
+           'assemble_registry_model', 'free_port', 'LocalLLMServer', 'parent_watch_command', 'fold_system',
+           'chat_format_prelude', 'registry_model_run', 'registry_model_try', 'serve_llm_cli']
 
 # %% ../nbs/04a_llm_local.ipynb #c006
 @dataclass(frozen=True)
@@ -112,6 +112,11 @@ def local_llm_missing(model: LocalModel = REGISTRY_MODEL) -> str | None:
     if find_gguf(model) is None and importlib.util.find_spec(model.package) is None:
         return f'the model {model.name} is not installed (package {model.package} missing, no {model.file} in {gguf_dirs()[0]}): run `make llm-local`'
     return None
+
+def local_llm_need() -> str:
+    "The unmet-need line of the local LLM server, as `kgqa rerun` reports it ('' when the registry model can be served here)."
+    why = local_llm_missing()
+    return f'needs the local LLM server: {why}' if why else ''
 
 # %% ../nbs/04a_llm_local.ipynb #c017
 def _sha256(path: Path) -> str:
@@ -304,6 +309,12 @@ def registry_model_run(work,  # work(client) -> result: every LLM call of the wo
     except CacheMissError: pass
     if base_url or local_llm_missing(): return work(LLMClient('openai', REGISTRY_MODEL.name, base_url or SERVE_LLM_URL, **kw))
     with LocalLLMServer(threads=threads) as srv: return work(srv.client(**kw))
+
+def registry_model_try(work, cache_dir, base_url: str = '', threads: int | None = None, **kw) -> tuple:
+    "`registry_model_run` for an optional row: (result, '') or, when neither the cache nor a server can answer, (None, the one-line reason)."
+    try: return registry_model_run(work, cache_dir, base_url, threads, **kw), ''
+    except LLMError as e: return None, ('' if base_url else local_llm_need()) or str(e).splitlines()[0]
+
 
 # %% ../nbs/04a_llm_local.ipynb #c037
 def _port(s: str) -> int:

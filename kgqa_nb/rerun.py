@@ -211,8 +211,8 @@ def unmet_needs(needs) -> list:
         elif n.startswith('data:'):
             if not data_dir(n[5:]).exists(): why.append(f'needs dataset {n[5:]!r} under {data_dir()}')
         elif n == 'local-llm':
-            from kgqa_nb.llm_local import local_llm_missing
-            if (why_not := local_llm_missing()): why.append(f'needs the local LLM server: {why_not}')
+            from kgqa_nb.llm_local import local_llm_need
+            if (need := local_llm_need()): why.append(need)
         elif n.startswith('path:'):
             if not Path(n[5:]).expanduser().exists(): why.append(f'needs {n[5:]} (not found)')
         else: why.append(f'unknown need {n!r}')

@@ -15,8 +15,8 @@ from torch import nn
 
 from .core import ReasonError, jsonable, params_key
 from .kg import KnowledgeGraph
-from .subgraphrag import (CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError, _torch_save_atomic,
-                                 label_key, mean_metric)
+from .subgraphrag import (CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError, _end_epoch, _torch_save_atomic,
+                                 _train_state, label_key, mean_metric)
 from .text import TextEncoder
 
 # %% auto #0
@@ -310,12 +310,8 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr or (5e-5 if cfg.tune == 'encoder' else 1e-3), weight_decay=0.0)
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
     run_key = params_key(dict(cfg=asdict(cfg), encoder=encoder.key, rel=rel_texts, train=ids(train), val=ids(val)), 16)
-    state = dict(epoch=0, best=-1.0, bad=0, best_state=copy.deepcopy(model.state_dict()), history=[], done=False)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
-    if last is not None and last.exists():
-        ck = torch.load(last, map_location='cpu', weights_only=False)
-        if ck.get('run_key') != run_key: raise CheckpointMismatchError('other_run', f'{last} belongs to another SR training run (config, encoder or questions differ)')
-        model.load_state_dict(ck['model']); opt.load_state_dict(ck['opt']); state = ck['state']
+    state = _train_state(model, opt, last, run_key, 'SR training run')
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order = rng.permutation(len(steps)); para = {t[0]: x for t, x in zip(sorted({s[0] for s in steps}), rng.random(len(steps)))}
@@ -327,12 +323,8 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
         model.eval()
         v = mean_metric(model, val, None, cfg.val_metric) if len(val) and cfg.val_metric else float('nan')
         improved = not (len(val) and cfg.val_metric) or v > state['best']
-        if improved: state.update(best=v, bad=0, best_state=copy.deepcopy(model.state_dict()))
-        else: state['bad'] += 1
-        state['history'].append(dict(epoch=ep + 1, loss=float(np.mean(losses)), val=v, improved=improved, steps=len(steps)))
-        state['epoch'] = ep + 1; state['done'] = state['bad'] >= cfg.patience
+        _end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps))
         if verbose: print(f"SR epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
-        if last is not None: _torch_save_atomic(dict(run_key=run_key, model=model.state_dict(), opt=opt.state_dict(), state=state), last)
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state']); model = model.cpu().eval()
     if ckpt_dir: save_sr(model, Path(ckpt_dir) / 'best.pt', train=asdict(cfg), history=state['history'])

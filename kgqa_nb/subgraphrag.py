@@ -31,9 +31,9 @@ __all__ = ['RETRIEVAL_INPUT_REASONS', 'REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVER
            'score_example', 'top_k', 'example_metrics', 'TrainConfig', 'mean_metric', 'train_retriever',
            'two_hop_dataset', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate',
            'summarise', 'is_validation', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'study_train',
-           'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'attach_published_graphs',
-           'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params', 'train_retriever_cli',
-           'retrieve_cli']
+           'run_ckpt_dir', 'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
+           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params',
+           'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -165,6 +165,24 @@ def load_retriever(path, dim: int | None = None,  # the width of the encoder in 
     try: model.load_state_dict(ck['state_dict'])
     except RuntimeError as e: raise CheckpointMismatchError('state_dict', f'{path}: {str(e).splitlines()[0]}') from None
     return model.eval(), meta
+
+def _train_state(model, opt, last, run_key: str, what: str = 'training run') -> dict:
+    "A run's early-stopping state: fresh, or resumed with the model and optimiser from `last` after checking it is this run's."
+    state = dict(epoch=0, best=-1.0, bad=0, best_state=copy.deepcopy(model.state_dict()), history=[], done=False)
+    if last is None or not last.exists(): return state
+    ck = torch.load(last, map_location='cpu', weights_only=False)
+    if ck.get('run_key') != run_key: raise CheckpointMismatchError('other_run', f'{last} belongs to another {what} (config, encoder or questions differ)')
+    model.load_state_dict(ck['model']); opt.load_state_dict(ck['opt'])
+    return ck['state']
+
+def _end_epoch(state: dict, model, opt, last, run_key: str, loss: float, v: float, improved: bool, patience: int, **extra):
+    "After an epoch: keep the best weights, count epochs without improvement, log the epoch and checkpoint the run (`last`)."
+    if improved: state.update(best=v, bad=0, best_state=copy.deepcopy(model.state_dict()))
+    else: state['bad'] += 1
+    state['history'].append(dict(epoch=state['epoch'] + 1, loss=loss, val=v, improved=improved, **extra))
+    state['epoch'] += 1; state['done'] = state['bad'] >= patience
+    if last is not None: _torch_save_atomic(dict(run_key=run_key, model=model.state_dict(), opt=opt.state_dict(), state=state), last)
+
 
 # %% ../nbs/15_subgraphrag.ipynb #c023
 @dataclass
@@ -348,13 +366,9 @@ def train_retriever(train: list,  # RetrievalExamples to train on
     torch.manual_seed(cfg.seed)
     model = SubgraphRAGRetriever(feats.dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    state = dict(epoch=0, best=-1.0, bad=0, best_state=copy.deepcopy(model.state_dict()), history=[], done=False)
     run_key = _run_key(cfg, feats, train, val)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
-    if last is not None and last.exists():
-        ck = torch.load(last, map_location='cpu', weights_only=False)
-        if ck.get('run_key') != run_key: raise CheckpointMismatchError('other_run', f'{last} belongs to another training run (config, encoder or questions differ)')
-        model.load_state_dict(ck['model']); opt.load_state_dict(ck['opt']); state = ck['state']
+    state = _train_state(model, opt, last, run_key)
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order, para = rng.permutation(len(train)), rng.random(len(train))
@@ -367,12 +381,8 @@ def train_retriever(train: list,  # RetrievalExamples to train on
             opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
         v = mean_metric(model, val, feats, cfg.val_metric) if val and cfg.val_metric else float('nan')
         improved = not (val and cfg.val_metric) or v > state['best']
-        if improved: state.update(best=v, bad=0, best_state=copy.deepcopy(model.state_dict()))
-        else: state['bad'] += 1
-        state['history'].append(dict(epoch=ep + 1, loss=float(np.mean(losses)) if losses else float('nan'), val=v, improved=improved))
-        state['epoch'] = ep + 1; state['done'] = state['bad'] >= cfg.patience
+        _end_epoch(state, model, opt, last, run_key, float(np.mean(losses)) if losses else float('nan'), v, improved, cfg.patience)
         if verbose: print(f"epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
-        if last is not None: _torch_save_atomic(dict(run_key=run_key, model=model.state_dict(), opt=opt.state_dict(), state=state), last)
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state'])
     model = model.cpu()  # scores and checkpoints are device-independent
@@ -514,6 +524,10 @@ def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dic
                            verbose=verbose, threads=threads, device=device)
 
 # %% ../nbs/15_subgraphrag.ipynb #c048
+def run_ckpt_dir(folder, arm: str, seed: int, prefix: str = '') -> Path:
+    "Where a retriever study keeps the checkpoints of one run: `ckpt/<prefix><labels>-<seed>` in its keyed folder."
+    return Path(folder) / 'ckpt' / f"{prefix}{label_key(arm).replace(':', '_')}-{seed}"
+
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -564,7 +578,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
             if name in retrievers:
                 sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
                 model, hist = trained_retriever(name)(kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
-                                                      folder / 'ckpt' / f"{sub}{arm.replace(':', '_')}-{seed}", verbose=verbose,
+                                                      run_ckpt_dir(folder, arm, seed, sub), verbose=verbose,
                                                       threads=threads, device=device, root=root)
                 df = _run_rows(model, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=len(hist))
             else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
@@ -655,7 +669,7 @@ class RetrieverStudy:
 
     def checkpoint(self, arm: str, seed: int = 0) -> Path:
         "The best checkpoint of the SubgraphRAG run trained on `arm` labels ('gt', 'sp' or 'sp:CONVENTION') with `seed`."
-        ck = Path(self.folder) / 'ckpt' / f"{label_key(arm).replace(':', '_')}-{seed}" / 'best.pt'
+        ck = run_ckpt_dir(self.folder, arm, seed) / 'best.pt'
         if not ck.exists(): raise FileNotFoundError(f'no SubgraphRAG checkpoint for labels {arm!r}, seed {seed}: {ck} (was that run in the study?)')
         return ck
 
