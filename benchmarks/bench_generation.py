@@ -7,7 +7,7 @@ The store is a parameter (`store_factory(kg) -> SparqlStore`): `kgqa_nb.sparql.O
 both with thread-isolated deadlines as the pipeline uses them."""
 import time
 
-from kgqa_nb.kg import load_codex_m
+from kgqa_nb.loaders import load_codex_m
 from kgqa_nb.llm import offline_reply
 from kgqa_nb.sparql import OxigraphStore, RdflibStore
 from kgqa_nb.synthkgqa import GenerationConfig, finish_record, plan_candidate

@@ -16,7 +16,7 @@ import tempfile, time
 import networkx as nx
 import numpy as np
 
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.kgrag import candidate_triples, entity_by_label, load_metaqa_questions, sample_questions, top_k, triple_texts
 from kgqa_nb.text import EmbeddingStore, TextEncoder
 

@@ -58,7 +58,7 @@ def role_prompts(n: int = N_PROMPTS) -> list:
     payloads from the library's own message builders, outcomes from the role's own parser."""
     from kgqa_nb import generate, kgqagen, kgrag, metrics, readers, ultrag
     from kgqa_nb.dsl import DSLSyntaxError, parse_query
-    from kgqa_nb.kg import load_kg
+    from kgqa_nb.loaders import load_kg
     from kgqa_nb.sampling import subgraph_text
     kg = load_kg('toyworld')
     # n facts (not 'instance of') of n different heads, and each head's first 8 facts as its neighbourhood

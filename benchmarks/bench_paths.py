@@ -14,7 +14,7 @@ import itertools, time
 import networkx as nx
 import numpy as np
 
-from kgqa_nb.kg import load_codex_m, load_kg
+from kgqa_nb.loaders import load_codex_m, load_kg
 from kgqa_nb.paths import SMALL_GRAPH, shortest_path_labels, personalized_pagerank, top_k_nodes
 from kgqa_nb.qgraphs import build_question_graph, record_question, random_tree_question, khop_edges, triple_ids
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from kgqa_nb.core import Timer
-from kgqa_nb.kg import KnowledgeGraph, WD, WDT, load_codex_m
+from kgqa_nb.kg import KnowledgeGraph, WD, WDT
+from kgqa_nb.loaders import load_codex_m
 from kgqa_nb.sparql import OxigraphStore, term_id
 
 HAVE_TOYWORLD = importlib.util.find_spec('kgqa_nb.toyworld') is not None

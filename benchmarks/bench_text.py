@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.text import EmbeddingStore, TextEncoder, VectorIndex, l2_normalize
 
 

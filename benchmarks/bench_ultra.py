@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from kgqa_nb.kg import load_ilpc2022
+from kgqa_nb.loaders import load_ilpc2022
 from kgqa_nb.toyworld import make_toyworld
 import kgqa_nb.ultra as ultra_mod
 from kgqa_nb.ultra import Ultra, fused_kernel, load_ultra, ultra_graph

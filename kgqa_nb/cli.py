@@ -81,7 +81,7 @@ def port_number(s: str) -> int:  # the command-line text
 
 def serve_offline_cli(argv=None) -> int:
     "Run the offline models as an OpenAI-compatible server until interrupted."
-    from kgqa_nb.rerun import CLIParser
+    from kgqa_nb.core import CLIParser
     ap = CLIParser(prog='kgqa serve-offline', description=serve_offline_cli.__doc__)
     ap.add_argument('--port', type=port_number, default=8000, help='port on 127.0.0.1 (0 = any free port)')
     a = ap.parse_args(argv)

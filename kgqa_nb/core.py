@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c002
 from __future__ import annotations
-import hashlib, json, os, platform, random, subprocess, sys, threading, time, urllib.request
+import argparse, hashlib, json, os, platform, random, subprocess, sys, tempfile, threading, time, urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
@@ -21,10 +21,11 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import 
 # %% auto #0
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir', 'data_dir',
            'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device',
-           'git_state', 'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError',
-           'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout',
-           'folder_lock', 'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError',
-           'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder']
+           'git_state', 'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError',
+           'CLIParser', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer',
+           'LockTimeout', 'folder_lock', 'atomic_path', 'write_text_atomic', 'JsonlCache', 'CacheMissError',
+           'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder',
+           'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -183,6 +184,14 @@ class ReasonError(ValueError):
         self.reason, self.detail = reason, detail
         super().__init__(f'{reason}: {detail}' if detail else reason)
 
+# %% ../nbs/00_core.ipynb #c026b
+class UsageError(ValueError):
+    "A command line that cannot be parsed, or a flag whose value is impossible."
+
+class CLIParser(argparse.ArgumentParser):
+    "An `argparse` parser whose errors raise `UsageError` (one line) instead of printing the usage and exiting."
+    def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
+
 # %% ../nbs/00_core.ipynb #c028
 def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
     "The (results, figures) folders an artifact notebook writes to, created if missing."
@@ -253,11 +262,23 @@ def folder_lock(folder,  # the folder to lock (created if missing)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
-def write_text_atomic(path, text: str) -> Path:
-    "Write `text` to `path` through a temporary file and a rename."
+# %% ../nbs/00_core.ipynb #c037b
+@contextmanager
+def atomic_path(path):  # the file to (over)write
+    "A unique temporary path beside `path`, renamed over `path` when the block ends without an error (removed otherwise)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + '.tmp'); tmp.write_text(text); tmp.replace(path)
-    return path
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp'); os.close(fd)
+    umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # the permissions a plain open() would give
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+def write_text_atomic(path, text: str | bytes) -> Path:
+    "Write `text` (or bytes) to `path` atomically; see `atomic_path`."
+    with atomic_path(path) as tmp: tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
+    return Path(path)
 
 # %% ../nbs/00_core.ipynb #c040
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
@@ -398,3 +419,24 @@ def keyed_folder(base,  # parent folder
     pj = folder / 'params.json'
     if not pj.exists(): write_text_atomic(pj, json.dumps(jsonable(params), sort_keys=True, indent=1) + '\n')
     return folder
+
+# %% ../nbs/00_core.ipynb #c058
+def code_fingerprint(*modules: str) -> str:  # library module names, e.g. 'sampling', 'generate'
+    "sha256 (12 hex digits) over the source of the named `kgqa_nb` modules, for cache keys that must follow the code."
+    h = hashlib.sha256()
+    for m in sorted(set(modules)):
+        f = PKG_DIR / f'{m}.py'
+        if not f.exists(): raise ValueError(f'no library module kgqa_nb.{m} (looked for {f.name})')
+        h.update(m.encode() + b'\x1e' + f.read_bytes() + b'\x1e')
+    return h.hexdigest()[:12]
+
+def mark_built(folder) -> Path:  # a cached folder whose build just finished
+    "Record in `<folder>/built.json` which commit built the folder's content, and whether its tree was clean."
+    rec = dict(git=git_state(), created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
+    return write_text_atomic(Path(folder) / 'built.json', json.dumps(rec, indent=1) + '\n')
+
+def built_by(folder) -> dict:  # a cached folder
+    "The build record of a cached folder (`mark_built`), with the folder's name; `git` is None where none was written."
+    f = Path(folder) / 'built.json'
+    rec = json.loads(f.read_text()) if f.exists() else dict(git=None, created=None)
+    return dict(folder=Path(folder).name, **rec)

@@ -185,12 +185,12 @@ def gtsqa_files(split: str = 'test', config: str = 'gtsqa', root=None) -> list:
 
 def _ensure_files(files: list, allow_download: bool, root, what: str) -> list:  # `what`: the dataset, for the message
     "`files`, fetching missing ones through `kg.fetch` when allowed; else one error naming what is missing and how to get it."
-    from kgqa_nb.kg import DOWNLOADS, fetch
+    from kgqa_nb.loaders import DOWNLOADS, fetch
     base = (Path(root) if root else data_dir())
     missing = [f for f in files if not f.exists()]
     names = [next((k for k, d in DOWNLOADS.items() if base / d.dest == f), None) for f in missing]
     if missing and (not allow_download or os.environ.get('HF_HUB_OFFLINE') == '1'):
-        how = f'kgqa_nb.kg.fetch({names[0]!r})' + (f' (and {len(names) - 1} more)' if len(names) > 1 else '')
+        how = f'kgqa_nb.loaders.fetch({names[0]!r})' + (f' (and {len(names) - 1} more)' if len(names) > 1 else '')
         raise FileNotFoundError(f'{what}: {len(missing)} of {len(files)} published file(s) missing, e.g. {missing[0]}; run {how} (or unset HF_HUB_OFFLINE)')
     for n in names: fetch(n, root=base)
     return files

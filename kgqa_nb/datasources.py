@@ -16,7 +16,8 @@ from .core import LockTimeout, artifact_dirs, data_dir, folder_lock, keyed_folde
 from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_jsonl, record_answers,
                              write_jsonl)
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
-from .kg import KG_REGISTRY, KnowledgeGraph, kg_fingerprint, load_kg, parse_item
+from .kg import KnowledgeGraph, kg_fingerprint, parse_item
+from .loaders import KG_REGISTRY, load_kg
 
 # %% auto #0
 __all__ = ['DatasetLockTimeout', 'GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'TEST_CATEGORIES', 'type_shape',

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .core import PKG_DIR, ReasonError, artifact_dirs, folder_lock, git_state, keyed_folder, package_versions, progress, read_jsonl, write_text_atomic
-from .kg import KnowledgeGraph, format_item, kg_fingerprint, load_kg, parse_item
+from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
+from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
 from .llm import LLMClient, LLMError, read_ledger, register_offline_model
 from .validate import QueryShapeError, construct_query, read_query

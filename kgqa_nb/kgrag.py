@@ -15,7 +15,8 @@ import pandas as pd
 from fastcore.basics import patch
 
 from .core import MalformedFileError, data_dir
-from .kg import KnowledgeGraph, UnknownIdError, load_kg
+from .kg import KnowledgeGraph, UnknownIdError
+from .loaders import load_kg
 from .llm import LLMClient, LLMError, register_offline_model
 from .metrics import hit_at_1
 from .text import TextEncoder, VectorIndex, l2_normalize

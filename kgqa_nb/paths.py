@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .kg import KnowledgeGraph, _csr
+from .kg import KnowledgeGraph, csr_view
 
 # %% auto #0
 __all__ = ['CONVENTIONS', 'PAIR_COLUMNS', 'SMALL_GRAPH', 'ENGINES', 'UnknownConventionError', 'convention_edges', 'EdgeGraph',
@@ -51,13 +51,13 @@ class EdgeGraph:
         if len(self.src) and (min(self.src.min(), self.dst.min()) < 0 or max(self.src.max(), self.dst.max()) >= self.num_entities):
             raise ValueError(f'node index out of range for {self.num_entities} nodes')
     @cached_property
-    def out_csr(self): return _csr(self.src, self.dst, self.num_entities, np.arange(len(self.src)), np.ones(len(self.src), bool))
+    def out_csr(self): return csr_view(self.src, self.dst, self.num_entities, np.arange(len(self.src)), np.ones(len(self.src), bool))
     @cached_property
-    def in_csr(self): return _csr(self.dst, self.src, self.num_entities, np.arange(len(self.src)), np.zeros(len(self.src), bool))
+    def in_csr(self): return csr_view(self.dst, self.src, self.num_entities, np.arange(len(self.src)), np.zeros(len(self.src), bool))
     @cached_property
     def und_csr(self):
         E = len(self.src); eid = np.arange(E)
-        return _csr(np.concatenate([self.src, self.dst]), np.concatenate([self.dst, self.src]), self.num_entities,
+        return csr_view(np.concatenate([self.src, self.dst]), np.concatenate([self.dst, self.src]), self.num_entities,
                     np.concatenate([eid, eid]), np.concatenate([np.ones(E, bool), np.zeros(E, bool)]))
     def bfs_distances(self, sources,  # node indices at distance 0
                       max_hops: int | None = None,  # stop after this many hops (unreached = -1)

@@ -4,13 +4,13 @@
 
 # %% ../nbs/40_rerun.ipynb #c002
 from __future__ import annotations
-import argparse, ast, difflib, json, math, os, re, shutil, sys, threading, time
+import ast, difflib, json, math, os, re, shutil, sys, threading, time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .core import Timer, data_dir, jsonable, project_dirs, provenance, user_cache_dir, write_text_atomic
+from .core import CLIParser, Timer, UsageError, data_dir, jsonable, project_dirs, provenance, user_cache_dir, write_text_atomic
 
 # %% auto #0
 __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK',
@@ -22,7 +22,7 @@ __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'PLAN_DEFAULTS', 'MEASURED_P
            'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'llm_record_files', 'measured_usage', 'usage_by_kind',
            'downloads_for', 'need_status', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs',
            'estimate_seconds', 'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter',
-           'spent_since', 'check_budget', 'SpendGuard', 'rerun', 'UsageError', 'CLIParser', 'rerun_cli']
+           'spent_since', 'check_budget', 'SpendGuard', 'rerun', 'rerun_cli']
 
 # %% ../nbs/40_rerun.ipynb #c006
 @dataclass
@@ -172,9 +172,9 @@ NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter who
 def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
     "Registered names a data parameter accepts -> the data-dir folder each needs (None: nothing to load)."
     if param == 'dataset':
-        from kgqa_nb.kg import LP_SPLITS  # link-prediction splits, by name
+        from kgqa_nb.loaders import LP_SPLITS  # link-prediction splits, by name
         return LP_SPLITS
-    from kgqa_nb.kg import KG_DATA  # registered KGs, by name -> the data-dir folder each reads
+    from kgqa_nb.loaders import KG_DATA  # registered KGs, by name -> the data-dir folder each reads
     return KG_DATA
 
 def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
@@ -540,8 +540,8 @@ def usage_by_kind(rows: list) -> dict:
 
 # %% ../nbs/40_rerun.ipynb #c048
 def downloads_for(folder: str) -> list:  # a folder of the data dir, e.g. 'gtsqa' or 'ogbl_wikikg2'
-    "Names of `kgqa_nb.kg.DOWNLOADS` entries that fill `folder`."
-    from kgqa_nb.kg import DOWNLOADS
+    "Names of `kgqa_nb.loaders.DOWNLOADS` entries that fill `folder`."
+    from kgqa_nb.loaders import DOWNLOADS
     top = folder.split('/')[0]
     return [k for k, d in DOWNLOADS.items() if d.dest.split('/')[0] == top or (d.unpack and d.unpack[1].split('/')[0] == top)]
 
@@ -552,7 +552,7 @@ def need_status(need: str) -> dict:
     if not why: return out
     out['missing'] = why[0]
     if need.startswith('data:'):
-        from kgqa_nb.kg import DOWNLOADS, human_size
+        from kgqa_nb.loaders import DOWNLOADS, human_size
         names = downloads_for(need[5:])
         if names:
             sizes = [DOWNLOADS[n].size for n in names]
@@ -872,14 +872,6 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
             records += [dict(artifact=m, status='stopped', reason=why) for m in names[i:]]
             break
     return records
-
-# %% ../nbs/40_rerun.ipynb #c068
-class UsageError(ValueError):
-    "A command line that cannot be parsed."
-
-class CLIParser(argparse.ArgumentParser):
-    "An `argparse` parser whose errors raise `UsageError` (one line) instead of printing the usage and exiting."
-    def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
 
 # %% ../nbs/40_rerun.ipynb #c070
 def rerun_cli(argv=None) -> int:

@@ -718,7 +718,7 @@ def study_params(ns: dict) -> dict:
 
 # %% ../nbs/15_subgraphrag.ipynb #c061
 def _data_args(ap: argparse.ArgumentParser):
-    ap.add_argument('--kg', default='toyworld', help='KG name (kgqa_nb.kg.load_kg) or data-dir folder')
+    ap.add_argument('--kg', default='toyworld', help='KG name (kgqa_nb.loaders.load_kg) or data-dir folder')
     ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size')
     ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
     ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR')

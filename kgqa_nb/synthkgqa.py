@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from .core import JsonlWarning, git_state, package_versions, progress, read_jsonl, write_text_atomic, PKG_DIR
-from .kg import KnowledgeGraph, kg_fingerprint, load_kg
+from .kg import KnowledgeGraph, kg_fingerprint
+from .loaders import load_kg
 from .sparql import OxigraphStore
 from .llm import LLMClient, LLMError, read_ledger
 from .sampling import SampledSubgraph, sample_seed_subgraph, subgraph_text

@@ -18,7 +18,8 @@ from torch.nn import functional as F
 from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
 import pandas as pd
 from .core import write_table
-from .kg import KnowledgeGraph, LinkPredictionSplit, UnknownIdError, load_split
+from .kg import KnowledgeGraph, UnknownIdError
+from .loaders import LinkPredictionSplit, load_split
 from . import metrics
 
 # %% auto #0
@@ -560,7 +561,7 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
 def ultra_eval_cli(argv=None) -> int:
     "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
     import argparse
-    from kgqa_nb.kg import LP_SPLITS
+    from kgqa_nb.loaders import LP_SPLITS
     ap = argparse.ArgumentParser(prog='kgqa ultra-eval', description=ultra_eval_cli.__doc__)
     ap.add_argument('--split', required=True, help=f'a folder of train/valid/test or ILPC inference/inference_validation/inference_test triple files, or one of {", ".join(sorted(LP_SPLITS))}')
     ap.add_argument('--ckpt', default='ultra_3g', help=f'checkpoint: {", ".join(ULTRA_CHECKPOINTS)}, or a .pth file')

@@ -617,7 +617,7 @@ def ultrag_cli(argv=None) -> int:
     batch.add_argument('--link', action='store_true', help='do not give the seeds: link the mentions')
     batch.add_argument('--out', default='', help='write the per-question table to this CSV file')
     for p in (ask, batch):
-        p.add_argument('--kg', default='toyworld', help='a kgqa_nb.kg.load_kg name or a KG folder')
+        p.add_argument('--kg', default='toyworld', help='a kgqa_nb.loaders.load_kg name or a KG folder')
         p.add_argument('--backend', choices=('offline', 'openai'), default='offline', help='offline = oracle writer and threshold arbitrator')
         p.add_argument('--model', default='', help='LLM model (openai backend)')
         p.add_argument('--base-url', default='', help='OpenAI-compatible server URL (openai backend)')

@@ -116,7 +116,7 @@ def test_load_source_generated_matches_the_files(tmp_path):
 
 
 def test_the_kg_object_is_passed_down_not_loaded_again(tmp_path, monkeypatch):
-    from kgqa_nb import kg as kgm, synthkgqa
+    from kgqa_nb import loaders as kgm, synthkgqa
     toy = kgm.load_kg('toyworld')
     def no_load(*a, **k): raise AssertionError('the KG was loaded again')
     monkeypatch.setattr(datasources, 'load_kg', no_load); monkeypatch.setattr(synthkgqa, 'load_kg', no_load)
@@ -127,7 +127,7 @@ def test_the_kg_object_is_passed_down_not_loaded_again(tmp_path, monkeypatch):
 
 
 def test_a_graph_with_the_same_name_gets_its_own_dataset(tmp_path, monkeypatch):
-    from kgqa_nb.kg import load_kg
+    from kgqa_nb.loaders import load_kg
     toy = load_kg('toyworld')
     other = toy.drop_triples([0], name=toy.name)  # same name, one triple fewer
     built = []

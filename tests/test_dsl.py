@@ -580,7 +580,7 @@ def test_query_isomorphism_refuses_a_bare_entity():
 
 @pytest.mark.data('codex')
 def test_symbolic_executor_on_codex_m():
-    from kgqa_nb.kg import load_codex_m
+    from kgqa_nb.loaders import load_codex_m
     kg = load_codex_m()
     ex = SymbolicExecutor(kg)
     h, r, t = kg.triples[0].tolist()

@@ -4,7 +4,8 @@ import pyoxigraph as ox
 import pytest
 from rdflib.plugins.sparql import prepareQuery
 
-from kgqa_nb.kg import SPARQL_PREFIXES, load_kg
+from kgqa_nb.kg import SPARQL_PREFIXES
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, offline_model_for
 from kgqa_nb.sampling import sample_seed_subgraphs, subgraph_text
 from kgqa_nb.generate import (FIELDS, ParseError, aggregation_prompt, datapoint_prompt, offline_aggregation_model,

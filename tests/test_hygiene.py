@@ -50,13 +50,24 @@ def chapter_imports():
                 if node.level == 0: deps = [node.module.split('.')[1]] if (node.module or '').startswith('kgqa_nb.') else [a.name for a in node.names] if node.module == 'kgqa_nb' else []
                 elif node.level == 1: deps = [node.module.split('.')[0]] if node.module else [a.name for a in node.names]
                 else: deps = []
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):  # a registry naming a chapter by path: 'kgqa_nb.x:f', 'kgqa_nb.x'
+                deps = re.findall(r'(?<![\w.])kgqa_nb\.(\w+)(?=[:.\s]|$)', node.value)
+                if not deps: continue
             else: continue
             for d in deps:
                 if d in nb_of: out.append((mod, nb, d, node.lineno, 'module level' if id(node) in top else 'inside a function or block'))
     return nb_of, out
 
+def test_import_check_reads_path_strings(tmp_path):
+    "The check sees a registry that names a chapter by string ('kgqa_nb.x:f' and 'kgqa_nb.x'), not only import statements."
+    import ast, re
+    src = "R = {'a': 'kgqa_nb.cli:main'}\nM = ('kgqa_nb.readers', 'not kgqa_nb_x', 'see kgqa_nb.kg.load_kg')\n"
+    found = [re.findall(r'(?<![\w.])kgqa_nb\.(\w+)(?=[:.\s]|$)', n.value) for n in ast.walk(ast.parse(src))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert [d for f in found for d in f] == ['cli', 'readers', 'kg']
+
 def test_imports_flow_downward():
-    "A chapter imports only chapters that come before it in notebook order: at module level and inside functions alike."
+    "A chapter imports only chapters that come before it in notebook order: at module level, inside functions, and by a path string."
     nb_of, imports = chapter_imports()
     bad = [f'kgqa_nb/{mod}.py:{line} ({nb}) imports {dep} ({nb_of[dep]}) {where}' for mod, nb, dep, line, where in imports
            if dep != mod and nb_of[dep] >= nb]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from kgqa_nb.core import MalformedFileError, data_dir
-from kgqa_nb.kg import (KnowledgeGraph, LinkPredictionSplit, UnknownIdError, format_item, load_codex_m, load_ilpc2022, load_kg,
-                        load_metaqa_kb, load_split, parse_item, read_triple_file, read_tsv)
+from kgqa_nb.kg import KnowledgeGraph, UnknownIdError, format_item, parse_item, read_triple_file, read_tsv
+from kgqa_nb.loaders import LinkPredictionSplit, load_codex_m, load_ilpc2022, load_kg, load_metaqa_kb, load_split
 
 TRIPLES = 'Q1\tP1\tQ2\nQ2\tP1\tQ3\nQ3\tP2\tQ1\n'
 

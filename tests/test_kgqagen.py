@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from kgqa_nb import llm
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.sparql import OxigraphStore
 from kgqa_nb.synthkgqa import read_outcomes

@@ -143,7 +143,7 @@ def role_cases():
     "(role, messages, parse) for every LLM role; `parse(text, finish_reason)` returns None when usable, else a named reason."
     from kgqa_nb import generate, kgrag, metrics, readers, ultrag
     from kgqa_nb.dsl import parse_query
-    from kgqa_nb.kg import load_kg
+    from kgqa_nb.loaders import load_kg
     kg = load_kg('toyworld')
     T = [('Alien (Q103569)', 'director (P57)', 'Ridley Scott (Q56005)'), ('Ridley Scott (Q56005)', 'place of birth (P19)', 'South Shields (Q646)')]
     e0, e1 = kg.entity_ids[0], kg.entity_ids[1]

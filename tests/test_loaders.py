@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kgqa_nb.core import MalformedFileError
-from kgqa_nb import kg as K
-from kgqa_nb.kg import (DOWNLOADS, Download, KnowledgeGraph, UnknownIdError, fetch, load_hetionet, load_kg, load_wikikg2, read_hetionet_json,
-                        read_hetionet_tsv, read_ogb_mapping, read_ogb_split, read_ogbl_wikikg2, read_synth_kgqa, write_ogb_layout)
+from kgqa_nb.core import MalformedFileError, data_dir
+from kgqa_nb import loaders as K
+from kgqa_nb.kg import KnowledgeGraph, UnknownIdError, read_synth_kgqa
+from kgqa_nb.loaders import DOWNLOADS, Download, fetch, load_hetionet, load_kg, load_wikikg2, read_hetionet_json, read_hetionet_tsv, read_ogb_mapping, read_ogb_split, read_ogbl_wikikg2, write_ogb_layout
 from kgqa_nb.dataset import (GTSQA_COLUMNS, empty_record, iter_gtsqa, load_gtsqa, load_kgqagen, load_mintaka, read_kgqagen, read_mintaka,
                              record_answers)
 from kgqa_nb.qgraphs import question_graph_from_record
@@ -206,7 +206,7 @@ def test_load_wikikg2_prefers_the_synth_layout(tmp_path):
     g = load_kg('wikikg2', root=tmp_path)
     assert (g.name, g.num_entities) == ('wikikg2', 5)
     assert load_wikikg2(root=tmp_path, layout='ogb').num_entities == 4
-    with pytest.raises(FileNotFoundError, match=r'run kgqa_nb.kg.fetch\("ogbl-wikikg2"\)'): load_wikikg2(root=tmp_path / 'empty')
+    with pytest.raises(FileNotFoundError, match=r'run kgqa_nb.loaders.fetch\("ogbl-wikikg2"\)'): load_wikikg2(root=tmp_path / 'empty')
 
 
 def test_registry_names_its_data_folders():
@@ -216,7 +216,7 @@ def test_registry_names_its_data_folders():
 
 @pytest.mark.data('ogbl-wikikg')
 def test_real_wikikg2_relation_table():
-    pids = read_ogb_mapping(K.data_dir('ogbl-wikikg') / 'mapping' / 'reltype2relid.csv.gz', ('reltype', 'rel id'))
+    pids = read_ogb_mapping(data_dir('ogbl-wikikg') / 'mapping' / 'reltype2relid.csv.gz', ('reltype', 'rel id'))
     assert len(pids) == 535 and len(set(pids)) == 535 and all(p.startswith('P') for p in pids)
 
 
@@ -413,7 +413,7 @@ def test_gtsqa_with_graphs_reads_every_shard_in_order(tmp_path):
     ids = [r['id'] for r in iter_gtsqa('train', 'gtsqa-with-graphs', allow_download=False, root=tmp_path)]
     assert ids == list(range(44))
     files[7].unlink()
-    with pytest.raises(FileNotFoundError, match=r"GTSQA train \(gtsqa-with-graphs\): 1 of 22 published file\(s\) missing, e.g. .*train-00007-of-00022.parquet; run kgqa_nb.kg.fetch\('gtsqa-with-graphs-train-00007'\)"):
+    with pytest.raises(FileNotFoundError, match=r"GTSQA train \(gtsqa-with-graphs\): 1 of 22 published file\(s\) missing, e.g. .*train-00007-of-00022.parquet; run kgqa_nb.loaders.fetch\('gtsqa-with-graphs-train-00007'\)"):
         load_gtsqa('train', config='gtsqa-with-graphs', root=tmp_path, allow_download=False)
 
 
@@ -503,7 +503,7 @@ def test_mintaka_maps_to_the_schema(tmp_path):
     assert record_answers(df.iloc[1]) == {'Q17150', 'Q17146'}
     (tmp_path / 'mintaka').mkdir(); (tmp_path / 'mintaka' / 'mintaka_dev.json').write_text(json.dumps(MINTAKA[:1]))
     assert len(load_mintaka('dev', root=tmp_path, allow_download=False)) == 1
-    with pytest.raises(FileNotFoundError, match=r"run kgqa_nb.kg.fetch\('mintaka-train'\)"): load_mintaka('train', root=tmp_path, allow_download=False)
+    with pytest.raises(FileNotFoundError, match=r"run kgqa_nb.loaders.fetch\('mintaka-train'\)"): load_mintaka('train', root=tmp_path, allow_download=False)
 
 
 def _line_of(text: str, needle: str) -> int:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kgqa_nb.kg import KnowledgeGraph, load_codex_m, UnknownIdError
+from kgqa_nb.kg import KnowledgeGraph, UnknownIdError
+from kgqa_nb.loaders import load_codex_m
 from kgqa_nb.paths import CONVENTIONS, shortest_path_labels
 from kgqa_nb.qgraphs import (QuestionGraph, QuestionGraphs, build_question_graph, build_question_graphs, load_question_graph,
                              record_question, random_tree_question, metapath_edges, triple_ids, khop_edges, ppr_prune)

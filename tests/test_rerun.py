@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import kgqa_nb.rerun as rr
+from kgqa_nb.core import UsageError
 from kgqa_nb.readers import READER_MARKER
 
 
@@ -107,7 +108,7 @@ def test_max_cost_refuses_up_front(bare_machine, monkeypatch):
         rr.rerun(prof, ['synthkgqa_dataset'], max_cost=0.01, run=lambda *a, **k: ran.append(a), log=lambda s: None)
     assert ran == []
     with pytest.raises(rr.BudgetError): rr.rerun_cli(['--profile', prof, '--only', 'synthkgqa_dataset', '--max-cost', '0.01'])
-    with pytest.raises(rr.UsageError): rr.rerun_cli(['--profile', prof, '--max-cost', '-1'])
+    with pytest.raises(UsageError): rr.rerun_cli(['--profile', prof, '--max-cost', '-1'])
 
 
 def test_max_cost_unknown_price_refused(bare_machine, monkeypatch):

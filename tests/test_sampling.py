@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from kgqa_nb.kg import KnowledgeGraph, load_kg
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.sampling import (DEFAULT_EXCLUDED_RELATIONS, inverse_degree_softmax, is_connected_sample, sample_seed_subgraph,
                               sample_seed_subgraphs, subgraph_text)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.metrics import answer_hit
 from kgqa_nb.paths import SPLabels, UnknownConventionError, shortest_path_labels
 from kgqa_nb.qgraphs import QuestionGraph

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kgqa_nb.kg import KnowledgeGraph, load_kg
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.text import (IVFPQ_MIN_TRAIN, EmbeddingStore, EncoderUnavailableError, HashingEncoder, TextEncoder, VectorIndex,
                           _HEADER, kg_vector_index, l2_normalize)
 
@@ -273,7 +274,7 @@ def test_kg_index_is_built_once_across_processes(tmp_path):
     ix = kg_vector_index(kg, enc, 'entity_labels', root=tmp_path / 'ix', store=EmbeddingStore(tmp_path / 'emb'))
     assert (ix.kind, len(ix)) == ('flat', kg.num_entities)
     out = run_py('''
-        from kgqa_nb.kg import load_kg
+        from kgqa_nb.loaders import load_kg
         from kgqa_nb.text import VectorIndex, kg_vector_index
         def no_build(*a, **k): raise AssertionError('rebuilt')
         VectorIndex.build = classmethod(no_build)

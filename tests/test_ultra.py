@@ -201,7 +201,7 @@ def test_ultra_eval_on_both_layouts(tmp_path, capsys, layout):
     assert t.checkpoint.unique().tolist() == ['ultra_3g'] and t.split.unique().tolist() == [layout]
     assert t.mrr.between(0, 1).all() and (out.parent / 'res.provenance.json').exists()
     # the same numbers as the library call, ranked against the split's filter set
-    from kgqa_nb.kg import load_split
+    from kgqa_nb.loaders import load_split
     sp = load_split(str(d))
     res = evaluate_link_prediction(load_ultra('ultra_3g'), ultra_graph(sp.graph), sp.test, sp.known, batch_size=3)
     assert t.mrr.tolist() == pytest.approx([res[k]['mrr'] for k in ('tail', 'head', 'both')], abs=1e-12)
@@ -245,7 +245,7 @@ def test_ultra_eval_on_codex_m(tmp_path, capsys):
 
 
 def test_bad_queries_are_errors():
-    from kgqa_nb.kg import load_ilpc2022
+    from kgqa_nb.loaders import load_ilpc2022
     sp = load_ilpc2022()
     G = ultra_graph(sp.graph)
     with pytest.raises(ValueError, match='out of range'):
@@ -271,7 +271,7 @@ def test_neural_beats_symbolic_on_missing_fact():
 @pytest.mark.parametrize('name,ref', [('ultra_3g', dict(mrr=0.2959, h1=0.2183, h3=0.3325, h10=0.4412)),
                                       ('ultra_4g', dict(mrr=0.2946, h1=0.2150, h3=0.3296, h10=0.4473))])
 def test_ilpc_small_parity(name, ref):
-    from kgqa_nb.kg import load_ilpc2022
+    from kgqa_nb.loaders import load_ilpc2022
     sp = load_ilpc2022()
     G = ultra_graph(sp.graph, 'cuda' if torch.cuda.is_available() else 'cpu')
     m = load_ultra(name, device=G.device)

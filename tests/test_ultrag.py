@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import pytest
 
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.dsl import parse_query, SymbolicExecutor
 from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,

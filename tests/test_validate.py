@@ -187,7 +187,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from kgqa_nb.kg import load_kg
+from kgqa_nb.loaders import load_kg
 from kgqa_nb.sampling import sample_seed_subgraphs, subgraph_text
 from kgqa_nb.generate import datapoint_prompt, offline_datapoint_model, parse_datapoint_response
 from kgqa_nb.validate import canonical_query
