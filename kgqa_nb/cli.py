@@ -27,8 +27,8 @@ COMMANDS = {
 # %% ../nbs/41_cli.ipynb #c007
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
-    'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.synthkgqa:GenerationError',
-    'kgqa_nb.synthkgqa:ManifestMismatch', 'kgqa_nb.rerun:ArtifactError', 'kgqa_nb.kgqagen:KGQAGenError',
+    'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.runs:GenerationError',
+    'kgqa_nb.runs:RunRefused', 'kgqa_nb.rerun:ArtifactError', 'kgqa_nb.kgqagen:KGQAGenError',
 )
 
 def user_error_types() -> tuple:
