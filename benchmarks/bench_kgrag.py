@@ -1,7 +1,7 @@
 """KG-RAG retrieval on the full MetaQA KB: kgqa_nb.kgrag vs what a user would otherwise write.
 
 (1) Per question, candidate triples up to N hops (bidirectional) and the top-K of them by dot product with the question's
-vector: kgqa_nb.kgrag (`candidate_triples` on the KG's CSR, then `top_k`, an exact FAISS flat search over the candidates'
+vector: kgqa_nb.kgrag (`candidate_triples` on the KG's CSR, then `top_k_triples`, an exact FAISS flat search over the candidates'
 vectors) against the baseline, a networkx BFS (`single_source_shortest_path_length` with cutoff N-1 on the undirected
 multigraph, then the edges of the reached nodes) and a numpy brute-force product + argsort. The triple vectors are a fixed
 random unit matrix standing in for the stored embeddings (the retrieval cost does not depend on their values; embedding all
@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 
 from kgqa_nb.loaders import load_kg
-from kgqa_nb.kgrag import candidate_triples, entity_by_label, load_metaqa_questions, sample_questions, top_k, triple_texts
+from kgqa_nb.kgrag import candidate_triples, entity_by_label, load_metaqa_questions, sample_questions, top_k_triples, triple_texts
 from kgqa_nb.text import EmbeddingStore, TextEncoder
 
 
@@ -57,7 +57,7 @@ def retrieval(n_questions: int, k: int = 30, dim: int = 384, repeats: int = 3) -
         for s, q in zip(seeds, Q):
             def mine():
                 t0 = time.perf_counter(); c = candidate_triples(kg, [s], n); t1 = time.perf_counter()
-                sc, _ = top_k(q, X[c.eids], k, 'ip'); return time.perf_counter() - t0, t1 - t0, c, sc
+                sc, _ = top_k_triples(q, X[c.eids], k, 'ip'); return time.perf_counter() - t0, t1 - t0, c, sc
             def theirs():
                 t0 = time.perf_counter(); cand = _nx_candidates(G, kg, s, n); t1 = time.perf_counter()
                 bs, _ = _numpy_top_k(X, cand, q, k); return time.perf_counter() - t0, t1 - t0, cand, bs

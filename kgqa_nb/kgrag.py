@@ -4,7 +4,7 @@
 
 # %% ../nbs/21_kgrag.ipynb #c002
 from __future__ import annotations
-import re, sys
+import re, weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import MalformedFileError, data_dir
+from .core import CLIParser, MalformedFileError, UsageError, data_dir
 from .kg import KnowledgeGraph, UnknownIdError
 from .loaders import load_kg
 from .llm import LLMClient, LLMError, register_offline_model
@@ -25,13 +25,14 @@ from .text import TextEncoder, VectorIndex, l2_normalize
 __all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF',
            'STEP_QUESTION', 'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question',
            'MetaQAQuestion', 'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize',
-           'triple_parts', 'triple_texts', 'similarity_metric', 'top_k', 'TripleRetriever', 'embed_all_triples',
+           'triple_parts', 'triple_texts', 'similarity_metric', 'top_k_triples', 'TripleRetriever', 'embed_all_triples',
            'prompt_role', 'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages',
            'synthesis_messages', 'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer',
            'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
            'relation_phrase_answer', 'offline_answer', 'substitute_answers', 'offline_reformulate',
-           'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate', 'gold_chain', 'step_hit',
-           'retrieval_diagnostics', 'sample_questions', 'roles_label', 'kgrag_cli']
+           'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate_kgrag', 'gold_chain', 'step_hit',
+           'retrieval_diagnostics', 'sample_questions', 'metaqa_samples', 'roles_label', 'kgrag_parser', 'print_trace',
+           'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -85,21 +86,27 @@ def load_metaqa_questions(hops: int,  # 1, 2 or 3
     return [MetaQAQuestion(f'{hops}hop-{split}-{i + 1}', q, t, a, hops, ty) for i, ((q, t, a), ty) in enumerate(zip(rows, types))]
 
 # %% ../nbs/21_kgrag.ipynb #c013
-def entity_by_label(kg: KnowledgeGraph, label: str) -> int:
-    "Index of the entity whose label is `label` (exact, else unique case-insensitive match)."
-    idx = kg.__dict__.get('_kgrag_labels')
-    if idx is None:
+_LABEL_INDEX = weakref.WeakKeyDictionary()  # KnowledgeGraph -> (label -> index, folded label -> indices); dropped with the graph
+
+def _label_index(kg: KnowledgeGraph) -> tuple:
+    "This module's (exact, case-folded) label lookup for `kg`, built on first use and kept while the graph lives."
+    if kg not in _LABEL_INDEX:
         exact, folded = {}, {}
         for i, l in enumerate(kg.entity_labels):
             exact.setdefault(l, i); folded.setdefault(l.casefold(), []).append(i)
-        idx = kg.__dict__['_kgrag_labels'] = (exact, folded)
+        _LABEL_INDEX[kg] = (exact, folded)
+    return _LABEL_INDEX[kg]
+
+def entity_by_label(kg: KnowledgeGraph, label: str) -> int:
+    "Index of the entity whose label is `label` (exact, else unique case-insensitive match)."
+    idx = _label_index(kg)
     if label in idx[0]: return idx[0][label]
     hits = idx[1].get(label.casefold(), [])
     if len(hits) == 1: return hits[0]
     if hits: raise UnknownIdError(f'label {label!r} matches {len(hits)} entities of KG {kg.name!r} up to case')
     raise UnknownIdError(f'no entity labelled {label!r} in KG {kg.name!r}')
 
-# %% ../nbs/21_kgrag.ipynb #c017
+# %% ../nbs/21_kgrag.ipynb #c019
 @dataclass
 class Candidates:
     "Candidate triples of one question: triple indices and the hop at which each is first reached."
@@ -132,7 +139,7 @@ def candidate_triples(kg: KnowledgeGraph, seeds,  # entity indices of the questi
     order = np.lexsort((eid, hop))
     return Candidates(eid[order], hop[order])
 
-# %% ../nbs/21_kgrag.ipynb #c020
+# %% ../nbs/21_kgrag.ipynb #c022
 def verbalize(s: str, r: str, o: str) -> str:
     "`(subject, relation, object)` with underscores written as spaces."
     return '(' + ', '.join(x.replace('_', ' ') for x in (s, r, o)) + ')'
@@ -146,12 +153,12 @@ def triple_texts(kg: KnowledgeGraph, eids) -> list[str]:
     "The verbalised text of each triple index."
     return [verbalize(*p) for p in triple_parts(kg, eids)]
 
-# %% ../nbs/21_kgrag.ipynb #c023
+# %% ../nbs/21_kgrag.ipynb #c025
 def similarity_metric(encoder: TextEncoder) -> str:
     "'ip' (raw dot product) for encoders trained for it, else 'cosine'."
     return 'ip' if encoder.similarity == 'dot' else 'cosine'
 
-def top_k(query_vec,  # (dim,) the question's vector
+def top_k_triples(query_vec,  # (dim,) the question's vector
           vectors,  # (n, dim) the candidates' vectors
           k: int,  # how many to keep
           metric: str = 'cosine',  # 'cosine' or 'ip'
@@ -169,7 +176,7 @@ def top_k(query_vec,  # (dim,) the question's vector
     order = part[np.lexsort((part, -s[part]))]
     return s[order].astype(np.float32), order.astype(np.int64)
 
-# %% ../nbs/21_kgrag.ipynb #c026
+# %% ../nbs/21_kgrag.ipynb #c028
 DENSE_VECTOR_BYTES = 2 << 30  # a KG's triple vectors are kept in memory as one matrix when they fit in this many bytes
 
 class TripleRetriever:
@@ -215,17 +222,17 @@ class TripleRetriever:
         "Top-`k` candidate triples for `query`: a list of (text, score, triple index)."
         vecs = self.candidate_vectors(cands)
         if vecs is None: return []
-        s, i = top_k(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
+        s, i = top_k_triples(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
         return [(t, float(x), int(cands.eids[j])) for t, x, j in zip(triple_texts(self.kg, cands.eids[i]), s, i)]
 
-# %% ../nbs/21_kgrag.ipynb #c029
+# %% ../nbs/21_kgrag.ipynb #c031
 def embed_all_triples(retriever: TripleRetriever, chunk: int = 8192) -> int:
     "Embed every triple of the retriever's KG into the store (those already there are read, not recomputed); returns the count."
     n = retriever.kg.num_triples
     for s in range(0, n, chunk): retriever.vectors(triple_texts(retriever.kg, np.arange(s, min(s + chunk, n))))
     return n
 
-# %% ../nbs/21_kgrag.ipynb #c032
+# %% ../nbs/21_kgrag.ipynb #c034
 _TABLE2 = dict(max_tokens=256, temperature=0.3, top_k=40, min_p=0.05)
 ROLE_PARAMS = {  # role -> sampling parameters (paper Section 3.5, Table 2)
     'decompose': {**_TABLE2, 'stop': ['<END>']},
@@ -242,7 +249,7 @@ def prompt_role(messages) -> str | None:
     head = str(messages[0].get('content', '')).split(' ', 1)[0]
     return next((r for r, m in MARKERS.items() if head == m), None)
 
-# %% ../nbs/21_kgrag.ipynb #c034
+# %% ../nbs/21_kgrag.ipynb #c036
 DECOMPOSE_EXAMPLES = [  # (question, reply): our own in-context examples
     ('which year was [Blade Runner] released',
      'Reasoning: The question asks for one fact about one movie, so it needs no decomposition.\n'
@@ -265,7 +272,7 @@ def decomposition_messages(question: str) -> list[dict]:
     for q, a in DECOMPOSE_EXAMPLES: msgs += [dict(role='user', content=f'Question: {q}'), dict(role='assistant', content=a)]
     return msgs + [dict(role='user', content=f'Question: {question}')]
 
-# %% ../nbs/21_kgrag.ipynb #c036
+# %% ../nbs/21_kgrag.ipynb #c038
 def answer_messages(question: str, triples: list[str]) -> list[dict]:
     "Zero-shot prompt: answer one (sub-)question from the listed triples, entity names only."
     lines = '\n'.join(triples)
@@ -280,7 +287,7 @@ def direct_messages(question: str) -> list[dict]:
                  "separated by '; ', and nothing else; reply 'unknown' if you do not know."),
             dict(role='user', content=f'Question: {question}')]
 
-# %% ../nbs/21_kgrag.ipynb #c038
+# %% ../nbs/21_kgrag.ipynb #c040
 def _qa_block(subqs: list, answers: list) -> str:
     return '\n'.join(f'Sub-question {i + 1}: {q}\nAnswer {i + 1}: {a}' for i, (q, a) in enumerate(zip(subqs, answers)))
 
@@ -296,7 +303,7 @@ def synthesis_messages(question: str, reasoning: str, subqs: list, answers: list
                  "Explain briefly, then end with one line 'Final answer: ' followed by the answer entities separated by '; '."),
             dict(role='user', content=f'Main question: {question}\nReasoning: {reasoning}\n{_qa_block(subqs, answers)}')]
 
-# %% ../nbs/21_kgrag.ipynb #c041
+# %% ../nbs/21_kgrag.ipynb #c043
 ISSUES = ('no_end_marker', 'empty_subquestion', 'no_subquestions', 'empty_reply', 'non_entity_answer', 'no_final_answer', 'unknown_topic')
 _NUMBERED = re.compile(r'^\s*(\d+)[.)]\s*(.*)$')
 
@@ -314,7 +321,7 @@ def parse_decomposition(text: str, finish_reason: str | None = 'stop') -> tuple:
     if not subqs: issues.append('no_subquestions')
     return reasoning, subqs, issues
 
-# %% ../nbs/21_kgrag.ipynb #c044
+# %% ../nbs/21_kgrag.ipynb #c046
 _TRIPLE_RE = re.compile(r'^\((.*)\)$')
 
 def triple_entities(triples: list[str], relations=None) -> set:
@@ -346,7 +353,7 @@ def parse_final_answer(text: str) -> tuple:
     items, issues = parse_answer(fin[-1] if fin else lines[-1])
     return items, (issues if fin else ['no_final_answer'] + issues)
 
-# %% ../nbs/21_kgrag.ipynb #c047
+# %% ../nbs/21_kgrag.ipynb #c049
 RELATION_OF = {'actor': 'starred actors', 'director': 'directed by', 'writer': 'written by', 'genre': 'has genre',
                'language': 'in language', 'year': 'release year', 'tags': 'has tags', 'tag': 'has tags',
                'imdbrating': 'has imdb rating', 'imdbvotes': 'has imdb votes'}  # MetaQA type word -> relation label
@@ -372,7 +379,7 @@ def chain_subquestions(qtype: str, topic: str) -> list[str]:
     "Sub-questions of a question of type `qtype` about `topic`; step i > 1 refers to [answer i-1]."
     return [STEP_QUESTION[s].format(x=topic if i == 0 else f'[answer {i}]') for i, (_, _, s) in enumerate(type_chain(qtype))]
 
-# %% ../nbs/21_kgrag.ipynb #c049
+# %% ../nbs/21_kgrag.ipynb #c051
 def question_template(question: str) -> str:
     "The question with its bracketed entity masked as E."
     return _TOPIC_RE.sub('E', question.strip())
@@ -386,7 +393,7 @@ def metaqa_templates(root=None) -> dict:
             if q.qtype: out.setdefault(question_template(q.question), q.qtype)
     return out
 
-# %% ../nbs/21_kgrag.ipynb #c052
+# %% ../nbs/21_kgrag.ipynb #c054
 def _last_user(messages) -> str: return next(m['content'] for m in reversed(messages) if m['role'] == 'user')
 
 @register_offline_model('kg-rag-decompose', matches=lambda ms: prompt_role(ms) == 'decompose')
@@ -400,7 +407,7 @@ def offline_decompose(messages: list[dict]) -> str:
     steps = ', then '.join(f'follow "{r}"' for r, _, _ in type_chain(qtype))
     return f'Reasoning: Start from {topic}, {steps}.\nSub-questions:\n' + '\n'.join(f'{i + 1}. {s}' for i, s in enumerate(subqs)) + '\n<END>'
 
-# %% ../nbs/21_kgrag.ipynb #c054
+# %% ../nbs/21_kgrag.ipynb #c056
 RELATION_PHRASES = {  # relation label -> words in a question that name it (MetaQA's 9 relations)
     'directed by': ('direct',), 'written by': ('wrote', 'write', 'written', 'writer'),
     'starred actors': ('starred', 'star ', 'stars', 'acted', 'actor', 'appear'), 'release year': ('release', 'year', 'when'),
@@ -434,7 +441,7 @@ def relation_phrase_answer(question: str, triples: list[str]) -> list[str]:
         if out: break
     return list(dict.fromkeys(out))
 
-# %% ../nbs/21_kgrag.ipynb #c057
+# %% ../nbs/21_kgrag.ipynb #c059
 @register_offline_model('kg-rag-answer', matches=lambda ms: prompt_role(ms) == 'answer')
 def offline_answer(messages: list[dict]) -> str:
     "Offline sub-question answerer: the relation-phrase reader over the prompt's triples."
@@ -472,12 +479,12 @@ def offline_direct(messages: list[dict]) -> str:
     "Offline closed-book model: it has no knowledge of movies."
     return 'unknown'
 
-# %% ../nbs/21_kgrag.ipynb #c060
+# %% ../nbs/21_kgrag.ipynb #c062
 MODES = ('kg-rag', 'llm', 'llm+qd', 'llm+kg')
 
 @dataclass
 class KGRAG:
-    "KG-RAG (paper 002): decomposition, N-hop candidate triples, top-K selection, sub-question answering, synthesis."
+    "The KG-RAG paper's system: decomposition, N-hop candidate triples, top-K selection, sub-question answering, synthesis."
     retriever: TripleRetriever  # the KG, its encoder and the embedding store
     llm: LLMClient  # every role's model (offline models or an OpenAI-compatible server)
     n_hops: int = 3  # N: candidate retrieval depth (the paper selects 3)
@@ -489,7 +496,7 @@ class KGRAG:
         r = self.llm.chat(messages, **self.role_params[role])
         return r.text, r.finish_reason
 
-# %% ../nbs/21_kgrag.ipynb #c061
+# %% ../nbs/21_kgrag.ipynb #c063
 @patch
 def decompose(self: KGRAG, question: str, trace: dict) -> tuple:
     "Reasoning and sub-questions of `question` (the whole question when none can be read)."
@@ -520,7 +527,7 @@ def reformulate(self: KGRAG, subq: str, steps: list, trace: dict) -> str:
     if not text: trace['issues'].append('empty_reply'); return substitute_answers(subq, prev_a)
     return text if text.endswith('?') else text + '?'
 
-# %% ../nbs/21_kgrag.ipynb #c062
+# %% ../nbs/21_kgrag.ipynb #c064
 @patch
 def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
            mode: str = 'kg-rag') -> dict:  # one of `MODES`
@@ -549,8 +556,8 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     trace['final_answer'], trace['prediction'] = '; '.join(items), items[0]
     return trace
 
-# %% ../nbs/21_kgrag.ipynb #c068
-def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
+# %% ../nbs/21_kgrag.ipynb #c070
+def evaluate_kgrag(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
     "One row per question: prediction, Hit@1, sub-questions, candidate-set size, issue counts."
     rows = []
     for q in questions:
@@ -567,7 +574,7 @@ def evaluate(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFra
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/21_kgrag.ipynb #c070
+# %% ../nbs/21_kgrag.ipynb #c072
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
     "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
@@ -590,7 +597,7 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
     h, t = kg.head[ids][ok], kg.tail[ids][ok]
     return any((a in before and b in after) or (b in before and a in after) for a, b in zip(h.tolist(), t.tolist()))
 
-# %% ../nbs/21_kgrag.ipynb #c072
+# %% ../nbs/21_kgrag.ipynb #c074
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
@@ -611,13 +618,27 @@ def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c074
+# %% ../nbs/21_kgrag.ipynb #c076
 def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
                      seed: int = 0) -> list:
     "A seeded sample of `n` questions without replacement, in file order."
     if n <= 0 or n >= len(questions): return list(questions)
     idx = np.sort(np.random.default_rng(seed).choice(len(questions), n, replace=False))
     return [questions[i] for i in idx]
+
+def metaqa_samples(hop_sets: list,  # MetaQA hop sets, e.g. [1, 2, 3]
+                   n_questions: int,  # questions per sample (0: the whole test set)
+                   seeds: list,  # one sample per seed
+                   root=None,  # the MetaQA folder (default: `core.data_dir('metaqa')`)
+                  ) -> list[tuple]:
+    "The sampling grid of the KG-RAG experiments: `(hops, seed, questions)` for every hop set and seed, hop sets outermost."
+    if n_questions < 0: raise ValueError(f'n_questions must be 0 (every question) or more, not {n_questions}')
+    if not seeds: raise ValueError('seeds is empty: give at least one sampling seed')
+    out = []
+    for h in hop_sets:
+        questions = load_metaqa_questions(h, root=root)
+        out += [(h, seed, sample_questions(questions, n_questions, seed)) for seed in seeds]
+    return out
 
 OFFLINE_ROLES = 'offline (template decomposer, relation-phrase reader; not an LLM)'
 
@@ -628,11 +649,10 @@ def roles_label(llm: LLMClient,
     rest = 'offline decomposer, reformulator and synthesiser (templates; not an LLM)' if llm.backend == 'offline' else f'{llm.describe()} (decompose, reformulate, synthesize)'
     return f'{rest}; sub-question answers: {reader}'
 
-# %% ../nbs/21_kgrag.ipynb #c080
-def kgrag_cli(argv=None) -> int:
-    "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
-    import argparse
-    ap = argparse.ArgumentParser(prog='kgqa kgrag', description=kgrag_cli.__doc__)
+# %% ../nbs/21_kgrag.ipynb #c082
+def kgrag_parser() -> CLIParser:
+    "The parser of `kgqa kgrag`: the question, the mode, N and K, the encoder and the LLM backend."
+    ap = CLIParser(prog='kgqa kgrag', description='Decomposition, sub-answers and final answer of one MetaQA question.')
     ap.add_argument('action', choices=['ask'], help='what to do')
     ap.add_argument('question', help='the question with its entity in brackets, e.g. "who directed [Inception]"')
     ap.add_argument('--mode', choices=MODES, default='kg-rag', help='the full system or one of the baselines')
@@ -642,19 +662,11 @@ def kgrag_cli(argv=None) -> int:
     ap.add_argument('--backend', choices=['offline', 'openai'], default='offline', help='offline roles or an OpenAI-compatible server')
     ap.add_argument('--model', default=None, help='model name on the server')
     ap.add_argument('--base-url', default=None, help='the server, e.g. http://127.0.0.1:8080/v1')
-    a = ap.parse_args(argv)
-    try:
-        if a.hops < 1 or a.top_k < 1: raise ValueError('--hops and --top-k must be >= 1')
-        topic = topic_entity(a.question)
-        metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)
+    return ap
 
-        system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
-                       n_hops=a.hops, top_k=a.top_k)
-        t = system.answer(a.question, a.mode)
-    except (OSError, ValueError, UnknownIdError, LLMError) as e:
-        print(f'kgqa kgrag: {str(e).splitlines()[0]}', file=sys.stderr); return 2
-    roles = 'offline roles (template decomposer, relation-phrase reader)' if a.backend == 'offline' else system.llm.describe()
-    print(f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles}')
+def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line printed above it
+    "Print a KG-RAG trace for a reader: the reasoning, each sub-question with its first triples and answer, the final answer."
+    print(header)
     if t['reasoning']: print(f'reasoning: {t["reasoning"]}')
     for i, s in enumerate(t['steps'], 1):
         print(f'{i}. {s["question"]}' + (f'   (asked: {s["asked"]})' if s['asked'] != s['question'] else ''))
@@ -662,4 +674,18 @@ def kgrag_cli(argv=None) -> int:
         print(f'   -> {s["answer"]}')
     print(f'final answer: {t["final_answer"]}')
     if t['issues']: print(f'issues: {", ".join(t["issues"])}')
+
+# %% ../nbs/21_kgrag.ipynb #c086
+def kgrag_cli(argv=None) -> int:
+    "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
+    a = kgrag_parser().parse_args(argv)
+    for flag, v in (('--hops', a.hops), ('--top-k', a.top_k)):
+        if v < 1: raise UsageError(f'{flag} must be 1 or more, got {v}')
+    topic = topic_entity(a.question)
+    metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)
+    system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
+                   n_hops=a.hops, top_k=a.top_k)
+    t = system.answer(a.question, a.mode)
+    roles = 'offline roles (template decomposer, relation-phrase reader)' if a.backend == 'offline' else system.llm.describe()
+    print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles}')
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 
-from .core import CacheMissError, data_dir, user_cache_dir
+from .core import CLIParser, CacheMissError, UsageError, data_dir, user_cache_dir
 from .llm import LLMClient, LLMError
 from .sparql import ServerStartError, check_port
 
@@ -18,7 +18,8 @@ from .sparql import ServerStartError, check_port
 __all__ = ['REGISTRY_MODEL', 'SYSTEM_DROPPING_FORMATS', 'SERVE_LLM_URL', 'LocalModel', 'local_model_for', 'LocalLLMError',
            'server_missing', 'gguf_dirs', 'gguf_dir', 'find_gguf', 'local_llm_missing', 'local_llm_need',
            'assemble_registry_model', 'free_port', 'LocalLLMServer', 'parent_watch_command', 'fold_system',
-           'chat_format_prelude', 'registry_model_run', 'registry_model_try', 'serve_llm_cli']
+           'chat_format_prelude', 'registry_model_run', 'registry_model_try', 'serve_llm_parser', 'check_serve_flags',
+           'serve_llm_cli']
 
 # %% ../nbs/04a_llm_local.ipynb #c006
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ REGISTRY_MODEL = LocalModel(
     sha256='a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818', size_bytes=253_113_024,
     licence='Gemma Terms of Use (https://ai.google.dev/gemma/terms), shipped in the package as data/GEMMA_TERMS.html')
 
-# %% ../nbs/04a_llm_local.ipynb #c009
+# %% ../nbs/04a_llm_local.ipynb #c011
 _CHAT_FORMATS = (('gemma', 'gemma'), ('mistral', 'mistral-instruct'), ('llama-3', 'llama-3'), ('llama-2', 'llama-2'),
                  ('qwen', 'qwen'), ('phi-3', None), ('chatml', 'chatml'))
 
@@ -69,7 +70,7 @@ def local_model_for(path) -> LocalModel:
     return LocalModel(name=stem, family=stem.lower().replace(f'.{quant}', '').replace(f'-{quant}', ''), file=p.name,
                       quantization=quant.upper(), kind=kind, chat_format=fmt, size_bytes=size, licence='see the model card of the file')
 
-# %% ../nbs/04a_llm_local.ipynb #c012
+# %% ../nbs/04a_llm_local.ipynb #c014
 class LocalLLMError(LLMError):
     "The local LLM server cannot run here: not installed, no model file, or it failed to start."
 
@@ -81,7 +82,7 @@ def server_missing() -> str | None:
     if gone: return f'the local LLM server is not installed ({", ".join(gone)} missing): run `make llm-local`'
     return None
 
-# %% ../nbs/04a_llm_local.ipynb #c014
+# %% ../nbs/04a_llm_local.ipynb #c016
 def _writable(d: Path) -> bool:
     "Whether files can be made in `d`: its nearest existing folder has a write bit (checked, since root ignores it) and a file can be made."
     base = next((p for p in (d, *d.parents) if p.exists()), None)
@@ -118,7 +119,7 @@ def local_llm_need() -> str:
     why = local_llm_missing()
     return f'needs the local LLM server: {why}' if why else ''
 
-# %% ../nbs/04a_llm_local.ipynb #c017
+# %% ../nbs/04a_llm_local.ipynb #c019
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, 'rb') as f:
@@ -142,7 +143,7 @@ def assemble_registry_model(model: LocalModel = REGISTRY_MODEL,
     finally: tmp.unlink(missing_ok=True)
     return target
 
-# %% ../nbs/04a_llm_local.ipynb #c019
+# %% ../nbs/04a_llm_local.ipynb #c021
 def free_port(host: str = '127.0.0.1') -> int:
     "A TCP port nothing listens on right now."
     with socket.socket() as s: s.bind((host, 0)); return s.getsockname()[1]
@@ -177,7 +178,7 @@ class LocalLLMServer:
     @property
     def running(self) -> bool: return self.proc is not None and self.proc.poll() is None
 
-# %% ../nbs/04a_llm_local.ipynb #c021
+# %% ../nbs/04a_llm_local.ipynb #c023
 @patch
 def command(self: LocalLLMServer) -> list[str]:
     "The command line of the server process."
@@ -237,7 +238,7 @@ def stop(self: LocalLLMServer, grace: float = 10.0):  # seconds to wait after SI
     if self.proc.stdin: self.proc.stdin.close()
     self.proc = None
 
-# %% ../nbs/04a_llm_local.ipynb #c023
+# %% ../nbs/04a_llm_local.ipynb #c025
 _PARENT_WATCH = '''import os, runpy, sys, threading
 parent = int(sys.argv[1])
 def _watch():
@@ -270,7 +271,7 @@ def _die_with_parent():
     def preexec(): prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     return preexec
 
-# %% ../nbs/04a_llm_local.ipynb #c027
+# %% ../nbs/04a_llm_local.ipynb #c029
 def fold_system(messages: list) -> list:
     "`messages` without system turns: their text joined at the start of the first user turn (a new user turn if there is none)."
     system = '\n\n'.join(m['content'] for m in messages if m.get('role') == 'system' and isinstance(m.get('content'), str) and m['content'])
@@ -288,14 +289,14 @@ def chat_format_prelude() -> str:
             'def _folded(fmt): return lambda messages, **kw: fmt(fold_system(messages), **kw)\n'
             f'for _name, _fn in {SYSTEM_DROPPING_FORMATS!r}.items(): _f.register_chat_format("kgqa-" + _name)(_folded(getattr(_f, _fn)))\n')
 
-# %% ../nbs/04a_llm_local.ipynb #c031
+# %% ../nbs/04a_llm_local.ipynb #c033
 @patch
 def client(self: LocalLLMServer, **kw) -> LLMClient:
     "An `LLMClient` for this server (same cache, retries and ledger as any other); `kw` go to `LLMClient`."
     kw.setdefault('price_per_mtok', (0.0, 0.0, 0.0))
     return LLMClient('openai', model=self.alias, base_url=self.url, **kw)
 
-# %% ../nbs/04a_llm_local.ipynb #c034
+# %% ../nbs/04a_llm_local.ipynb #c036
 SERVE_LLM_URL = 'http://127.0.0.1:8080/v1'  # where `kgqa serve-llm` serves by default
 
 def registry_model_run(work,  # work(client) -> result: every LLM call of the work goes through this client
@@ -315,19 +316,14 @@ def registry_model_try(work, cache_dir, base_url: str = '', threads: int | None 
     try: return registry_model_run(work, cache_dir, base_url, threads, **kw), ''
     except LLMError as e: return None, ('' if base_url else local_llm_need()) or str(e).splitlines()[0]
 
-
-# %% ../nbs/04a_llm_local.ipynb #c037
+# %% ../nbs/04a_llm_local.ipynb #c039
 def _port(s: str) -> int:
     try: return check_port(int(s))
     except (ValueError, ServerStartError): raise argparse.ArgumentTypeError(f'a port is a number 0-65535, got {s!r}') from None
 
-class _Parser(argparse.ArgumentParser):
-    "Errors raise a one-line `ValueError` (printed by `kgqa` as `kgqa: ...`, exit code 2) instead of printing the usage."
-    def error(self, message): raise ValueError(f'{message} (see `{self.prog} --help`)')
-
-def serve_llm_cli(argv=None) -> int:
-    "Serve a GGUF model (default: the registry model) with llama.cpp's OpenAI-compatible server on 127.0.0.1 until interrupted."
-    ap = _Parser(prog='kgqa serve-llm', description=serve_llm_cli.__doc__)
+def serve_llm_parser() -> CLIParser:
+    "The parser of `kgqa serve-llm`: the model, the port and llama.cpp's settings."
+    ap = CLIParser(prog='kgqa serve-llm', description="Serve a GGUF model with llama.cpp's OpenAI-compatible server on 127.0.0.1.")
     ap.add_argument('--model', default=None, help=f'a .gguf file (default: the registry model {REGISTRY_MODEL.name}, set up by `make llm-local`)')
     ap.add_argument('--port', type=_port, default=8080, help='port on 127.0.0.1 (0 = any free port)')
     ap.add_argument('--ctx', type=int, default=4096, help='context size in tokens')
@@ -335,7 +331,19 @@ def serve_llm_cli(argv=None) -> int:
     ap.add_argument('--chat-format', default=None, help='llama.cpp chat format (default: from the model)')
     ap.add_argument('--alias', default=None, help='the model name clients use (default: the model file name)')
     ap.add_argument('--gpu-layers', type=int, default=0, help='layers on the GPU (-1 = all; needs a CUDA build of llama-cpp-python)')
-    a = ap.parse_args(argv)
+    return ap
+
+def check_serve_flags(a):  # the parsed `kgqa serve-llm` flags
+    "Raise `UsageError` naming the first numeric flag whose value the server cannot take."
+    if a.ctx < 16: raise UsageError(f'--ctx must be 16 tokens or more, got {a.ctx}')
+    if a.threads is not None and a.threads < 1: raise UsageError(f'--threads must be 1 or more, got {a.threads}')
+    if a.gpu_layers < -1: raise UsageError(f'--gpu-layers must be -1 (all), 0 or more, got {a.gpu_layers}')
+
+# %% ../nbs/04a_llm_local.ipynb #c042
+def serve_llm_cli(argv=None) -> int:
+    "Serve a GGUF model (default: the registry model) with llama.cpp's OpenAI-compatible server on 127.0.0.1 until interrupted."
+    a = serve_llm_parser().parse_args(argv)
+    check_serve_flags(a)
     srv = LocalLLMServer(a.model, port=a.port, ctx=a.ctx, threads=a.threads, chat_format=a.chat_format, alias=a.alias, gpu_layers=a.gpu_layers)
     print(f'starting {srv.describe()} ({srv.alias}) on 127.0.0.1 ...', flush=True)
     def _term(*_): raise KeyboardInterrupt
@@ -345,7 +353,7 @@ def serve_llm_cli(argv=None) -> int:
         print(f'serving {srv.alias} at {srv.url} (log: {srv.log_path}); Ctrl-C stops it. Point the LLM client at it:', flush=True)
         for k, v in srv.env().items(): print(f'  export {k}={v}', flush=True)
         code = srv.proc.wait()
-        print(f'kgqa serve-llm: the server exited with code {code} ({srv._log_tail(3)})', file=sys.stderr); return 1
+        raise LocalLLMError(f'the server exited with code {code} ({srv._log_tail(3)})')
     except KeyboardInterrupt: return 0
     finally:
         srv.stop(); signal.signal(signal.SIGTERM, old)

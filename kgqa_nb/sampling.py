@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_sampling.ipynb #c002
 from __future__ import annotations
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,10 +29,12 @@ def inverse_degree_softmax(degrees,  # degrees d(x) of the candidate nodes (all 
     return w / w.sum()
 
 # %% ../nbs/05_sampling.ipynb #c009
+_VIEWS = weakref.WeakKeyDictionary()  # KnowledgeGraph -> {excluded relation IDs: (allowed mask, degree)}
+
 def _allowed_view(kg: KnowledgeGraph, excluded_relations) -> tuple:
     "Cached (allowed mask over und_csr entries, degree without excluded relations) for `excluded_relations`."
     key = tuple(sorted(set(excluded_relations)))
-    cache = kg.__dict__.setdefault('_sampling_views', {})
+    cache = _VIEWS.setdefault(kg, {})
     if key not in cache:
         csr = kg.und_csr
         bad_rel = np.zeros(kg.num_relations, bool)
@@ -44,7 +47,7 @@ def _allowed_view(kg: KnowledgeGraph, excluded_relations) -> tuple:
         cache[key] = (ok, deg)
     return cache[key]
 
-# %% ../nbs/05_sampling.ipynb #c011
+# %% ../nbs/05_sampling.ipynb #c013
 @dataclass
 class SampledSubgraph:
     "A seed subgraph Q: its entities (in the order reached), its triples (KG triple indices) and the start entity."
@@ -56,7 +59,7 @@ class SampledSubgraph:
     def node_set(self) -> set: return set(self.nodes.tolist())
     def edge_set(self) -> set: return set(self.edges.tolist())
 
-# %% ../nbs/05_sampling.ipynb #c013
+# %% ../nbs/05_sampling.ipynb #c015
 def sample_seed_subgraph(kg: KnowledgeGraph,
                          rng: np.random.Generator,  # source of all randomness (deterministic per seed)
                          max_nodes: int = 10,  # N_nodes: stop when this many entities are reached
@@ -105,7 +108,7 @@ def sample_seed_subgraph(kg: KnowledgeGraph,
         edges = np.unique(np.concatenate([tree, extra]))
     return SampledSubgraph(np.asarray(nodes, np.int64), edges, start)
 
-# %% ../nbs/05_sampling.ipynb #c017
+# %% ../nbs/05_sampling.ipynb #c019
 def is_connected_sample(kg: KnowledgeGraph, edges) -> bool:
     "Whether the triples `edges` form one connected (undirected) graph."
     edges = np.asarray(edges, np.int64)
@@ -118,7 +121,7 @@ def is_connected_sample(kg: KnowledgeGraph, edges) -> bool:
     for h, t in zip(kg.head[edges].tolist(), kg.tail[edges].tolist()): parent[find(h)] = find(t)
     return len({find(int(v)) for v in nodes}) == 1
 
-# %% ../nbs/05_sampling.ipynb #c020
+# %% ../nbs/05_sampling.ipynb #c022
 def triple_string(h: str, r: str, t: str) -> str:
     "One triple in prompt form: `'Head (QID)-relation (PID)-Tail (QID)'` (arguments already in 'Label (ID)' form)."
     return f'{h}-{r}-{t}'
@@ -131,7 +134,7 @@ def subgraph_text(kg: KnowledgeGraph, edges) -> str:
     "Prompt text of a set of triples: `'H (Q..)-r (P..)-T (Q..);...'`."
     return ';'.join(triple_string(*t) for t in subgraph_triples(kg, edges))
 
-# %% ../nbs/05_sampling.ipynb #c023
+# %% ../nbs/05_sampling.ipynb #c025
 def sample_seed_subgraphs(kg: KnowledgeGraph, n: int,  # how many subgraphs
                           seed: int = 0,  # seed of the numpy Generator shared by all samples
                           **kwargs):  # passed to `sample_seed_subgraph`

@@ -21,9 +21,10 @@ from .minimality import seed_paths, subset_query
 from .datasources import ArtifactContext, Source, open_artifact, resolve_kg
 
 # %% auto #0
-__all__ = ['SOURCES', 'ANALYSIS_FORMAT', 'AnswerNodeError', 'local_view', 'question_path_stats', 'tree_records', 'tree_source',
-           'records_fingerprint', 'analyse_dataset', 'sp_gt_overlap_by_hops', 'shortcut_stats', 'parallel_path_stats',
-           'gold_answers', 'reader_triples', 'hits_by_isomorphism_type', 'SPAnalysisContext', 'open_sp_analysis']
+__all__ = ['QUESTION_SOURCES', 'ANALYSIS_FORMAT', 'AnswerNodeError', 'local_view', 'question_path_stats', 'tree_records',
+           'tree_source', 'records_fingerprint', 'analyse_dataset', 'sp_gt_overlap_by_hops', 'shortcut_stats',
+           'parallel_path_stats', 'gold_answers', 'reader_triples', 'hits_by_isomorphism_type', 'SPAnalysisContext',
+           'open_sp_analysis']
 
 # %% ../nbs/12b_spanalysis.ipynb #c006
 class AnswerNodeError(ValueError):
@@ -59,7 +60,7 @@ def question_path_stats(qg: QuestionGraph,  # one question graph (GT labels in `
     return row, per_seed
 
 # %% ../nbs/12b_spanalysis.ipynb #c018
-SOURCES = ('generated', 'gtsqa', 'random-trees')
+QUESTION_SOURCES = ('generated', 'gtsqa', 'random-trees')  # where `open_sp_analysis` takes its questions from
 
 def tree_records(kg: KnowledgeGraph, n: int,  # number of questions
                  seed: int = 0,  # RNG seed (question i uses seed + i)
@@ -202,7 +203,7 @@ def open_sp_analysis(artifact: str,  # the artifact's name (params/manifest.yaml
                      out_dir: str = '',  # output folder; '' = the scratch folder
                      **params) -> SPAnalysisContext:  # the notebook's other parameters (backend, model, base_url, ...): recorded
     "Questions, KG, folders, provenance and the cached shortest-path analysis of an SP-analysis artifact notebook."
-    if source not in SOURCES: raise ValueError(f'unknown source {source!r}: use one of {SOURCES}')
+    if source not in QUESTION_SOURCES: raise ValueError(f'unknown source {source!r}: use one of {QUESTION_SOURCES}')
     if convention not in CONVENTIONS: raise UnknownConventionError(f'unknown convention {convention!r}: use one of {CONVENTIONS}')
     graph = resolve_kg(kg)
     src, per_split = (tree_source(graph, n_questions or 100, seed), 0) if source == 'random-trees' else (source, n_questions if source == 'gtsqa' else 0)

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from kgqa_nb import kgrag
+from kgqa_nb.cli import main as cli_main
+from kgqa_nb.core import UsageError
 from kgqa_nb.kg import KnowledgeGraph
-from kgqa_nb.kgrag import (ISSUES, KGRAG, MetaQAQuestion, TripleRetriever, candidate_triples, evaluate, kgrag_cli,
-                           parse_decomposition, top_k, triple_texts)
+from kgqa_nb.kgrag import (ISSUES, KGRAG, MetaQAQuestion, TripleRetriever, candidate_triples, evaluate_kgrag, kgrag_cli,
+                           parse_decomposition, top_k_triples, triple_texts)
 from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.text import HashingEncoder
 
@@ -51,12 +53,12 @@ def test_candidates_equal_networkx_bfs(seed):
             assert list(c.hop) == sorted(c.hop)  # by hop
 
 
-def test_top_k_equals_brute_force():
+def test_top_k_triples_equals_brute_force():
     rng = np.random.default_rng(0)
     for metric, engine in (('cosine', 'numpy'), ('ip', 'numpy'), ('cosine', 'faiss'), ('ip', 'faiss')):
         for n, k in ((1, 5), (7, 3), (30, 30), (200, 10), (3000, 30)):
             x, q = rng.normal(size=(n, 16)).astype(np.float32), rng.normal(size=16).astype(np.float32)
-            s, i = top_k(q, x, k, metric, engine)
+            s, i = top_k_triples(q, x, k, metric, engine)
             xs = x / np.linalg.norm(x, axis=1, keepdims=True) if metric == 'cosine' else x
             qs = q / np.linalg.norm(q) if metric == 'cosine' else q
             ref = xs @ qs
@@ -135,7 +137,7 @@ def test_bad_replies_are_named_counted_and_survived(scripted, tmp_path):
     with OfflineChatServer() as srv:
         system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv), n_hops=2, top_k=5)
         t = system.answer(Q.question)
-        df = evaluate(system, [Q])
+        df = evaluate_kgrag(system, [Q])
     assert [s['question'] for s in t['steps']] == ['Which movies did Tom Hardy star in?', 'Who directed Inception; Warrior?']  # reformulation fell back
     assert sorted(t['issues']) == ['empty_reply', 'empty_reply', 'empty_subquestion', 'non_entity_answer']
     assert t['prediction'] == 'Probably someone famous, I think.'  # empty synthesis: the last sub-answer
@@ -171,7 +173,7 @@ def test_truncated_decomposition_is_named():
 def test_llm_error_is_recorded_and_the_run_goes_on(tmp_path):
     with OfflineChatServer(faults=['500'] * 4) as srv:
         system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), online(srv, max_retries=1), n_hops=2, top_k=5)
-        df = evaluate(system, [Q, Q], mode='llm+kg')
+        df = evaluate_kgrag(system, [Q, Q], mode='llm+kg')
     assert df.llm_error.iloc[0] != '' and df.llm_error.iloc[1] != ''
     assert set(ISSUES) <= {c.removeprefix('issue_') for c in df.columns}
 
@@ -181,7 +183,7 @@ def test_unreachable_server_stops_the_run(tmp_path):
     llm = LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=0, timeout=2)
     system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), llm, n_hops=2, top_k=5)
     with pytest.raises(kgrag.LLMError, match='cannot reach'):
-        evaluate(system, [Q, Q], mode='llm+kg')
+        evaluate_kgrag(system, [Q, Q], mode='llm+kg')
 
 
 def test_unreachable_reader_server_stops_the_run(tmp_path):
@@ -191,7 +193,7 @@ def test_unreachable_reader_server_stops_the_run(tmp_path):
     reader = FewShotReader(LLMClient('openai', model='kgqa-offline', base_url=url, cache=False, max_retries=0, timeout=2))
     system = KGRAG(TripleRetriever(TOY, HashingEncoder(), store_root=tmp_path), LLMClient(cache=False), n_hops=2, top_k=5, reader=reader)
     with pytest.raises(kgrag.LLMError, match='cannot reach'):
-        evaluate(system, [Q, Q], mode='kg-rag')
+        evaluate_kgrag(system, [Q, Q], mode='kg-rag')
 
 
 def test_a_reader_answers_the_subquestions_from_the_same_triples(tmp_path):
@@ -209,16 +211,72 @@ def test_a_reader_answers_the_subquestions_from_the_same_triples(tmp_path):
     assert all(s['answer'] == 'Tom Hardy' for s in b['steps'])
 
 
-def test_cli_bad_question_is_one_line(capsys):
-    assert kgrag_cli(['ask', 'who directed Inception']) == 2
-    err = capsys.readouterr().err
-    assert err.startswith('kgqa kgrag: ') and err.count('\n') == 1 and 'brackets' in err
+def test_cli_bad_question_raises_one_line_and_prints_nothing(capsys):
+    with pytest.raises(ValueError, match='brackets, found 0'): kgrag_cli(['ask', 'who directed Inception'])
+    assert capsys.readouterr() == ('', '')  # the command prints no error itself: `kgqa` does, once
+
+
+@pytest.mark.parametrize('flag', ['--hops', '--top-k'])
+def test_cli_numeric_flags_are_checked_before_any_work(flag, monkeypatch):
+    def no_work(*a, **k): raise AssertionError('the KG was loaded before the flags were checked')
+    monkeypatch.setattr(kgrag, 'load_kg', no_work)
+    with pytest.raises(UsageError) as e: kgrag_cli(['ask', 'who directed [Inception]', flag, '0'])
+    assert str(e.value) == f'{flag} must be 1 or more, got 0'
+
+
+def test_kgqa_kgrag_error_is_one_line_on_stderr(capsys):
+    assert cli_main(['kgrag', 'ask', 'who directed [Inception]', '--hops', '-1']) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err == 'kgqa: --hops must be 1 or more, got -1\n'
+    assert cli_main(['kgrag', 'ask', 'q', '--top-k', 'many']) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith("kgqa: argument --top-k: invalid int value: 'many'") and err.count('\n') == 1
 
 
 @pytest.mark.data('metaqa')
 def test_cli_unknown_entity_is_one_line(capsys):
-    assert kgrag_cli(['ask', 'who directed [No Such Film 12345]', '--encoder', 'all-MiniLM-L6-v2']) == 2
-    assert "no entity labelled 'No Such Film 12345'" in capsys.readouterr().err
+    assert cli_main(['kgrag', 'ask', 'who directed [No Such Film 12345]', '--encoder', 'all-MiniLM-L6-v2']) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err == "kgqa: no entity labelled 'No Such Film 12345' in KG 'metaqa'\n"
+
+
+def test_label_lookup_is_cached_by_the_module_not_on_the_graph():
+    kg = random_kg(5)
+    assert kgrag.entity_by_label(kg, 'Entity_3') == 3
+    first = kgrag._LABEL_INDEX[kg]
+    assert kgrag.entity_by_label(kg, 'entity_7') == 7 and kgrag._LABEL_INDEX[kg] is first  # the second lookup reuses it
+    assert not any('kgrag' in k for k in vars(kg))  # nothing stashed on the graph
+    n = len(kgrag._LABEL_INDEX); del kg, first
+    import gc; gc.collect()
+    assert len(kgrag._LABEL_INDEX) == n - 1  # and it goes with the graph
+
+
+def write_metaqa(root, n=30):
+    for h in (1, 2, 3):
+        (root / f'{h}-hop').mkdir(parents=True)
+        (root / f'{h}-hop' / 'test.txt').write_text(''.join(f'question {i} of [E{h}_{i}]\tA{i}\n' for i in range(n)))
+    return root
+
+
+def test_metaqa_samples_is_one_grid(tmp_path):
+    root = write_metaqa(tmp_path)
+    grid = kgrag.metaqa_samples([1, 3], 5, [0, 1, 2], root=root)
+    assert [(h, s) for h, s, _ in grid] == [(1, 0), (1, 1), (1, 2), (3, 0), (3, 1), (3, 2)]
+    assert all(len(q) == 5 and all(x.hops == h for x in q) for h, _, q in grid)
+    assert [[x.qid for x in q] for *_, q in grid] == [[x.qid for x in q] for *_, q in kgrag.metaqa_samples([1, 3], 5, [0, 1, 2], root=root)]
+    assert grid[0][2] != grid[1][2]  # the seeds draw different samples
+    with pytest.raises(ValueError, match='n_questions must be 0'): kgrag.metaqa_samples([1], -1, [0], root=root)
+
+
+def test_figure_5_and_figure_6_draw_the_same_questions():
+    "Both artifacts take their questions from `metaqa_samples` with the same three parameters, and draw them no other way."
+    import json
+    from kgqa_nb.core import project_dirs
+    for nb in ('80_kgrag_hops_topk', '81_kgrag_baselines'):
+        code = '\n'.join(''.join(c['source']) for c in json.loads((project_dirs.root / 'nbs' / f'{nb}.ipynb').read_text())['cells']
+                         if c['cell_type'] == 'code')
+        assert code.count('metaqa_samples(hop_sets, n_questions, seeds)') == 1, nb
+        assert 'sample_questions' not in code and 'load_metaqa_questions' not in code, nb
 
 
 @pytest.mark.data('metaqa')

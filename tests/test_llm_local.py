@@ -2,8 +2,8 @@
 content), usage, streaming, retries, grammars, byte-identical replay with the server stopped, and every role's parser on the
 real model's replies, format failures counted by named reason.
 
-These run wherever `make llm-local` has installed the server and the model, and are skipped elsewhere with the one line
-`local_llm_missing()` gives."""
+The server tests run wherever `make llm-local` has installed the server and the model, and are skipped elsewhere with the
+one line `local_llm_missing()` gives; the tests of `kgqa serve-llm`'s flags run everywhere."""
 import http.server, json, threading, urllib.request
 from collections import Counter
 
@@ -11,10 +11,13 @@ import pytest
 
 from kgqa_nb.core import CacheMissError
 from kgqa_nb.llm import LLMClient, LLMError, estimate_tokens
-from kgqa_nb.llm_local import REGISTRY_MODEL, LocalLLMServer, local_llm_missing
+from kgqa_nb import llm_local
+from kgqa_nb.cli import main as cli_main
+from kgqa_nb.core import UsageError
+from kgqa_nb.llm_local import REGISTRY_MODEL, LocalLLMServer, local_llm_missing, serve_llm_cli
 
 MISSING = local_llm_missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or '')
+needs_server = pytest.mark.skipif(MISSING is not None, reason=MISSING or '')
 
 FEW_SHOT = ('Facts: (Lisbon, capital of, Portugal)\nQuestion: Lisbon is the capital of which country?\nAnswer: Portugal\n\n'
             'Facts: (Madrid, capital of, Spain)\nQuestion: Madrid is the capital of which country?\nAnswer:')
@@ -40,11 +43,13 @@ def check_shape(r, max_tokens):
     assert len(r.key) == 64
 
 
+@needs_server
 def test_server_lists_its_alias(server):
     models = json.loads(urllib.request.urlopen(server.url + '/models', timeout=10).read())
     assert REGISTRY_MODEL.name in [m['id'] for m in models['data']]
 
 
+@needs_server
 def test_completion_and_chat_reply_shapes_and_usage(server):
     c = small(server)
     check_shape(c.complete(FEW_SHOT, stop=['\n']), 12)
@@ -54,6 +59,7 @@ def test_completion_and_chat_reply_shapes_and_usage(server):
     assert s['prompt_tokens'] > 0 and s['completion_tokens'] > 0
 
 
+@needs_server
 def test_system_messages_reach_the_model(server):
     "llama-cpp-python's gemma format drops system turns; the server's kgqa-gemma folds them into the first user turn."
     c = small(server, max_tokens=1)
@@ -62,6 +68,7 @@ def test_system_messages_reach_the_model(server):
     assert with_system >= bare + 10
 
 
+@needs_server
 def test_streaming_reply_shapes_and_usage(server):
     whole = small(server).complete(FEW_SHOT, stop=['\n'])
     streamed = small(server, stream=True).complete(FEW_SHOT, stop=['\n'])
@@ -73,11 +80,13 @@ def test_streaming_reply_shapes_and_usage(server):
     check_shape(chat, 12)
 
 
+@needs_server
 def test_token_limit_is_reported_as_length(server):
     r = small(server, max_tokens=2).complete('Count from one to fifty: one, two, three,')
     assert r.finish_reason == 'length' and r.usage['completion_tokens'] == 2
 
 
+@needs_server
 def test_grammar_constrains_the_completion(server):
     r = small(server, max_tokens=4).complete(FEW_SHOT, grammar='root ::= "yes" | "no"')
     assert r.text in ('yes', 'no')
@@ -107,6 +116,7 @@ class _FlakyProxy:
     def close(self): self.httpd.shutdown(); self.httpd.server_close()
 
 
+@needs_server
 def test_transient_failures_in_front_of_the_real_server_are_retried(server):
     proxy = _FlakyProxy(server.url, fail=2)
     try:
@@ -117,6 +127,7 @@ def test_transient_failures_in_front_of_the_real_server_are_retried(server):
     assert r.usage['prompt_tokens'] > 0
 
 
+@needs_server
 def test_replay_is_byte_identical_with_the_server_stopped(tmp_path):
     prompts = [FEW_SHOT, FEW_SHOT.replace('Madrid', 'Paris').replace('Spain', 'France')]
     with LocalLLMServer() as srv:
@@ -192,6 +203,7 @@ def role_cases():
     return cases
 
 
+@needs_server
 def test_every_role_parser_survives_the_real_model(server, tmp_path):
     c = server.client(cache_dir=tmp_path / 'llm', max_tokens=96, concurrency=2)
     cases = role_cases()
@@ -235,6 +247,7 @@ def _gone(pid) -> bool:
     except psutil.NoSuchProcess: return True
 
 
+@needs_server
 @pytest.mark.parametrize('started_from', ['main-thread', 'worker-thread'])
 def test_server_dies_with_a_sigkilled_parent(started_from):
     import os, signal, subprocess, sys, time
@@ -255,9 +268,10 @@ def test_server_dies_with_a_sigkilled_parent(started_from):
 
 # --- the KG-RAG floor row: the full system with the small base LM answering the sub-questions --------------------------------
 
+@needs_server
 def test_kgrag_with_the_few_shot_reader_on_the_real_server(server, tmp_path):
     from kgqa_nb.kg import KnowledgeGraph
-    from kgqa_nb.kgrag import KGRAG, MetaQAQuestion, TripleRetriever, evaluate, roles_label
+    from kgqa_nb.kgrag import KGRAG, MetaQAQuestion, TripleRetriever, evaluate_kgrag, roles_label
     from kgqa_nb.readers import FewShotReader
     from kgqa_nb.text import HashingEncoder
     toy = KnowledgeGraph.from_id_triples(
@@ -266,9 +280,45 @@ def test_kgrag_with_the_few_shot_reader_on_the_real_server(server, tmp_path):
     q = MetaQAQuestion('2hop-test-1', 'who directed the movies starred by [Tom Hardy]', 'Tom Hardy', ('Christopher Nolan', 'Gavin OConnor'), 2)
     fs = FewShotReader(server.client(cache_dir=tmp_path / 'llm'))
     system = KGRAG(TripleRetriever(toy, HashingEncoder(), store_root=tmp_path / 'emb'), LLMClient(cache=False), n_hops=2, top_k=5, reader=fs)
-    df = evaluate(system, [q], 'kg-rag')
+    df = evaluate_kgrag(system, [q], 'kg-rag')
     assert df.llm_error.iloc[0] == '' and df.n_subquestions.iloc[0] >= 1 and df.hit_at_1.iloc[0] in (0.0, 1.0)
     assert sum(fs.status.values()) == df.n_subquestions.iloc[0]  # one completion per sub-question, each classified
     assert set(fs.status) <= {'answer', 'not available', 'empty', 'token limit', 'prompt echo'}
     label = roles_label(system.llm, REGISTRY_MODEL.describe())
     assert 'gemma-3-270m' in label and 'MB' in label and 'few-shot completions' in label
+
+
+# --- kgqa serve-llm: flags are checked before anything starts, and the command prints no error itself -----------------
+
+@pytest.mark.parametrize('flag, value, line', [
+    ('--ctx', '0', '--ctx must be 16 tokens or more, got 0'),
+    ('--threads', '-2', '--threads must be 1 or more, got -2'),
+    ('--gpu-layers', '-5', '--gpu-layers must be -1 (all), 0 or more, got -5'),
+])
+def test_serve_llm_numeric_flags_are_checked_before_any_work(flag, value, line, monkeypatch, capsys):
+    def no_server(*a, **k): raise AssertionError('the server was set up before the flags were checked')
+    monkeypatch.setattr(llm_local, 'LocalLLMServer', no_server)
+    with pytest.raises(UsageError) as e: serve_llm_cli([flag, value])
+    assert str(e.value) == line and capsys.readouterr() == ('', '')
+    assert cli_main(['serve-llm', flag, value]) == 2
+    assert capsys.readouterr() == ('', f'kgqa: {line}\n')
+
+
+def test_serve_llm_bad_port_is_one_line_on_stderr(capsys):
+    assert cli_main(['serve-llm', '--port', 'abc']) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err == "kgqa: argument --port: a port is a number 0-65535, got 'abc' (see `kgqa serve-llm --help`)\n"
+
+
+def test_serve_llm_server_exit_is_raised_not_printed(monkeypatch, capsys):
+    "A server that dies is a `LocalLLMError` for `kgqa` to print, not a line the command prints with its own exit code."
+    class Dead:
+        def __init__(self, *a, **k): self.alias, self.url, self.log_path = 'm', 'http://127.0.0.1:1/v1', 'log'
+        def describe(self): return 'a dead server'
+        def start(self): self.proc = type('P', (), {'wait': lambda _: 3})()
+        def env(self): return {}
+        def _log_tail(self, n): return 'out of memory'
+        def stop(self): pass
+    monkeypatch.setattr(llm_local, 'LocalLLMServer', Dead)
+    with pytest.raises(llm_local.LocalLLMError, match=r'the server exited with code 3 \(out of memory\)'): serve_llm_cli([])
+    assert capsys.readouterr().err == ''

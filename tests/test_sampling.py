@@ -140,3 +140,17 @@ def test_subgraph_text_round_trips_through_parser(toy):
     from kgqa_nb.generate import parse_graph_text
     for s in sample_seed_subgraphs(toy, 50, seed=4):
         assert parse_graph_text(subgraph_text(toy, s.edges)) == [toy.triple_text(int(e)) for e in s.edges]
+
+
+def test_allowed_view_is_cached_by_the_module_not_on_the_graph():
+    from kgqa_nb import sampling
+    kg = small_graph()
+    a = sample_seed_subgraph(kg, np.random.default_rng(0))
+    view = sampling._VIEWS[kg][tuple(sorted(DEFAULT_EXCLUDED_RELATIONS))]
+    b = sample_seed_subgraph(kg, np.random.default_rng(0))
+    assert sampling._VIEWS[kg][tuple(sorted(DEFAULT_EXCLUDED_RELATIONS))] is view  # the second sample reuses the view
+    assert a.edges.tolist() == b.edges.tolist()
+    assert not any('sampling' in k for k in vars(kg))  # nothing stashed on the graph
+    n = len(sampling._VIEWS); del kg
+    import gc; gc.collect()
+    assert len(sampling._VIEWS) == n - 1  # the view goes with its graph
