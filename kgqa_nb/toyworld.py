@@ -258,8 +258,8 @@ class _World:
         self.link('P31', idx, self.cls[kind])
 
 # %% ../nbs/02_toyworld.ipynb #c027
-def _geography(w: _World, n_countries: int, n_cities: int):
-    "Countries, their languages, provinces and cities, with the administrative and capital facts."
+def _countries(w: _World, n_countries: int) -> tuple:
+    "Countries with a name and a demonym from one root: (names, demonyms, entity indices)."
     rng = w.rng
     dem = {}  # country name -> demonym, both from one root ('Valdoria' -> 'Valdorian')
     def make(r, k):
@@ -272,7 +272,12 @@ def _geography(w: _World, n_countries: int, n_cities: int):
     demonym = [dem[n] if n in dem else '{} {}'.format(dem[n.rsplit(' ', 1)[0]], n.rsplit(' ', 1)[1]) for n in names]  # 'Valdoria 2' -> 'Valdorian 2'
     C = w.add('country', names, ['country'] * n_countries)
     w.typed('country', C)
-    # languages: most countries have their own, a quarter speak a neighbour's
+    return names, demonym, C
+
+# %% ../nbs/02_toyworld.ipynb #c029
+def _languages_and_borders(w: _World, names: list, demonym: list, C) -> tuple:
+    "Languages (own or a neighbour's, sometimes a second one) and borders: (language entities, language of each country)."
+    rng, n_countries = w.rng, len(names)
     own = rng.random(n_countries) < 0.75; own[0] = True
     lang_names = []
     for i in np.flatnonzero(own):
@@ -291,6 +296,12 @@ def _geography(w: _World, n_countries: int, n_cities: int):
     w.link('P37', C, country_lang)
     second = rng.random(n_countries) < 0.2
     w.link('P37', C[second], L[rng.integers(0, len(L), second.sum())])
+    return L, country_lang
+
+# %% ../nbs/02_toyworld.ipynb #c031
+def _provinces_and_cities(w: _World, names: list, C, n_cities: int) -> tuple:
+    "Provinces and cities with their `located in` and `country` facts: (provinces, cities, province of each city, country of each city)."
+    rng, n_countries = w.rng, len(names)
     # provinces: 2-8 per country
     n_prov = rng.integers(2, 9, n_countries)
     prov_country = np.repeat(np.arange(n_countries), n_prov)
@@ -310,6 +321,15 @@ def _geography(w: _World, n_countries: int, n_cities: int):
     T = w.add('city', cn, [f'city in {pn[p]}, {names[c]}' for p, c in zip(city_prov, city_country)])
     w.typed('city', T)
     w.link('P131', T, P[city_prov], inv='P150'); w.link('P17', T, C[city_country])
+    return P, T, city_prov, city_country
+
+# %% ../nbs/02_toyworld.ipynb #c033
+def _geography(w: _World, n_countries: int, n_cities: int):
+    "Countries, their languages, provinces and cities, with the administrative and capital facts."
+    rng = w.rng
+    names, demonym, C = _countries(w, n_countries)
+    L, country_lang = _languages_and_borders(w, names, demonym, C)
+    P, T, city_prov, city_country = _provinces_and_cities(w, names, C, n_cities)
     city_w = _zipf(rng, len(T), 1.0)
     # capitals: the most popular city of each province and of each country
     def best(grp):  # index of the most popular city in each group
@@ -321,7 +341,7 @@ def _geography(w: _World, n_countries: int, n_cities: int):
     return dict(C=C, demonym=demonym, country_lang=country_lang, L=L, P=P, T=T, city_country=city_country, city_w=city_w, org_w=org_w,
                 country_w=np.bincount(city_country, city_w, minlength=n_countries))
 
-# %% ../nbs/02_toyworld.ipynb #c029
+# %% ../nbs/02_toyworld.ipynb #c037
 def _pick_window(rng, item_keys, lo, hi) -> np.ndarray:
     "For each query, a uniformly drawn item whose key lies in [lo, hi) (index into `item_keys`); -1 when there is none."
     item_keys = np.asarray(item_keys)
@@ -336,7 +356,7 @@ def _first_free(w: _World, cands) -> str:
         if c not in w.used: w.used.add(c); return c
     raise RuntimeError('no free label among the candidates')
 
-# %% ../nbs/02_toyworld.ipynb #c032
+# %% ../nbs/02_toyworld.ipynb #c040
 def _family_names() -> list:
     "Surname pool: a list of common names plus morpheme compounds such as 'Ashworth'."
     comp = [p + s for p in FAMILY_PRE for s in FAMILY_SUF if s not in p.lower() and p.lower() not in s]
@@ -360,9 +380,9 @@ def _person_names(rng, gender, fam, used: set) -> list:
         used.add(lab); out.append(lab)
     return out
 
-# %% ../nbs/02_toyworld.ipynb #c034
-def _people(w: _World, geo: dict, n: int) -> dict:
-    "People: families, names, citizenship, birth and death places, languages, gender and occupations."
+# %% ../nbs/02_toyworld.ipynb #c042
+def _families(w: _World, geo: dict, n: int) -> dict:
+    "People with gender, birth year, fame and walk of life; couples, parents and siblings; names and citizenship from the father."
     rng, nc = w.rng, len(geo['C'])
     gender = (rng.random(n) < 0.5).astype(np.int64)  # 0 male, 1 female
     year = rng.integers(1850, 2006, n)
@@ -396,6 +416,12 @@ def _people(w: _World, geo: dict, n: int) -> dict:
     sib = kids.merge(kids, on='k')
     sib = sib[sib.c_x != sib.c_y]
     w.link('P3373', H[sib.c_x.to_numpy()], H[sib.c_y.to_numpy()])  # both orders are in the merge
+    return dict(H=H, gender=gender, year=year, fame=fame, walk=walk, walks=walks, cit=cit)
+
+# %% ../nbs/02_toyworld.ipynb #c044
+def _life_places(w: _World, geo: dict, ppl: dict) -> np.ndarray:
+    "Citizenship, birth and death places and languages of people; returns each person's first language."
+    rng, nc, H, cit, year, n = w.rng, len(geo['C']), ppl['H'], ppl['cit'], ppl['year'], len(ppl['H'])
     # citizenship (5% dual), birth place (90% in the country of citizenship), death place for most of the older people
     w.link('P27', H, geo['C'][cit])
     dual = np.flatnonzero(rng.random(n) < 0.05)
@@ -412,6 +438,12 @@ def _people(w: _World, geo: dict, n: int) -> dict:
     w.link('P1412', H, lang)
     extra = np.flatnonzero(rng.random(n) < 0.15)
     w.link('P1412', H[extra], geo['L'][rng.choice(len(geo['L']), len(extra), p=_zipf(rng, len(geo['L']), 1.0))])
+    return lang
+
+# %% ../nbs/02_toyworld.ipynb #c046
+def _occupations(w: _World, geo: dict, ppl: dict) -> dict:
+    "Occupations and descriptions of people; `has_occ` finds the people of given occupations."
+    rng, H, cit, walk, walks, n = w.rng, ppl['H'], ppl['cit'], ppl['walk'], ppl['walks'], len(ppl['H'])
     # occupations: 1-3 from the walk of life; athletes get their sport's player occupation
     O = w.add('occupation', list(OCCUPATIONS), ['occupation'] * len(OCCUPATIONS))
     w.typed('occupation', O)
@@ -439,10 +471,17 @@ def _people(w: _World, geo: dict, n: int) -> dict:
         if len(who): return who
         same = [i for i, k in enumerate(walks) if set(names) & set(WALKS[k][1])]
         return np.flatnonzero(np.isin(walk, same)) if np.isin(walk, same).any() else np.arange(n)
-    return dict(H=H, gender=gender, year=year, fame=fame, walk=walk, walks=walks, cit=cit, lang=lang, sport=sport,
-                has_occ=has_occ, O=O)
+    return dict(sport=sport, has_occ=has_occ, O=O)
 
-# %% ../nbs/02_toyworld.ipynb #c036
+# %% ../nbs/02_toyworld.ipynb #c048
+def _people(w: _World, geo: dict, n: int) -> dict:
+    "People: families, names, citizenship, birth and death places, languages, gender and occupations."
+    ppl = _families(w, geo, n)
+    ppl['lang'] = _life_places(w, geo, ppl)
+    ppl.update(_occupations(w, geo, ppl))
+    return ppl
+
+# %% ../nbs/02_toyworld.ipynb #c051
 _ORG_NAMES = {  # sector -> label templates; {city}, {dem}, {fam}, {fam2}, {adj}, {noun} are filled per organisation
     'studio': ('{fam} Pictures', '{city} Film Studios', '{adj} {noun} Pictures', '{fam} Brothers Films', '{dem} Film Company'),
     'publisher': ('{fam} Press', '{city} Press', '{fam} & {fam2}', '{noun} Books', '{fam} Publishing', '{dem} Book House'),
@@ -477,9 +516,9 @@ def _place_labels(w: _World, rng, templates, city, country, geo: dict, tries: in
     for i, (c, k) in enumerate(zip(city.tolist(), country.tolist())): out.append(_first_free(w, cands(i, c, k)))
     return out
 
-# %% ../nbs/02_toyworld.ipynb #c037
-def _organisations(w: _World, geo: dict, ppl: dict, n_comp: int, n_labels: int, n_univ: int, n_awards: int) -> dict:
-    "Companies (studios, publishers, others), record labels, universities and awards, with their facts."
+# %% ../nbs/02_toyworld.ipynb #c052
+def _org_entities(w: _World, geo: dict, n_comp: int, n_labels: int, n_univ: int) -> tuple:
+    "Companies (a quarter studios, a fifth publishers), record labels and universities in their cities: (organisations, company sectors)."
     rng, T, C = w.rng, geo['T'], geo['C']
     nc = len(C)
     org = {}
@@ -504,6 +543,12 @@ def _organisations(w: _World, geo: dict, ppl: dict, n_comp: int, n_labels: int, 
         w.typed(cls, E)
         w.link('P131' if sector == 'university' else 'P159', E, T[city]); w.link('P17', E, C[country])
         org[sector] = dict(E=E, country=country, w=_zipf(rng, n, 0.9))
+    return org, sectors
+
+# %% ../nbs/02_toyworld.ipynb #c054
+def _founders_and_owners(w: _World, geo: dict, ppl: dict, org: dict, sectors):
+    "`founded by` and `owned by` facts; splits the companies into the studio, publisher and general sectors of `org`."
+    rng, nc = w.rng, len(geo['C'])
     # founders: businesspeople (companies) or musicians (labels) of the same country when there is one
     H, cit = ppl['H'], ppl['cit']
     for sector, people in (('company', ppl['has_occ']('businessperson', 'engineer', 'banker')), ('label', ppl['has_occ']('musician', 'record producer'))):
@@ -523,6 +568,11 @@ def _organisations(w: _World, geo: dict, ppl: dict, n_comp: int, n_labels: int, 
     for s in ('studio', 'publisher', 'general'):
         m = sectors == s
         org[s] = dict(E=comp['E'][m], country=comp['country'][m], w=comp['w'][m] / comp['w'][m].sum())
+
+# %% ../nbs/02_toyworld.ipynb #c056
+def _awards(w: _World, geo: dict, org: dict, n_awards: int) -> dict:
+    "Awards of five fields, each of one country and conferred by an organisation there."
+    rng, C, nc = w.rng, geo['C'], len(geo['C'])
     # awards: five fields, each award of one country, conferred by a university (science) or a company
     fields = ('film', 'music', 'writing', 'science', 'sport')
     fld = np.arange(n_awards) % len(fields)
@@ -539,10 +589,17 @@ def _organisations(w: _World, geo: dict, ppl: dict, n_comp: int, n_labels: int, 
         by = org['university'] if fields[f] == 'science' else org['general']
         pick = _pick_in_group(rng, by['country'], by['w'], country[sel], nc)
         w.link('P1027', A[sel], np.where(pick >= 0, by['E'][np.maximum(pick, 0)], -1))
-    org['award'] = dict(E=A, field=fld, country=country, w=_zipf(rng, n_awards, 0.8), fields=fields)
+    return dict(E=A, field=fld, country=country, w=_zipf(rng, n_awards, 0.8), fields=fields)
+
+# %% ../nbs/02_toyworld.ipynb #c058
+def _organisations(w: _World, geo: dict, ppl: dict, n_comp: int, n_labels: int, n_univ: int, n_awards: int) -> dict:
+    "Companies (studios, publishers, others), record labels, universities and awards, with their facts."
+    org, sectors = _org_entities(w, geo, n_comp, n_labels, n_univ)
+    _founders_and_owners(w, geo, ppl, org, sectors)
+    org['award'] = _awards(w, geo, org, n_awards)
     return org
 
-# %% ../nbs/02_toyworld.ipynb #c039
+# %% ../nbs/02_toyworld.ipynb #c061
 def _careers(w: _World, geo: dict, ppl: dict, org: dict):
     "Education, employers, awards and doctoral advisors of people."
     rng, H, cit, walk, walks = w.rng, ppl['H'], ppl['cit'], ppl['walk'], ppl['walks']
@@ -575,7 +632,7 @@ def _careers(w: _World, geo: dict, ppl: dict, org: dict):
     adv = _pick_window(rng, ppl['year'][sci], ppl['year'][stud] - 45, ppl['year'][stud] - 19)
     w.link('P184', H[stud], np.where(adv >= 0, H[sci[np.maximum(adv, 0)]], -1), inv='P185')
 
-# %% ../nbs/02_toyworld.ipynb #c041
+# %% ../nbs/02_toyworld.ipynb #c063
 _TITLES = {
     'film': {'The {adj} {noun}': 4, '{adj} {noun}': 2, 'The {noun} of {city}': 1, '{noun} in {city}': 1, 'A {noun} for {given}': 1,
              "{given}'s {noun}": 1, 'Beyond the {noun}': 0.5, 'Return to {city}': 0.5, 'The {noun} and the {noun2}': 1,
@@ -605,7 +662,7 @@ def _title_maker(kind: str, w: _World, cities):
 def _year_descs(w: _World, E, years, what: str, by) -> None:
     for e, y, b in zip(E.tolist(), years.tolist(), by.tolist()): w.descs[e] = f'{y} {what} {w.labels[b]}'
 
-# %% ../nbs/02_toyworld.ipynb #c043
+# %% ../nbs/02_toyworld.ipynb #c065
 def _films(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     "Films with director, cast, screenwriter, genre, country, language, production company, composer and awards."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -652,7 +709,7 @@ def _works_awards(w: _World, org: dict, field: str, E, p):
     got = np.flatnonzero(w.rng.random(len(E)) < p)
     w.link('P166', E[got], aw['E'][sel[w.rng.choice(len(sel), len(got), p=aw['w'][sel] / aw['w'][sel].sum())]])
 
-# %% ../nbs/02_toyworld.ipynb #c045
+# %% ../nbs/02_toyworld.ipynb #c067
 def _music(w: _World, geo: dict, ppl: dict, org: dict, n_bands: int, n_albums: int):
     "Bands, solo artists, albums and songs, with performers, labels, genres, instruments and discographies."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -708,7 +765,7 @@ def _music(w: _World, geo: dict, ppl: dict, org: dict, n_bands: int, n_albums: i
     w.link('P86', S, np.where(rng.random(len(S)) < 0.6, H[by_fame(composers, len(S))], perf[p[sa]]))
     for s, a in zip(S.tolist(), sa.tolist()): w.descs[s] = f'song by {w.labels[perf[p[a]]]}'
 
-# %% ../nbs/02_toyworld.ipynb #c046
+# %% ../nbs/02_toyworld.ipynb #c068
 def _books(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     "Books with author, publisher, language, country and awards; authors' notable works."
     rng, H, fame, cit = w.rng, ppl['H'], ppl['fame'], ppl['cit']
@@ -728,7 +785,7 @@ def _books(w: _World, geo: dict, ppl: dict, org: dict, n: int):
     _works_awards(w, org, 'writing', K, 0.1)
     _notable(w, H, a, K, 0.6)
 
-# %% ../nbs/02_toyworld.ipynb #c048
+# %% ../nbs/02_toyworld.ipynb #c070
 _TEAM_NAMES = {
     'association football': ('FC {city}', '{city} United', '{city} Rovers', 'Real {city}', 'Sporting {city}', '{city} Athletic',
                              '{city} City FC'),
@@ -787,7 +844,7 @@ def _sport(w: _World, geo: dict, ppl: dict, n_teams: int, n_events: int):
     who = _pick_window(rng, sport[ath] * 10_000 + year[ath], es[e] * 10_000 + ey[e] - 40, es[e] * 10_000 + ey[e] - 15)
     w.link('P710', Ev[e], np.where(who >= 0, H[ath[np.maximum(who, 0)]], -1), inv='P1344')
 
-# %% ../nbs/02_toyworld.ipynb #c050
+# %% ../nbs/02_toyworld.ipynb #c072
 def _assemble(w: _World, name: str, missing_fraction: float, rng_missing):
     "The KnowledgeGraph of world `w`, and the deleted facts as an (h, r, t) ID DataFrame."
     pids = list(RELATIONS); pidx = {p: i for i, p in enumerate(pids)}
@@ -808,7 +865,7 @@ def _assemble(w: _World, name: str, missing_fraction: float, rng_missing):
                         [RELATIONS[p][1] for p in pids], name=name)
     return kg, deleted
 
-# %% ../nbs/02_toyworld.ipynb #c052
+# %% ../nbs/02_toyworld.ipynb #c074
 _BASE_COUNTS = dict(countries=18, cities=760, people=1300, companies=100, labels=30, universities=60, awards=80, films=600,
                     bands=80, albums=300, books=340, teams=100, events=80)  # at scale=1
 _MIN_COUNTS = dict(countries=3, cities=6, people=300, companies=10, labels=3, universities=3, awards=5, films=5, bands=2, albums=3,
@@ -840,7 +897,7 @@ def make_toyworld(seed: int = 0,  # RNG seed: same seed and parameters give a by
     kg, deleted = _assemble(w, name, float(missing_fraction), np.random.default_rng(missing_ss))
     return (kg, deleted) if return_deleted else kg
 
-# %% ../nbs/02_toyworld.ipynb #c054
+# %% ../nbs/02_toyworld.ipynb #c076
 def missing_inverses(kg: KnowledgeGraph, inverse_of: dict = INVERSE_OF) -> np.ndarray:
     "Indices of triples (h, r, t) for which no (t, r', h) with r' in `inverse_of[r]` is in the KG."
     bad = []
