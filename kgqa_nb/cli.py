@@ -15,8 +15,8 @@ COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | companion | paper)'),
     'generate': ('kgqa_nb.synthkgqa:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
     'ultra-eval': ('kgqa_nb.ultra:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
-    'train-retriever': ('kgqa_nb.subgraphrag:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
-    'retrieve': ('kgqa_nb.subgraphrag:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
+    'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
+    'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
     'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
     'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
     'kgqagen': ('kgqa_nb.kgqagen:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
@@ -28,7 +28,8 @@ COMMANDS = {
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
     'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.runs:GenerationError',
-    'kgqa_nb.runs:RunRefused', 'kgqa_nb.rerun:ArtifactError', 'kgqa_nb.kgqagen:KGQAGenError',
+    'kgqa_nb.runs:RunRefused', 'kgqa_nb.kgqagen:KGQAGenError', 'kgqa_nb.core:UsageError', 'kgqa_nb.profiles:ProfileError',
+    'kgqa_nb.profiles:ArtifactError', 'kgqa_nb.plan:BudgetError', 'kgqa_nb.rerun:PublishError',
 )
 
 def user_error_types() -> tuple:

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import ReasonError, jsonable, params_key
+from .core import atomic_path, get_device, jsonable, params_key
 from .kg import KnowledgeGraph
-from .subgraphrag import (CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError, _end_epoch, _torch_save_atomic,
-                                 _train_state, label_key, mean_metric)
+from .subgraphrag import (CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError, check_val_metric, end_epoch,
+                                 label_key, mean_metric, torch_threads, train_state)
 from .text import TextEncoder
 
 # %% auto #0
@@ -255,8 +255,9 @@ class SRModel(nn.Module):
 # %% ../nbs/15b_sr.ipynb #c026
 def save_sr(model: SRModel, path, **meta) -> Path:
     "Write the model's config, relation texts, weights and metadata atomically."
-    return _torch_save_atomic(dict(kind='sr', config=model.config, rel_texts=model.rel_texts, state_dict=model.state_dict(),
-                                   meta=jsonable(meta)), path)
+    with atomic_path(path) as tmp:
+        torch.save(dict(kind='sr', config=model.config, rel_texts=model.rel_texts, state_dict=model.state_dict(), meta=jsonable(meta)), tmp)
+    return Path(path)
 
 def load_sr(path, encoder: TextEncoder | None = None,  # the encoder to build on (None: the one named in the checkpoint)
             root=None) -> tuple:
@@ -299,10 +300,10 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
              verbose: bool = False, root=None,  # root: embedding-store parent folder
              device: str = 'cpu') -> tuple:
     "Train (or resume) one SR retriever; returns (best model, history rows)."
-    from kgqa_nb.core import get_device
     rel_texts = relation_texts(kg_or_texts) if isinstance(kg_or_texts, KnowledgeGraph) else list(kg_or_texts)
     R = (len(rel_texts) - 1) // 2
     if not len(train): raise RetrievalInputError('empty_graph', 'no training question')
+    check_val_metric(cfg.val_metric)
     steps = _steps_of(train, cfg.labels, R, cfg.max_paths)
     if not steps: raise RetrievalInputError('no_gt_triples', f'no {label_key(cfg.labels)!r} path from a seed to an answer in any training question')
     torch.manual_seed(cfg.seed)
@@ -311,7 +312,7 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
     run_key = params_key(dict(cfg=asdict(cfg), encoder=encoder.key, rel=rel_texts, train=ids(train), val=ids(val)), 16)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
-    state = _train_state(model, opt, last, run_key, 'SR training run')
+    state = train_state(model, opt, last, run_key, 'SR training run')
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order = rng.permutation(len(steps)); para = {t[0]: x for t, x in zip(sorted({s[0] for s in steps}), rng.random(len(steps)))}
@@ -323,21 +324,17 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
         model.eval()
         v = mean_metric(model, val, None, cfg.val_metric) if len(val) and cfg.val_metric else float('nan')
         improved = not (len(val) and cfg.val_metric) or v > state['best']
-        _end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps))
+        end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps))
         if verbose: print(f"SR epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state']); model = model.cpu().eval()
     if ckpt_dir: save_sr(model, Path(ckpt_dir) / 'best.pt', train=asdict(cfg), history=state['history'])
     return model, state['history']
 
-# %% ../nbs/15b_sr.ipynb #c034
+# %% ../nbs/15b_sr.ipynb #c036
 def study_train(kg: KnowledgeGraph, encoder: TextEncoder, train, val, feats, labels: str, seed: int, cfg: dict,
                 ckpt_dir=None, verbose: bool = False, threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SR training of one (labels, seed) arm: (model, history)."
     c = SRConfig(**{**cfg, 'labels': labels, 'seed': int(seed)})
     if c.text_encoder: encoder = TextEncoder(c.text_encoder)
-    if threads:
-        before = torch.get_num_threads(); torch.set_num_threads(int(threads))
-    try: return train_sr(train, val, kg, encoder, c, ckpt_dir, verbose=verbose, root=root, device=device)
-    finally:
-        if threads: torch.set_num_threads(before)
+    with torch_threads(threads): return train_sr(train, val, kg, encoder, c, ckpt_dir, verbose=verbose, root=root, device=device)
