@@ -486,31 +486,35 @@ class _SparqlHandler(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(OSError): self.wfile.write(body)
 
-    def _answer(self):
-        srv = self.server.owner
-        with srv.lock:
-            srv.requests += 1
-            fault = srv.faults.pop(0) if srv.faults else srv.fault
-        params = self._params()
-        if fault == 'hang': srv.release.wait(srv.hang_s)
-        if fault and fault.isdigit(): return self._send(int(fault), f'injected HTTP {fault}'.encode(), headers=[('Retry-After', '0')] if fault == '429' else [])
-        if isinstance(params, tuple): return self._send(params[0], params[1].encode())
-        if 'update' in params: return self._send(403, b'this endpoint is read-only')
-        if len(params.get('query', [])) != 1: return self._send(400, b'exactly one query parameter expected')
-        query = params['query'][0]
-        try:
-            form = query_form(query)
-            offer = negotiate(self.headers.get('Accept', ''), form)
-            if offer is None: return self._send(406, f'cannot answer a {form} query as {self.headers.get("Accept")!r}'.encode())
-            run = lambda: srv.store._raw(query).serialize(format=offer[1])
-            body = srv._run(run)
-        except QueryTimeout: return self._send(503, f"query stopped at the server's {srv.query_timeout:g} s limit".encode())
-        except (SparqlError, SyntaxError) as e: return self._send(400, str(e).encode())
-        if fault == 'malformed': body = body[: max(1, len(body) // 2)]
-        self._send(200, body, offer[0])
+# %% ../nbs/03_sparql.ipynb #c057
+@patch
+def _answer(self: _SparqlHandler):
+    "Answer one GET or POST request of the SPARQL protocol."
+    srv = self.server.owner
+    with srv.lock:
+        srv.requests += 1
+        fault = srv.faults.pop(0) if srv.faults else srv.fault
+    params = self._params()
+    if fault == 'hang': srv.release.wait(srv.hang_s)
+    if fault and fault.isdigit(): return self._send(int(fault), f'injected HTTP {fault}'.encode(), headers=[('Retry-After', '0')] if fault == '429' else [])
+    if isinstance(params, tuple): return self._send(params[0], params[1].encode())
+    if 'update' in params: return self._send(403, b'this endpoint is read-only')
+    if len(params.get('query', [])) != 1: return self._send(400, b'exactly one query parameter expected')
+    query = params['query'][0]
+    try:
+        form = query_form(query)
+        offer = negotiate(self.headers.get('Accept', ''), form)
+        if offer is None: return self._send(406, f'cannot answer a {form} query as {self.headers.get("Accept")!r}'.encode())
+        run = lambda: srv.store._raw(query).serialize(format=offer[1])
+        body = srv._run(run)
+    except QueryTimeout: return self._send(503, f"query stopped at the server's {srv.query_timeout:g} s limit".encode())
+    except (SparqlError, SyntaxError) as e: return self._send(400, str(e).encode())
+    if fault == 'malformed': body = body[: max(1, len(body) // 2)]
+    self._send(200, body, offer[0])
 
-    do_GET = do_POST = _answer
+_SparqlHandler.do_GET = _SparqlHandler.do_POST = _SparqlHandler._answer
 
+# %% ../nbs/03_sparql.ipynb #c059
 class SparqlServer:
     "A local read-only SPARQL 1.1 protocol endpoint over an `OxigraphStore` (use via `serve_sparql`)."
     def __init__(self, store: OxigraphStore, host: str = '127.0.0.1', port: int = 0, hang_s: float = 10.0,
@@ -539,7 +543,7 @@ def serve_sparql(store: OxigraphStore, port: int = 0, host: str = '127.0.0.1', h
     try: yield srv
     finally: srv.stop()
 
-# %% ../nbs/03_sparql.ipynb #c061
+# %% ../nbs/03_sparql.ipynb #c065
 def public_endpoint(url: str) -> str:
     "The endpoint URL without user:password and without secret-looking query parameters (what may be stored)."
     u = urllib.parse.urlsplit(url)
@@ -552,7 +556,7 @@ def cache_key(endpoint: str, query: str, form: str) -> str:
     "sha256 of (public endpoint, normalised query, form): the record/replay cache key."
     return hashlib.sha256(json.dumps([public_endpoint(endpoint), normalize_query(query), form]).encode()).hexdigest()
 
-# %% ../nbs/03_sparql.ipynb #c063
+# %% ../nbs/03_sparql.ipynb #c067
 def _default_user_agent() -> str:
     from importlib import metadata
     try: v = metadata.version('kgqa_nb')
@@ -581,7 +585,7 @@ class RemoteSparqlStore(SparqlStore):
         have = declared_prefixes(query)
         return ''.join(f'PREFIX {p}: <{iri}>\n' for p, iri in self.prefixes.items() if p not in have) + query
 
-# %% ../nbs/03_sparql.ipynb #c065
+# %% ../nbs/03_sparql.ipynb #c069
 def _retry_after(headers) -> float | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError): return float(headers.get('Retry-After'))
     return None
@@ -622,7 +626,7 @@ def _fetch_once(self: RemoteSparqlStore, query: str, form: str, timeout: float):
         raise EndpointUnreachable(f'connection failed ({type(e).__name__}: {e}); check the URL and that the server is running (not retried)', ep) from None
     except SE.SPARQLWrapperException as e: raise EndpointError(f'SPARQLWrapper error: {str(e)[:300]}', ep) from None
 
-# %% ../nbs/03_sparql.ipynb #c066
+# %% ../nbs/03_sparql.ipynb #c070
 def _retryable(e: EndpointError) -> bool:
     return isinstance(e, EndpointTimeout) or (isinstance(e, EndpointHTTPError) and transient_status(e.status or 0))
 
