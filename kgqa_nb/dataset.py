@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import MalformedFileError, data_dir, jsonable, provenance, read_jsonl as read_jsonl_records
+from .core import MalformedFileError, data_dir, jsonable, provenance, read_jsonl
 from .kg import format_item, normalize_label, parse_item
 from .validate import QueryShapeError, canonical_query
 
 # %% auto #0
 __all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY', 'MINTAKA_ANSWER_TYPES',
-           'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_jsonl', 'write_parquet',
+           'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_records', 'write_parquet',
            'read_dataset', 'record_relations', 'record_entities', 'record_answers', 'check_gtsqa_record',
            'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items', 'mintaka_record',
            'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen', 'normalize_question',
@@ -76,9 +76,9 @@ def write_jsonl(records, path) -> Path:
     tmp.replace(path)
     return path
 
-def read_jsonl(path) -> pd.DataFrame:
-    "Read a JSONL dataset (`core.read_jsonl`: a torn last line is dropped, a damaged line elsewhere warned about by number)."
-    return normalize_frame(pd.DataFrame(read_jsonl_records(path)))
+def read_records(path) -> pd.DataFrame:
+    "A JSONL dataset as a frame in our schema (read by `core.read_jsonl`: a torn last line is dropped, a damaged line elsewhere warned about by number)."
+    return normalize_frame(pd.DataFrame(read_jsonl(path)))
 
 def write_parquet(df: pd.DataFrame, path) -> Path:
     "Write a dataset as parquet (the GTSQA release format)."
@@ -89,7 +89,7 @@ def write_parquet(df: pd.DataFrame, path) -> Path:
 def read_dataset(path) -> pd.DataFrame:
     "Read a GTSQA-schema dataset from .jsonl or .parquet (ours or the published GTSQA files)."
     path = Path(path)
-    if path.suffix == '.jsonl': return read_jsonl(path)
+    if path.suffix == '.jsonl': return read_records(path)
     if path.suffix == '.parquet':
         import pyarrow as pa
         try: return normalize_frame(pd.read_parquet(path))
@@ -157,6 +157,7 @@ def check_gtsqa_record(rec: dict, path, row: int, graph: bool = False) -> dict:
         if not good: raise MalformedFileError(path, None, f'row {row} (id {rec.get("id")!r}): {col} must be {what}, got {repr(rec.get(col))[:80]}')
     return rec
 
+# %% ../nbs/10_dataset.ipynb #c018
 def _gtsqa_batches(path, columns: list, batch_size: int = 256):
     "Record dicts of a parquet file, batch by batch; `MalformedFileError` for a damaged file or a missing column."
     import pyarrow as pa, pyarrow.parquet as pq
@@ -206,7 +207,7 @@ def load_gtsqa(split: str = 'test',  # 'train' or 'test'
     "A published GTSQA split as a DataFrame in our schema, every record checked."
     return pd.DataFrame(list(iter_gtsqa(split, config, allow_download, root)))
 
-# %% ../nbs/10_dataset.ipynb #c018
+# %% ../nbs/10_dataset.ipynb #c022
 MINTAKA_COMPLEXITY = ('ordinal', 'intersection', 'count', 'superlative', 'yesno', 'comparative', 'multihop', 'difference', 'generic')
 MINTAKA_ANSWER_TYPES = ('entity', 'boolean', 'number', 'date', 'string')
 _QID = re.compile(r'Q\d+')
@@ -241,6 +242,7 @@ def json_array_items(path) -> list:
     if text[pos + 1:].strip(): raise MalformedFileError(path, line(pos + 1 + len(text[pos + 1:]) - len(text[pos + 1:].lstrip())), 'text after the closing ]')
     return out
 
+# %% ../nbs/10_dataset.ipynb #c026
 def _label(v, lang: str):
     "A Mintaka label: a string, or a dict of languages (the requested one, else English); None when absent."
     if isinstance(v, dict): v = v.get(lang) or v.get('en')
@@ -285,7 +287,7 @@ def load_mintaka(split: str = 'test', allow_download: bool = True, root=None) ->
     if split not in ('train', 'dev', 'test'): raise ValueError(f"unknown Mintaka split {split!r}: use 'train', 'dev' or 'test'")
     return read_mintaka(_ensure_files([(Path(root) if root else data_dir()) / 'mintaka' / f'mintaka_{split}.json'], allow_download, root, f'Mintaka {split}')[0])
 
-# %% ../nbs/10_dataset.ipynb #c021
+# %% ../nbs/10_dataset.ipynb #c029
 _WD_CONST = re.compile(r'\bwd:(Q\d+)\b')
 
 def kgqagen_record(obj, path, line: int) -> dict:
@@ -326,7 +328,7 @@ def load_kgqagen(allow_download: bool = True, root=None) -> pd.DataFrame:
     "KGQAGen-10k from `<data dir>/kgqagen/data.jsonl`, fetched when missing and allowed."
     return read_kgqagen(_ensure_files([(Path(root) if root else data_dir()) / 'kgqagen' / 'data.jsonl'], allow_download, root, 'KGQAGen-10k')[0])
 
-# %% ../nbs/10_dataset.ipynb #c024
+# %% ../nbs/10_dataset.ipynb #c032
 DEDUP_RULE = ('a record is a duplicate of an earlier one (by id) when it has the same query pattern (up to variable names, '
               'pattern order and prefixes) and the same answer set, or the same question text (case, spacing and final '
               'punctuation ignored); only the first is kept')
@@ -344,7 +346,7 @@ def datapoint_keys(rec: dict, answers_column: str = 'all_answers_wikidata') -> t
         qk = f"{q} | answers: {' '.join(sorted(record_answers(rec, answers_column)))}"
     return qk, normalize_question(rec['question'])
 
-# %% ../nbs/10_dataset.ipynb #c027
+# %% ../nbs/10_dataset.ipynb #c035
 class DedupIndex:
     "The keys of the records kept so far; `check(rec)` says whether a new record repeats one of them."
     def __init__(self, answers_column: str = 'all_answers_wikidata'):
@@ -368,7 +370,7 @@ def find_duplicates(records, answers_column: str = 'all_answers_wikidata') -> di
         if (hit := index.check(rec)) is not None: out[rec['id']] = hit
     return out
 
-# %% ../nbs/10_dataset.ipynb #c030
+# %% ../nbs/10_dataset.ipynb #c038
 def dataset_stats(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> dict:
     "The Table 1 statistics of one split."
     recs = df.to_dict('records')
@@ -389,7 +391,7 @@ def stats_table(splits: dict, answers_column: str = 'all_answers_wikidata') -> p
     if len(splits) > 1: cols['All'] = dataset_stats(pd.concat(list(splits.values()), ignore_index=True), answers_column)
     return pd.DataFrame(cols)
 
-# %% ../nbs/10_dataset.ipynb #c033
+# %% ../nbs/10_dataset.ipynb #c041
 @dataclass
 class SplitConfig:
     "Thresholds of the zero-shot split."
@@ -413,14 +415,14 @@ class SplitResult:
     unsatisfied: list = field(default_factory=list)
     cells: pd.DataFrame | None = None
 
-# %% ../nbs/10_dataset.ipynb #c035
+# %% ../nbs/10_dataset.ipynb #c043
 def reserve_rare_relations(df: pd.DataFrame, n: int | None = None, share: float = 0.45) -> list:
     "The least frequent relation types (by number of questions using them), ties broken by ID."
     cnt = Counter(r for rels in df['answer_subgraph'].map(lambda s: record_relations({'answer_subgraph': s})) for r in rels)
     n = int(round(share * len(cnt))) if n is None else n
     return [r for r, _ in sorted(cnt.items(), key=lambda kv: (kv[1], kv[0]))[:n]]
 
-# %% ../nbs/10_dataset.ipynb #c036
+# %% ../nbs/10_dataset.ipynb #c044
 def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResult:
     "Zero-shot train/test split with test_type labels; rules that cannot be met are reported, not hidden."
     rng = np.random.default_rng(cfg.seed)
@@ -458,7 +460,7 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     return SplitResult(train.reset_index(drop=True), test.drop(columns='_cat').reset_index(drop=True), unseen_rel,
                        list(cfg.unseen_graph_types), dropped, unsatisfied, cells.rename(columns={'_cat': 'category'}))
 
-# %% ../nbs/10_dataset.ipynb #c038
+# %% ../nbs/10_dataset.ipynb #c046
 def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400, seed: int = 0) -> pd.DataFrame:
     "Random GTSQA-schema records with chain or star answer subgraphs (for examples and tests only)."
     rng = np.random.default_rng(seed)
@@ -479,7 +481,7 @@ def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400
                                  graph_isomorphism=kind, redundant=bool(rng.random() < 0.2), all_answers_wikidata=[f'Q{1000 + ents[0]}']))
     return pd.DataFrame(recs)
 
-# %% ../nbs/10_dataset.ipynb #c041
+# %% ../nbs/10_dataset.ipynb #c049
 def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') -> list:
     "Violations of the zero-shot rules in a split (empty when all hold)."
     bad = []
@@ -496,7 +498,7 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
         if set(r['test_type']) != (want or {'in_distribution'}): bad.append(f"wrong test_type for id {r['id']}"); break
     return bad
 
-# %% ../nbs/10_dataset.ipynb #c044
+# %% ../nbs/10_dataset.ipynb #c052
 def dataset_card(name: str,  # the dataset's title
                  splits: dict,  # split name -> DataFrame of records
                  kg: str,  # the KG the records were generated on (name and view)

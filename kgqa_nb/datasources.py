@@ -12,24 +12,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import LockTimeout, artifact_dirs, data_dir, folder_lock, keyed_folder, write_text_atomic
-from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_jsonl, record_answers,
+from .core import artifact_dirs, built_by, code_fingerprint, data_dir, folder_lock, keyed_folder, mark_built, write_text_atomic
+from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_records, record_answers,
                              write_jsonl)
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
 from .kg import KnowledgeGraph, kg_fingerprint, parse_item
 from .loaders import KG_REGISTRY, load_kg
 
 # %% auto #0
-__all__ = ['DatasetLockTimeout', 'GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'TEST_CATEGORIES', 'type_shape',
-           'is_complex_type', 'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params',
-           'DatasetPaths', 'ensure_dataset', 'Source', 'load_source', 'ArtifactContext', 'open_artifact',
-           'test_category', 'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
+__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'TEST_CATEGORIES', 'type_shape', 'is_complex_type',
+           'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths',
+           'ensure_dataset', 'Source', 'load_source', 'ArtifactContext', 'open_artifact', 'test_category',
+           'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
            'size_distributions', 'minimal_type_matrix', 'read_filter_log', 'generation_table']
 
-# %% ../nbs/10b_datasources.ipynb #c008
-DatasetLockTimeout = LockTimeout  # the lock and its error live in core (`core.folder_lock`); kept under this name here
-
-# %% ../nbs/10b_datasources.ipynb #c012
+# %% ../nbs/10b_datasources.ipynb #c009
 def type_shape(name: str) -> dict:
     "Edges, seeds, hops and whether a GTSQA type name branches below the answer (a nested intersection)."
     t = tree_from_name(name, strict=False)
@@ -42,7 +39,7 @@ def is_complex_type(name: str, min_edges: int = 4) -> bool:
     s = type_shape(name)
     return s['nested'] or s['n_edges'] >= min_edges
 
-# %% ../nbs/10b_datasources.ipynb #c015
+# %% ../nbs/10b_datasources.ipynb #c012
 def choose_unseen_graph_types(df: pd.DataFrame,  # generated records (GTSQA schema)
                               min_questions: int = 45,  # minimal questions a reserved type needs (a full test cell)
                               max_share: float = 0.35,  # at most this share of all questions may fall in reserved types
@@ -57,7 +54,7 @@ def choose_unseen_graph_types(df: pd.DataFrame,  # generated records (GTSQA sche
         if used + n_all[t] <= max_share * len(df): chosen.append(t); used += n_all[t]
     return chosen
 
-# %% ../nbs/10b_datasources.ipynb #c018
+# %% ../nbs/10b_datasources.ipynb #c015
 GTSQA_SIZE = 32_099  # questions in GTSQA (Table 1)
 
 def split_config_for(n_records: int,  # size of the generated dataset
@@ -69,7 +66,7 @@ def split_config_for(n_records: int,  # size of the generated dataset
                        min_per_cell=max(3, round(45 * f)), seed=seed)
     return replace(base, **overrides)
 
-# %% ../nbs/10b_datasources.ipynb #c021
+# %% ../nbs/10b_datasources.ipynb #c018
 def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a path, or a folder name inside the data dir
     "The KG itself, loaded once from whatever names it; a clear error when it is not on this machine."
     if isinstance(kg, KnowledgeGraph): return kg
@@ -80,15 +77,15 @@ def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a p
     raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KG_REGISTRY)}) nor a folder under {data_dir()}: '
                             f'put it there in synth-kgqa or TSV layout (for GTSQA: ogbl-wikikg2 as {data_dir(name)})')
 
-# %% ../nbs/10b_datasources.ipynb #c026
+# %% ../nbs/10b_datasources.ipynb #c023
 GENERATION_PARAMS = ('kg', 'n_target', 'seed', 'backend', 'model', 'base_url', 'max_candidates')
 
 def generation_params(**kw) -> dict:
-    "The parameters that decide a generated dataset's content, with the pipeline's code version."
-    from kgqa_nb.synthkgqa import code_version
+    "The parameters that decide a generated dataset's content, with a fingerprint of the code that makes it."
+    from kgqa_nb.synthkgqa import CODE_MODULES
     unknown = set(kw) - set(GENERATION_PARAMS)
     if unknown: raise TypeError(f'unknown generation parameters {sorted(unknown)}; known: {GENERATION_PARAMS}')
-    return dict({k: None for k in GENERATION_PARAMS}, **kw, code=code_version())
+    return dict({k: None for k in GENERATION_PARAMS}, **kw, code=code_fingerprint(*CODE_MODULES, 'datasources'))
 
 def _generate(folder: Path, gen: dict, kg: KnowledgeGraph, concurrency: int | None = None) -> dict:
     "Run (or resume) the SynthKGQA pipeline on `kg` into `folder`; returns its run summary."
@@ -96,7 +93,7 @@ def _generate(folder: Path, gen: dict, kg: KnowledgeGraph, concurrency: int | No
     cfg = GenerationConfig(**{k: gen[k] for k in GENERATION_PARAMS}, **({'concurrency': concurrency} if concurrency else {}))
     return run_generation(folder, cfg, kg=kg, verbose=False)
 
-# %% ../nbs/10b_datasources.ipynb #c029
+# %% ../nbs/10b_datasources.ipynb #c026
 @dataclass(frozen=True)
 class DatasetPaths:
     "Files of a built dataset."
@@ -122,11 +119,11 @@ def _llm_description(summary: dict, gen: dict) -> str:
     if not g: return gen['backend'] + (f":{gen['model']}" if gen.get('model') else '')
     return g if p in (None, g) else f'{g} (paraphrases: {p})'
 
-# %% ../nbs/10b_datasources.ipynb #c030
+# %% ../nbs/10b_datasources.ipynb #c027
 def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, split: SplitConfig | None,
                  split_overrides: dict) -> DatasetPaths:
     "Cut the zero-shot split of a finished generation run and write train/test, split.json and the card."
-    recs = read_jsonl(gen_dir / 'records.jsonl')
+    recs = read_records(gen_dir / 'records.jsonl')
     if not len(recs): raise RuntimeError(f'the generation run in {gen_dir} accepted no datapoints; see its filter_log.json')
     cfg = split or split_config_for(len(recs), seed=gen['seed'], **split_overrides)
     auto = unseen_graph_types == 'auto'
@@ -143,7 +140,7 @@ def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, 
                 cells=res.cells.to_dict('records') if res.cells is not None else [], n_train=len(res.train), n_test=len(res.test))
     write_text_atomic(p.split, json.dumps(info, indent=1, default=str) + '\n')
     notes = (f"Unseen graph types were {'chosen automatically (complex types with a full test cell, see kgqa_nb.datasources)' if auto else 'given'}: "
-             f"{ugt or 'none'}. Generation run: {gen_dir}.")
+             f"{ugt or 'none'}. Generation run: the parent folder, {gen_dir.name}.")
     acceptance = {k: summary[k] for k in ('candidates', 'accepted', 'acceptance_rate') if k in summary} or None
     card = dataset_card(f"GTSQA-style dataset on {gen['kg']}", {'Train': res.train, 'Test': res.test}, kg=gen['kg'],
                         llm_backend=_llm_description(summary, gen), acceptance=acceptance, split_cfg=cfg,
@@ -151,7 +148,7 @@ def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, 
     write_text_atomic(p.card, card)
     return p
 
-# %% ../nbs/10b_datasources.ipynb #c031
+# %% ../nbs/10b_datasources.ipynb #c028
 def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg` understands
                    n_target: int = 300,  # accepted datapoints to generate
                    seed: int = 0,  # run seed (sampling, split)
@@ -184,13 +181,15 @@ def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg
             if not marker.exists():  # a parallel builder may have finished while we waited
                 if not (gen_dir / 'generation.json').exists():  # a finished run is not resumed (that would rewrite its files)
                     summary = _generate(gen_dir, gen, graph, concurrency)
+                    mark_built(gen_dir)
                     write_text_atomic(gen_dir / 'generation.json', json.dumps(dict(params=gen, records=summary.get('records')), indent=1) + '\n')
                 split_dir.mkdir(parents=True, exist_ok=True)
                 p = _write_split(gen_dir, split_dir, gen, unseen_graph_types, split, split_overrides)
+                mark_built(split_dir)
                 write_text_atomic(marker, json.dumps(dict(generation=gen, split=sp), indent=1, default=str) + '\n')
     return _dataset_paths(gen_dir, split_dir)
 
-# %% ../nbs/10b_datasources.ipynb #c039
+# %% ../nbs/10b_datasources.ipynb #c036
 @dataclass
 class Source:
     "Train and test splits of a GTSQA-schema dataset, with where they came from."
@@ -213,7 +212,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         p = ensure_dataset(**kwargs)
         gen = json.loads((p.folder / 'split.json').read_text())['generation']
         summary = json.loads(p.summary.read_text()) if p.summary.exists() else {}
-        return Source(read_jsonl(p.train), read_jsonl(p.test), kg=summary.get('kg') or gen['kg'], llm_backend=_llm_description(summary, gen),
+        return Source(read_records(p.train), read_records(p.test), kg=summary.get('kg') or gen['kg'], llm_backend=_llm_description(summary, gen),
                       name=source, paths=p)
     if source == 'gtsqa':
         if kwargs: raise TypeError(f"source 'gtsqa' takes no generation parameters, got {sorted(kwargs)}")
@@ -225,7 +224,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name=source)
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
-# %% ../nbs/10b_datasources.ipynb #c042
+# %% ../nbs/10b_datasources.ipynb #c039
 GENERATION_KEYS = ('n_target', 'backend', 'model', 'base_url', 'max_candidates')
 
 @dataclass
@@ -274,11 +273,12 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
     kg_name = graph.name if graph is not None else str(kg)
     prov = dict(params=dict(source=src.name, kg=kg_name, seed=seed, split=split, per_split=per_split, **params), seed=seed,
                 kg=src.kg if graph is None or src.kg == graph.name else f'{src.kg}; graphs from {graph.name}',
-                llm_backend=src.llm_backend, source=src.name, dataset=str(src.paths.folder) if src.paths else src.name,
-                artifact=artifact)
+                llm_backend=src.llm_backend, source=src.name, artifact=artifact,
+                dataset=f'{src.paths.generation.name}/{src.paths.folder.name}' if src.paths else src.name,  # under datasets/
+                upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c048
+# %% ../nbs/10b_datasources.ipynb #c045
 TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
 
 def test_category(test_type) -> str:
@@ -309,7 +309,7 @@ def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFr
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/10b_datasources.ipynb #c051
+# %% ../nbs/10b_datasources.ipynb #c048
 def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
     def count(df):
@@ -326,7 +326,7 @@ def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
     return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c054
+# %% ../nbs/10b_datasources.ipynb #c051
 def _distribution(values: dict, column: str) -> pd.DataFrame:
     rows = []
     for split, v in values.items():
@@ -343,7 +343,7 @@ def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column:
     return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
                      ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c057
+# %% ../nbs/10b_datasources.ipynb #c054
 def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
     "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
     gt = df['answer_subgraph'].map(len)
@@ -357,7 +357,7 @@ def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str
     return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
                       _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
 
-# %% ../nbs/10b_datasources.ipynb #c060
+# %% ../nbs/10b_datasources.ipynb #c057
 def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
     red = df[df['redundant'].fillna(False).astype(bool)]
@@ -367,7 +367,7 @@ def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     m.index.name, m.columns.name = 'graph_isomorphism', 'minimal_graph_isomorphism'
     return m
 
-# %% ../nbs/10b_datasources.ipynb #c063
+# %% ../nbs/10b_datasources.ipynb #c060
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'

@@ -327,7 +327,9 @@ class RelationPhrasing:
     ask_tail: str | None = None  # question for the tail given the head: 'Who directed {x}?'
 
 _P = RelationPhrasing
-RELATION_PHRASINGS = {
+
+# %% ../nbs/06_generate.ipynb #c039
+RELATION_PHRASINGS = {  # relation ID -> phrasing: places, works and their makers
     'P19': _P('person', 'place', 'the birthplace of {x}', 'was born in {x}', 'is the birthplace of {x}', 'Where was {x} born?'),
     'P20': _P('person', 'place', 'the place of death of {x}', 'died in {x}', 'is where {x} died', 'Where did {x} die?'),
     'P27': _P('person', 'country', 'the country of citizenship of {x}', 'is a citizen of {x}', 'is the country of citizenship of {x}', 'Of which country is {x} a citizen?'),
@@ -353,6 +355,10 @@ RELATION_PHRASINGS = {
     'P840': _P('work', 'place', 'the setting of {x}', 'is set in {x}', 'is the setting of {x}', 'Where is {x} set?'),
     'P915': _P('film', 'place', 'a filming location of {x}', 'was filmed in {x}', 'is where {x} was filmed', 'Where was {x} filmed?'),
     'P144': _P('work', 'work', 'the work that {x} is based on', 'is based on {x}', 'is the basis of {x}', 'What is {x} based on?'),
+}
+
+# %% ../nbs/06_generate.ipynb #c040
+RELATION_PHRASINGS.update({  # people's lives and work
     'P106': _P('person', 'occupation', 'the occupation of {x}', 'works as {x}', 'is the occupation of {x}', 'What is the occupation of {x}?'),
     'P69': _P('person', 'school', 'the school of {x}', 'was educated at {x}', 'educated {x}', 'Where was {x} educated?'),
     'P108': _P('person', 'organization', 'the employer of {x}', 'worked for {x}', 'employed {x}', 'Which organization employed {x}?'),
@@ -379,6 +385,10 @@ RELATION_PHRASINGS = {
     'P39': _P('person', 'position', 'a position held by {x}', 'held the position {x}', 'was held by {x}', 'Which position did {x} hold?'),
     'P54': _P('person', 'team', 'a team of {x}', 'played for {x}', 'had {x} as a player', 'Which team did {x} play for?'),
     'P641': _P('team', 'sport', 'the sport of {x}', 'plays {x}', 'is the sport of {x}', 'Which sport does {x} play?'),
+})
+
+# %% ../nbs/06_generate.ipynb #c041
+RELATION_PHRASINGS.update({  # organizations, events, parts and the rest
     'P159': _P('organization', 'place', 'the headquarters location of {x}', 'is headquartered in {x}', 'hosts the headquarters of {x}', 'Where is {x} headquartered?'),
     'P740': _P('group', 'place', 'the place where {x} was formed', 'was formed in {x}', 'is where {x} was formed', 'Where was {x} formed?'),
     'P749': _P('organization', 'organization', 'the parent organization of {x}', 'is a subsidiary of {x}', 'is the parent organization of {x}', 'What is the parent organization of {x}?'),
@@ -411,15 +421,16 @@ RELATION_PHRASINGS = {
     'P1027': _P('award', 'organization', 'the organization that confers {x}', 'is conferred by {x}', 'confers {x}', 'Which organization confers {x}?'),
     'P184': _P('person', 'person', 'the doctoral advisor of {x}', 'had {x} as doctoral advisor', 'was the doctoral advisor of {x}', 'Who was the doctoral advisor of {x}?'),
     'P185': _P('person', 'person', 'a doctoral student of {x}', 'was the doctoral advisor of {x}', 'was a doctoral student of {x}', 'Who was a doctoral student of {x}?'),
-}
+})
 
+# %% ../nbs/06_generate.ipynb #c043
 def relation_phrasing(rid: str,  # relation ID, e.g. 'P57'
                       label: str) -> RelationPhrasing:  # relation label, for the generic fallback
     "The phrasing of relation `rid`: from RELATION_PHRASINGS, else a generic one built from its label."
     if rid in RELATION_PHRASINGS: return RELATION_PHRASINGS[rid]
     return _P('entity', 'entity', f'the {label} of {{x}}', f'has {label} {{x}}', f'is the {label} of {{x}}', None)
 
-# %% ../nbs/06_generate.ipynb #c040
+# %% ../nbs/06_generate.ipynb #c046
 SHAPES = ('chain', 'star', 'fork', 'mixed')
 
 def _prompt_rng(messages) -> np.random.Generator:
@@ -448,6 +459,7 @@ def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
         used.append(j); order.append(u); into[u] = triples[j][2] == u
     return used
 
+# %% ../nbs/06_generate.ipynb #c049
 def graph_answers(triples, tree, seeds) -> dict:
     "Bindings of every non-seed node of `tree` (ID triples) that satisfy it inside `triples`: {node: set of IDs}."
     heads, tails = {}, {}
@@ -477,6 +489,7 @@ def graph_answers(triples, tree, seeds) -> dict:
     bt(0, {s: s for s in seeds})
     return found
 
+# %% ../nbs/06_generate.ipynb #c052
 def _leaves(tree, answer) -> list:
     deg = {}
     for h, _, t in tree: deg[h] = deg.get(h, 0) + 1; deg[t] = deg.get(t, 0) + 1
@@ -498,7 +511,7 @@ def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list
         if tries <= 0: break
     return first_k or best
 
-# %% ../nbs/06_generate.ipynb #c043
+# %% ../nbs/06_generate.ipynb #c055
 _PERSON = {'person', 'actor', 'musician', 'politician', 'founder', 'participant'}
 
 def _wh(noun: str) -> str: return 'Who' if noun in _PERSON else f'Which {noun}'
@@ -544,7 +557,7 @@ class _TreeWriter:
         else: q = f'{_wh(self._noun_of(a, kids))} ' + _join_and([self.clause(a, j, c) for j, c in kids]) + '?'
         return q[0].upper() + q[1:]
 
-# %% ../nbs/06_generate.ipynb #c045
+# %% ../nbs/06_generate.ipynb #c057
 def tree_sparql(tree_triples, answer: str, seeds) -> str:
     "SELECT query for a tree of (h, r, t) ID triples: seeds as wd: constants, the answer as ?answer, others ?x1, ?x2, ..."
     seeds, dist, frontier = list(seeds), {s: 0 for s in seeds}, list(seeds)
@@ -569,7 +582,7 @@ def format_reply(question: str, seeds, answer: str, triples, sparql: str, style:
     name = (lambda f: f'**{f}:**') if style == 'bold' else (lambda f: f'{f}:')
     return '\n'.join(f'{name(f)} {v}' if not v.startswith('\n') else f'{name(f)}{v}' for f, v in zip(FIELDS, vals))
 
-# %% ../nbs/06_generate.ipynb #c048
+# %% ../nbs/06_generate.ipynb #c060
 def _last_graph(messages, param_re: str):
     text = messages[-1]['content']
     m = re.search(r'(?im)^\s*Graph:\s*(.*)\Z', text, re.S)
@@ -609,7 +622,7 @@ def offline_datapoint_model(messages: list[dict]) -> str:
     return format_reply(w.question(), [f'{labels[s]} ({s})' for s in seeds], f'{labels[answer]} ({answer})',
                         [triples_text[j] for j in used], tree_sparql(tree, answer, seeds), style)
 
-# %% ../nbs/06_generate.ipynb #c053
+# %% ../nbs/06_generate.ipynb #c065
 def _plural(noun: str) -> str:
     if noun == 'person': return 'people'
     if ' of ' in noun: first, _, rest = noun.partition(' '); return f'{_plural(first)} {rest}'
@@ -665,7 +678,7 @@ def offline_aggregation_model(messages: list[dict]) -> str:
     q = q[0].upper() + q[1:]
     return format_reply(q, [f'{labels[s]} ({s})' for s in seeds], f'{labels[ans]} ({ans})', [triples_text[j] for j in used], sparql)
 
-# %% ../nbs/06_generate.ipynb #c056
+# %% ../nbs/06_generate.ipynb #c068
 _SYNONYMS = [(r'\bwas directed by\b', 'was made by director'), (r'\bdirected\b', 'was the director of'),
              (r'\bdied in\b', 'passed away in'), (r'\bstars\b', 'features'),
              (r'\bappeared in\b', 'acted in'), (r'\bis located in\b', 'is situated in'), (r'\bis married to\b', 'is the spouse of'),

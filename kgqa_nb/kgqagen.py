@@ -4,16 +4,17 @@
 
 # %% ../nbs/22_kgqagen.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, json, math, re, sys, time
+import argparse, json, math, re, time
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import PKG_DIR, ReasonError, artifact_dirs, folder_lock, git_state, keyed_folder, package_versions, progress, read_jsonl, write_text_atomic
+from .core import (CLIParser, ReasonError, UsageError, artifact_dirs, built_by, code_fingerprint, folder_lock, keyed_folder,
+                          mark_built, read_jsonl, write_text_atomic)
 from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
@@ -23,7 +24,8 @@ from .isomorphism import IsomorphismError, classify_answer_subgraph
 from .minimality import minimality
 from .datasources import resolve_kg
 from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
-from .synthkgqa import GenerationError, OutcomeLog, RunRefused, _OneLineParser, open_run_folder
+from .runs import (OutcomeLog, StatusLine, client_pair, flag_usage_error, make_manifest, open_run_folder, pending_batches,
+                          resume_run, run_sessions)
 
 # %% auto #0
 __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'RECORD_VERSION',
@@ -588,17 +590,13 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
     return KGQAGenSelection(records, funnel, len(done) - i)
 
 # %% ../nbs/22_kgqagen.ipynb #c057
-KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'kgqagen')
+KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'dataset', 'runs', 'kgqagen')
 
 def kgqagen_manifest(cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient) -> dict:
     "The manifest of a KGQAGen run: `identity` (compared on resume) and `info` (recorded only)."
-    h = hashlib.sha256()
-    for m in KGQAGEN_CODE_MODULES: h.update((PKG_DIR / f'{m}.py').read_bytes())
     identity = dict(config=cfg.identity(), kg=dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples, fingerprint=kg_fingerprint(kg)),
-                    llm=dict(generator=gen.describe(), reviser=rev.describe()), code=h.hexdigest()[:16])
-    info = dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(), packages=package_versions(),
-                runtime={k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
-    return dict(format='kgqa_nb.kgqagen/1', identity=identity, info=info)
+                    llm=dict(generator=gen.describe(), reviser=rev.describe()), code=code_fingerprint(*KGQAGEN_CODE_MODULES))
+    return make_manifest('kgqa_nb.kgqagen/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
 def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
     "The seed entity index of every candidate: the user's list, or a stratified sample."
@@ -607,19 +605,13 @@ def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
     if unknown: raise KGQAGenError('seed', f'{len(unknown)} seed(s) not in KG {kg.name!r}, e.g. {unknown[:3]}')
     return [kg.entity_index[s] for s in cfg.seeds][:cfg.max_candidates]
 
-def _clients(cfg: KGQAGenConfig, out: Path, gen, rev, cache_dir) -> tuple:
-    ledger = out / 'llm_calls.jsonl'
-    kw = dict(backend=cfg.backend, base_url=cfg.base_url, cache_dir=cache_dir or out / 'llm_cache', concurrency=cfg.concurrency, ledger=ledger)
-    gen = gen or LLMClient(model=cfg.model, **kw)
-    rev = rev or LLMClient(model=cfg.reviser_model or gen.model, **kw)
-    for c in (gen, rev):
-        if c.ledger is None: c.ledger = ledger
-    return gen, rev
+def _client(cfg: KGQAGenConfig, model: str | None, **kw) -> LLMClient:
+    return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
 
 # %% ../nbs/22_kgqagen.ipynb #c059
-def _status(done: dict, sel: KGQAGenSelection, ledger):
-    print(f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
-          f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(ledger)['calls']} model calls", file=sys.stderr, flush=True)
+def _status_text(done: dict, sel: KGQAGenSelection, ledger) -> str:
+    return (f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
+            f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(ledger)['calls']} model calls")
 
 def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds the same run)
                 cfg: KGQAGenConfig,
@@ -634,31 +626,18 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    gen, rev = _clients(cfg, out, gen, rev, cache_dir)
+    gen, rev = client_pair(out, gen, rev, partial(_client, cfg, cfg.model),
+                           lambda first, **kw: _client(cfg, cfg.reviser_model or first.model, **kw), cache_dir)
     seeds = run_seeds(kg, cfg)
     if not seeds: raise KGQAGenError('seed', f'no seed entity in KG {kg.name!r}')
     out = open_run_folder(out, kgqagen_manifest(cfg, kg, gen, rev))
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
     run = _Run(kg, store, cfg, gen, rev, seeds)
-    show, next_show = status_every > 0 and not sys.stderr.isatty(), status_every
     with OutcomeLog(out / 'outcomes.jsonl') as log:
         n_before = len(log.done)
-        sel = select_kgqagen(log.done, cfg.n_target)
-        bar = progress(total=cfg.n_target, initial=len(sel.records), desc='records')
-        for w in range(0, len(seeds), cfg.batch_size):
-            if len(sel.records) >= cfg.n_target: break
-            ids = [i for i in range(w, min(w + cfg.batch_size, len(seeds))) if i not in log.done]
-            if not ids: continue
-            outcomes, errors = process_batch(run, ids)
-            log.append(outcomes)
-            sel = select_kgqagen(log.done, cfg.n_target)
-            bar.update(max(0, len(sel.records) - bar.n))
-            if show and len(log.done) >= next_show: _status(log.done, sel, gen.ledger); next_show = (len(log.done) // status_every + 1) * status_every
-            if errors:
-                bar.close()
-                raise GenerationError(f'{len(errors)} LLM call(s) failed for good (first: {errors[0]}); the other candidates '
-                                      f'are saved in {out}: rerun the same command to resume')
-        bar.close()
+        resume_run(log, pending_batches(log.done, len(seeds), cfg.batch_size), partial(process_batch, run),
+                   lambda done: select_kgqagen(done, cfg.n_target), cfg.n_target,
+                   status=StatusLine(status_every, lambda done, sel: _status_text(done, sel, gen.ledger)))
         done = dict(log.done)
     summary = finalize_kgqagen(out, cfg, kg, gen, rev, done, time.perf_counter() - t0, len(done) - n_before)
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")
@@ -671,12 +650,9 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
     sel = select_kgqagen(done, cfg.n_target)
     write_jsonl(sel.records, out / 'records.jsonl')
     write_text_atomic(out / 'funnel.json', json.dumps(sel.funnel, indent=1) + '\n')
-    spath, sessions = out / 'run_summary.json', []
-    if spath.exists():
-        try: sessions = json.loads(spath.read_text()).get('sessions', [])
-        except ValueError: sessions = []
-    sessions.append(dict(finished=datetime.now(timezone.utc).isoformat(timespec='seconds'), seconds=round(seconds, 2),
-                         candidates_processed=processed, generator=gen.usage_summary(), reviser=rev.usage_summary()))
+    spath = out / 'run_summary.json'
+    sessions = run_sessions(spath, seconds=round(seconds, 2), candidates_processed=processed,
+                            generator=gen.usage_summary(), reviser=rev.usage_summary())
     usage = read_ledger(gen.ledger)
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), reviser=rev.describe()), records=len(sel.records), funnel=sel.funnel,
                    candidates_processed=len(done), candidates_after_last_record=sel.beyond,
@@ -700,6 +676,7 @@ class KGQAGenDataset:
     records: pd.DataFrame  # GTSQA-schema records plus KGQAGen's fields
     funnel: dict  # see `select_kgqagen`
     summary: dict  # run_summary.json
+    built: dict  # `core.built_by` of the cache folder: the commit that built the dataset
 
 RECORD_VERSION = 2  # bumped when `instance_record` changes what a record holds (2: answer_node is the answer the proof supports)
 
@@ -711,16 +688,18 @@ def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.re
     graph = resolve_kg(kg)
     c = KGQAGenConfig(kg=graph.name, n_target=int(n_target), seed=int(seed), backend=backend, model=model or None,
                       reviser_model=reviser_model or None, base_url=base_url or None, concurrency=concurrency, **cfg)
-    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph), records=RECORD_VERSION)
+    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph), records=RECORD_VERSION,
+               code=code_fingerprint(*KGQAGEN_CODE_MODULES))
     key.pop('base_url', None)
     folder = keyed_folder((Path(root) if root is not None else artifact_dirs('')[0]) / 'kgqagen', graph.name, key)
     run_dir = folder / 'run'
     with folder_lock(folder):
         if not (folder / 'done.json').exists():
             summary = run_kgqagen(run_dir, c, kg=graph, verbose=False, status_every=0)
+            mark_built(folder)
             write_text_atomic(folder / 'done.json', json.dumps(dict(records=summary['records']), indent=1) + '\n')
     summary = json.loads((run_dir / 'run_summary.json').read_text())
-    return KGQAGenDataset(run_dir, graph, pd.DataFrame(read_jsonl(run_dir / 'records.jsonl')), summary['funnel'], summary)
+    return KGQAGenDataset(run_dir, graph, pd.DataFrame(read_jsonl(run_dir / 'records.jsonl')), summary['funnel'], summary, built_by(folder))
 
 def gold_names(kg: KnowledgeGraph, rec) -> list:
     "The gold answers of a record for `metrics.em_lasm_scores`: per answer its ID and its label."
@@ -741,10 +720,10 @@ def read_seed_file(path) -> tuple:
     if not p.is_file(): raise FileNotFoundError(f'seed file {p} does not exist')
     return tuple(l.split('#')[0].strip() for l in p.read_text().splitlines() if l.split('#')[0].strip())
 
-def kgqagen_parser() -> argparse.ArgumentParser:
+def kgqagen_parser() -> CLIParser:
     "Arguments of `kgqa kgqagen`."
     d = KGQAGenConfig()
-    p = _OneLineParser(prog='kgqa kgqagen', description='Generate a KGQAGen dataset into a crash-safe, resumable run folder.')
+    p = CLIParser(prog='kgqa kgqagen', description='Generate a KGQAGen dataset into a crash-safe, resumable run folder.')
     p.add_argument('--out', required=True, help='run folder (rerun the same command to resume)')
     p.add_argument('--kg', default=d.kg, help='KG name (toyworld | codex-m | ...) or folder')
     p.add_argument('--n', type=int, default=d.n_target, help='distinct verified instances to produce')
@@ -760,22 +739,18 @@ def kgqagen_parser() -> argparse.ArgumentParser:
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     return p
 
+# %% ../nbs/22_kgqagen.ipynb #c070
 def kgqagen_cli(argv=None) -> int:
-    "`kgqa kgqagen`: run or resume a KGQAGen run; 0 done, 1 stopped before its end, 2 refused before any work."
-    say = lambda msg: print(f'kgqa kgqagen: {msg}', file=sys.stderr)
-    try: a = kgqagen_parser().parse_args(argv)
-    except SystemExit as e: return int(e.code or 0)
+    "`kgqa kgqagen`: run or resume a KGQAGen run (0 when the dataset is written; errors raise)."
+    a = kgqagen_parser().parse_args(argv)
     try:
-        seeds = read_seed_file(a.seeds) if a.seeds else ()
-        cfg = KGQAGenConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, seeds=seeds, backend=a.backend,
+        cfg = KGQAGenConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                             model=a.model, reviser_model=a.reviser_model, base_url=a.base_url, initial_neighbours=a.initial_neighbours,
                             expand_neighbours=a.expand_neighbours, max_explore=a.max_explore, max_rounds=a.max_rounds,
                             max_triples=a.max_triples, max_revisions=a.max_revisions, query_timeout=a.timeout,
-                            max_results=a.max_results, batch_size=a.batch_size, concurrency=a.concurrency)
-    except KGQAGenError as e: say(re.sub(r'\b(' + '|'.join(_FLAG) + r')\b', lambda m: _FLAG[m[1]], str(e))); return 2
-    except FileNotFoundError as e: say(e); return 2
-    if Path(a.out).exists() and not Path(a.out).is_dir(): say(f'--out {a.out} is a file, not a folder'); return 2
-    try: run_kgqagen(a.out, cfg, cache_dir=a.cache_dir)
-    except (RunRefused, KGQAGenError) as e: say(e); return 2
-    except (GenerationError, LLMError, ValueError, FileNotFoundError) as e: say(e); return 1
+                            max_results=a.max_results, batch_size=a.batch_size, concurrency=a.concurrency,
+                            seeds=read_seed_file(a.seeds) if a.seeds else ())
+    except KGQAGenError as e: raise flag_usage_error(e, _FLAG) from None
+    if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
+    run_kgqagen(a.out, cfg, cache_dir=a.cache_dir)
     return 0

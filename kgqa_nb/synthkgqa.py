@@ -4,15 +4,15 @@
 
 # %% ../nbs/10a_synthkgqa.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, json, math, os, re, sys, time, warnings
+import argparse, json, math, time
+from functools import partial
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import JsonlWarning, git_state, package_versions, progress, read_jsonl, write_text_atomic, PKG_DIR
+from .core import CLIParser, UsageError, code_fingerprint, read_jsonl, write_text_atomic
 from .kg import KnowledgeGraph, kg_fingerprint
 from .loaders import load_kg
 from .sparql import OxigraphStore
@@ -23,11 +23,12 @@ from .generate import (ParseError, datapoint_prompt, aggregation_prompt, paraphr
 from .validate import FilterLog, Validation, reason_family, validate_response
 from .minimality import MinimalityError, minimality
 from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
+from .runs import (GenerationError, ManifestMismatch, OutcomeLog, RunRefused, StatusLine, client_pair, flag_usage_error,
+                          make_manifest, open_run_folder, pending_batches, read_outcomes, resume_run, run_sessions)
 
 # %% auto #0
 __all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
-           'RunRefused', 'ManifestMismatch', 'GenerationError', 'code_version', 'run_manifest', 'open_run_folder',
-           'read_outcomes', 'OutcomeLog', 'process_batch', 'Selection', 'select_records', 'early_stop_reason',
+           'code_version', 'run_manifest', 'process_batch', 'Selection', 'select_records', 'early_stop_reason',
            'run_generation', 'finalize_run', 'generate_parser', 'generate_cli']
 
 # %% ../nbs/10a_synthkgqa.ipynb #c006
@@ -130,83 +131,20 @@ def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str
     return rec, None
 
 # %% ../nbs/10a_synthkgqa.ipynb #c029
-class RunRefused(RuntimeError):
-    "The run folder cannot be used for this run as asked (nothing was changed in it)."
-
-class ManifestMismatch(RunRefused):
-    "The run folder belongs to a different run (its manifest differs from this run's)."
-
-class GenerationError(RuntimeError):
-    "The run stopped before its end (finished candidates are saved; rerun the same command to resume)."
-
-CODE_MODULES = ('sampling', 'generate', 'validate', 'isomorphism', 'minimality', 'synthkgqa')
+CODE_MODULES = ('sampling', 'generate', 'validate', 'isomorphism', 'minimality', 'dataset', 'runs', 'synthkgqa')
 
 def code_version() -> str:
-    "sha256 (first 16 hex) of the source of the modules that decide a candidate's outcome."
-    h = hashlib.sha256()
-    for m in CODE_MODULES: h.update((PKG_DIR / f'{m}.py').read_bytes())
-    return h.hexdigest()[:16]
+    "Fingerprint (`core.code_fingerprint`) of the modules that decide a candidate's outcome."
+    return code_fingerprint(*CODE_MODULES)
 
-# %% ../nbs/10a_synthkgqa.ipynb #c030
 def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient) -> dict:
-    "The manifest of a run: `identity` (compared on resume) and `info` (recorded only)."
+    "The manifest of a SynthKGQA run: `identity` (compared on resume) and `info` (recorded only)."
     identity = dict(config=cfg.identity(), kg=dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples,
                                                    fingerprint=kg_fingerprint(kg)),
                     llm=dict(generator=gen.describe(), paraphraser=para.describe()), code=code_version())
-    info = dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(),
-                packages=package_versions(), runtime={k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
-    return dict(format='kgqa_nb.synthkgqa/1', identity=identity, info=info)
+    return make_manifest('kgqa_nb.synthkgqa/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
-def _diff(a, b, path='') -> list:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f'{path}.{k}' if path else k)]
-    return [] if a == b else [f'{path}: folder has {a!r}, this run has {b!r}']
-
-def open_run_folder(out_dir, manifest: dict) -> Path:
-    "Create the run folder with its manifest, or check that an existing one belongs to the same run."
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    mpath = out / 'manifest.json'
-    if mpath.exists():
-        old = json.loads(mpath.read_text())
-        diffs = _diff(old.get('identity'), manifest['identity'])
-        if diffs: raise ManifestMismatch(f'{out} holds a different run ({"; ".join(diffs)}): use a new --out folder, '
-                                         'or rerun with the original parameters')
-    elif (out / 'outcomes.jsonl').exists():
-        raise ManifestMismatch(f'{out} has outcomes.jsonl but no manifest.json: not a run folder this code can resume')
-    else:
-        write_text_atomic(mpath, json.dumps(manifest, indent=1) + '\n')
-    return out
-
-# %% ../nbs/10a_synthkgqa.ipynb #c032
-def read_outcomes(path, repair: bool = True) -> dict:
-    "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about."
-    out = {}
-    for o in read_jsonl(path, on_bad='warn', repair=repair):
-        try: i, ok = int(o['candidate_id']), o['status'] in ('accepted', 'rejected') and (o['status'] == 'rejected' or isinstance(o['record'], dict))
-        except (KeyError, TypeError, ValueError): i, ok = None, False
-        if ok: out.setdefault(i, o)
-        else: warnings.warn(f'{path}: an outcome that is not a candidate ({json.dumps(o)[:80]}) was skipped; its candidate will be redone', JsonlWarning, stacklevel=2)
-    return out
-
-class OutcomeLog:
-    "Append-only JSONL of candidate outcomes: one os.write per line on an O_APPEND fd, fsync per batch."
-    def __init__(self, path):
-        self.path = Path(path)
-        self.done = read_outcomes(self.path)  # repairs a partial last line before we append
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    def append(self, outcomes: list):
-        "Write each outcome as one line, then fsync."
-        for o in outcomes:
-            line = (json.dumps(o, ensure_ascii=False, sort_keys=True) + '\n').encode()
-            if os.write(self.fd, line) != len(line): raise OSError(f'short write to {self.path} (disk full?)')
-            self.done[int(o['candidate_id'])] = o
-        os.fsync(self.fd)
-    def close(self):
-        if self.fd is not None: os.close(self.fd); self.fd = None
-    def __enter__(self): return self
-    def __exit__(self, *a): self.close()
-
-# %% ../nbs/10a_synthkgqa.ipynb #c037
+# %% ../nbs/10a_synthkgqa.ipynb #c031
 @dataclass
 class _Ctx:
     kg: KnowledgeGraph
@@ -242,7 +180,7 @@ def process_batch(ctx: _Ctx, ids: list) -> tuple:
         if i not in outcomes: outcomes[i] = _outcome(c, 'rejected', v.reason, v.details.get('detail', ''))
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/10a_synthkgqa.ipynb #c039
+# %% ../nbs/10a_synthkgqa.ipynb #c033
 @dataclass
 class Selection:
     "The dataset the outcome log gives: records, the funnel that produced them and the duplicates dropped."
@@ -267,7 +205,7 @@ def select_records(done: dict,  # candidate id -> outcome
         else: dups[cid] = hit; funnel.add('duplicate')
     return Selection(records, funnel, dups, len(done) - i)
 
-# %% ../nbs/10a_synthkgqa.ipynb #c042
+# %% ../nbs/10a_synthkgqa.ipynb #c036
 def early_stop_reason(done: dict, n: int) -> str | None:
     "Why to stop when the first `n` candidates are all done and all rejected for one family of reasons; else None."
     if n <= 0 or any(i not in done for i in range(n)): return None
@@ -277,29 +215,15 @@ def early_stop_reason(done: dict, n: int) -> str | None:
     ex = first[0]
     return f"the first {n} candidates were all rejected as {families.pop()} (e.g. candidate 0: {ex['reason']}{': ' + ex['detail'][:100] if ex.get('detail') else ''})"
 
-# %% ../nbs/10a_synthkgqa.ipynb #c045
-def _default_clients(cfg: GenerationConfig, cache_dir, ledger):
-    kw = dict(backend=cfg.backend, base_url=cfg.base_url, cache_dir=cache_dir, concurrency=cfg.concurrency, ledger=ledger)
-    gen = LLMClient(model=cfg.model, **kw)
-    para = LLMClient(model=cfg.paraphrase_model or gen.model, **kw)
-    return gen, para
+# %% ../nbs/10a_synthkgqa.ipynb #c039
+def _client(cfg: GenerationConfig, model: str | None, **kw) -> LLMClient:
+    return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
 
-def _batches(done: dict, cfg: GenerationConfig):
-    "The not-yet-done candidates of each batch-size-aligned window, in order (`done` is read as it grows)."
-    for w in range(0, cfg.max_candidates, cfg.batch_size):
-        ids = [i for i in range(w, min(w + cfg.batch_size, cfg.max_candidates)) if i not in done]
-        if ids: yield ids
+def _status_text(done: dict, sel: Selection, ledger) -> str:
+    return (f'kgqa generate: {len(done)} candidates done, {len(sel.records)} records, '
+            f'{sel.funnel.total - sel.funnel.accepted} rejected, {read_ledger(ledger)["calls"]} model calls')
 
-class _Status:
-    "One-line progress reports on stderr, every `every` candidates, when stderr is not a terminal."
-    def __init__(self, every: int, on: bool): self.every, self.on, self.next, self.shown = max(1, every), on, 0, None
-    def __call__(self, done: dict, sel: Selection, ledger, last: bool = False):
-        if not self.on or self.shown == len(done) or (len(done) < self.next and not last): return
-        self.next, self.shown = (len(done) // self.every + 1) * self.every, len(done)
-        print(f'kgqa generate: {len(done)} candidates done, {len(sel.records)} records, '
-              f'{sel.funnel.total - sel.funnel.accepted} rejected, {read_ledger(ledger)["calls"]} model calls', file=sys.stderr, flush=True)
-
-# %% ../nbs/10a_synthkgqa.ipynb #c046
+# %% ../nbs/10a_synthkgqa.ipynb #c040
 def run_generation(out_dir,  # the run folder (created, or resumed when it holds the same run)
                    cfg: GenerationConfig,
                    kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -313,29 +237,18 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir)
-    gen, para = _clients(cfg, out, gen, para, cache_dir)
+    gen, para = client_pair(out, gen, para, partial(_client, cfg, cfg.model),
+                            lambda first, **kw: _client(cfg, cfg.paraphrase_model or first.model, **kw), cache_dir)
     out = open_run_folder(out, run_manifest(cfg, kg, gen, para))
     _refuse_shrinking(out, cfg)
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
-    ctx, keys, stop = _Ctx(kg, store, cfg, gen, para), {}, None
-    status = _Status(status_every, status_every > 0 and not sys.stderr.isatty())
+    ctx, keys = _Ctx(kg, store, cfg, gen, para), {}
     with OutcomeLog(out / 'outcomes.jsonl') as log:
         n_before = len(log.done)
-        sel = select_records(log.done, cfg.n_target, keys)
-        bar = progress(total=cfg.n_target, initial=len(sel.records), desc='records')
-        batches = _batches(log.done, cfg)
-        while len(sel.records) < cfg.n_target and not (stop := early_stop_reason(log.done, cfg.early_stop)):
-            ids = next(batches, None)
-            if ids is None: break
-            outcomes, errors = process_batch(ctx, ids)
-            log.append(outcomes)
-            sel = select_records(log.done, cfg.n_target, keys)
-            bar.update(max(0, len(sel.records) - bar.n)); status(log.done, sel, gen.ledger)
-            if errors:
-                bar.close()
-                raise GenerationError(f'{len(errors)} LLM call(s) failed for good (first: {errors[0]}); the other candidates '
-                                      f'are saved in {out}: rerun the same command to resume')
-        bar.close(); status(log.done, sel, gen.ledger, last=True)
+        sel, stop = resume_run(log, pending_batches(log.done, cfg.max_candidates, cfg.batch_size), partial(process_batch, ctx),
+                               lambda done: select_records(done, cfg.n_target, keys), cfg.n_target,
+                               lambda done: early_stop_reason(done, cfg.early_stop),
+                               StatusLine(status_every, lambda done, sel: _status_text(done, sel, gen.ledger)))
         done = dict(log.done)
     summary = finalize_run(out, cfg, kg, gen, para, done, seconds=time.perf_counter() - t0, processed=len(done) - n_before,
                            stopped=f'early stop: {stop}' if stop else None)
@@ -344,18 +257,7 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
     _raise_if_empty(summary, stop, out, gen)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c048
-def _clients(cfg: GenerationConfig, out: Path, gen, para, cache_dir) -> tuple:
-    "The generator and paraphraser clients, both writing to the run's usage ledger `out/llm_calls.jsonl`."
-    ledger = out / 'llm_calls.jsonl'
-    if gen is None or para is None:
-        g, p = _default_clients(cfg, cache_dir or out / 'llm_cache', ledger); gen, para = gen or g, para or p
-    for c in (gen, para):
-        if c.ledger is None: c.ledger = ledger
-        elif Path(c.ledger).resolve() != ledger.resolve():
-            raise ValueError(f"an LLM client writes its usage to {c.ledger}; the run's ledger is {ledger}: pass clients with ledger=None")
-    return gen, para
-
+# %% ../nbs/10a_synthkgqa.ipynb #c042
 def _refuse_shrinking(out: Path, cfg: GenerationConfig):
     "Refuse a target smaller than the dataset the folder already holds."
     have = len(read_jsonl(out / 'records.jsonl'))
@@ -373,7 +275,7 @@ def _raise_if_empty(summary: dict, stop: str | None, out: Path, gen: LLMClient):
         top = ', '.join(f'{k} {v}' for k, v in list(summary['rejected'].items())[:3])
         raise GenerationError(f"no record: all {summary['candidates']} candidates were rejected ({top}); see {out / 'filter_log.json'}")
 
-# %% ../nbs/10a_synthkgqa.ipynb #c050
+# %% ../nbs/10a_synthkgqa.ipynb #c044
 def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient,
                  done: dict, seconds: float, processed: int, stopped: str | None = None) -> dict:
     "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
@@ -382,12 +284,9 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
     flog = sel.funnel
     dups = [dict(candidate=i, repeats=j, key=k) for i, (j, k) in sorted(sel.duplicates.items())]
     write_text_atomic(out / 'filter_log.json', json.dumps(dict(flog.to_dict(), duplicates=dups), indent=1) + '\n')
-    spath, sessions = out / 'run_summary.json', []
-    if spath.exists():
-        try: sessions = json.loads(spath.read_text()).get('sessions', [])
-        except ValueError: sessions = []
-    sessions.append(dict(finished=datetime.now(timezone.utc).isoformat(timespec='seconds'), seconds=round(seconds, 2),
-                         candidates_processed=processed, generator=gen.usage_summary(), paraphraser=para.usage_summary()))
+    spath = out / 'run_summary.json'
+    sessions = run_sessions(spath, seconds=round(seconds, 2), candidates_processed=processed,
+                            generator=gen.usage_summary(), paraphraser=para.usage_summary())
     usage = read_ledger(gen.ledger)
     stopped = stopped or ('n_target reached' if len(sel.records) >= cfg.n_target else 'max_candidates used up')
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), paraphraser=para.describe()),
@@ -408,21 +307,17 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
         write_text_atomic(out / 'dataset_card.md', card)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c060
+# %% ../nbs/10a_synthkgqa.ipynb #c054
 _FLAGS = {f.name: '--' + f.name.replace('_', '-') for f in fields(GenerationConfig)} | {'n_target': '--n', 'query_timeout': '--timeout', 'k_choices': '--k'}
-
-class _OneLineParser(argparse.ArgumentParser):
-    "An argument parser whose errors are one line (no usage block), with exit status 2."
-    def error(self, message): self.exit(2, f'{self.prog}: {message} (see --help)\n')
 
 def _int_list(text: str) -> tuple:
     try: return tuple(int(k) for k in text.split(','))
     except ValueError: raise argparse.ArgumentTypeError(f'expected comma-separated integers, got {text!r}') from None
 
-def generate_parser() -> argparse.ArgumentParser:
+def generate_parser() -> CLIParser:
     "Arguments of `kgqa generate`."
     d = GenerationConfig()
-    p = _OneLineParser(prog='kgqa generate', description='Generate a SynthKGQA dataset into a crash-safe, resumable run folder.')
+    p = CLIParser(prog='kgqa generate', description='Generate a SynthKGQA dataset into a crash-safe, resumable run folder.')
     p.add_argument('--kg', default=d.kg, help='KG name (toyworld | codex-m | ...) or folder')
     p.add_argument('--n', type=int, default=d.n_target, help='distinct accepted datapoints to produce')
     p.add_argument('--out', required=True, help='run folder (rerun the same command to resume)')
@@ -442,19 +337,16 @@ def generate_parser() -> argparse.ArgumentParser:
     p.add_argument('--cache-dir', default=None, help='LLM cache folder (default: OUT/llm_cache)')
     return p
 
+# %% ../nbs/10a_synthkgqa.ipynb #c056
 def generate_cli(argv=None) -> int:
-    "`kgqa generate`: run or resume a generation run; 0 done, 1 stopped before its end, 2 refused before any work."
-    say = lambda msg: print(f'kgqa generate: {msg}', file=sys.stderr)
-    try: a = generate_parser().parse_args(argv)
-    except SystemExit as e: return int(e.code or 0)
+    "`kgqa generate`: run or resume a generation run (0 when the dataset is written; errors raise)."
+    a = generate_parser().parse_args(argv)
     try:
         cfg = GenerationConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                                model=a.model, paraphrase_model=a.paraphrase_model, base_url=a.base_url, k_choices=a.k,
                                max_answers=a.max_answers, query_timeout=a.timeout, aggregation_fraction=a.aggregation_fraction,
                                batch_size=a.batch_size, concurrency=a.concurrency, early_stop=a.early_stop)
-    except ConfigError as e: say(re.sub(r'\b(' + '|'.join(_FLAGS) + r')\b', lambda m: _FLAGS[m[1]], str(e))); return 2
-    if Path(a.out).exists() and not Path(a.out).is_dir(): say(f'--out {a.out} is a file, not a folder'); return 2
-    try: run_generation(a.out, cfg, cache_dir=a.cache_dir)
-    except RunRefused as e: say(e); return 2
-    except (GenerationError, LLMError, ValueError, FileNotFoundError) as e: say(e); return 1
+    except ConfigError as e: raise flag_usage_error(e, _FLAGS) from None
+    if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
+    run_generation(a.out, cfg, cache_dir=a.cache_dir)
     return 0

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from kgqa_nb import datasources
-from kgqa_nb.dataset import SplitConfig, SplitResult, build_split, check_split, read_jsonl
+from kgqa_nb.core import LockTimeout
+from kgqa_nb.dataset import SplitConfig, SplitResult, build_split, check_split, read_records
 
 N = 60  # small generated datasets (a few seconds each on toyworld with the offline model)
 
@@ -33,7 +34,7 @@ def test_second_call_reuses_everything(tmp_path, monkeypatch):
 def test_split_files_obey_the_zero_shot_rules(tmp_path):
     p = datasources.ensure_dataset(n_target=200, root=tmp_path)
     info = json.loads(p.split.read_text())
-    train, test, recs = read_jsonl(p.train), read_jsonl(p.test), read_jsonl(p.records)
+    train, test, recs = read_records(p.train), read_records(p.test), read_records(p.records)
     assert len(train) > 0 and len(test) > 0 and len(train) + len(test) <= len(recs)
     cfg = info['split_config']
     # the files themselves, checked as a split
@@ -88,7 +89,7 @@ def test_a_killed_lock_holder_frees_the_lock(tmp_path):
     ''')], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'locked'
-        with pytest.raises(datasources.DatasetLockTimeout):
+        with pytest.raises(LockTimeout):
             with datasources.folder_lock(folder, timeout=0.5): pass
     finally:
         holder.send_signal(signal.SIGKILL); holder.wait()
@@ -111,7 +112,7 @@ def test_published_gtsqa_missing_fails_clearly(monkeypatch, tmp_path):
 def test_load_source_generated_matches_the_files(tmp_path):
     src = datasources.load_source('generated', n_target=N, root=tmp_path)
     assert src.name == 'generated' and 'offline' in src.llm_backend and src.kg.startswith('toyworld')
-    pd.testing.assert_frame_equal(src.train, read_jsonl(src.paths.train))
+    pd.testing.assert_frame_equal(src.train, read_records(src.paths.train))
     assert len(src.all) == len(src.train) + len(src.test)
 
 
@@ -121,7 +122,7 @@ def test_the_kg_object_is_passed_down_not_loaded_again(tmp_path, monkeypatch):
     def no_load(*a, **k): raise AssertionError('the KG was loaded again')
     monkeypatch.setattr(datasources, 'load_kg', no_load); monkeypatch.setattr(synthkgqa, 'load_kg', no_load)
     p = datasources.ensure_dataset(kg=toy, n_target=N, root=tmp_path)
-    assert len(read_jsonl(p.records)) == N
+    assert len(read_records(p.records)) == N
     ctx = datasources.open_artifact('demo', kg=toy, n_target=N, out_dir=str(tmp_path))
     assert ctx.kg is toy and ctx.source.paths == datasources.ensure_dataset(kg=toy, n_target=N, root=tmp_path / 'results')
 
@@ -144,7 +145,7 @@ def test_open_artifact_gives_records_folders_and_provenance(tmp_path):
                                     out_dir=str(tmp_path), convention='rog')
     assert ctx.results_dir == tmp_path / 'results' and ctx.figures_dir.is_dir()
     assert set(ctx.records.split) <= {'train', 'test'} and len(ctx.train) + len(ctx.test) == len(ctx.records)
-    assert sorted(ctx.train.id) == sorted(read_jsonl(ctx.source.paths.train).id)
+    assert sorted(ctx.train.id) == sorted(read_records(ctx.source.paths.train).id)
     prov = ctx.prov
     assert prov['artifact'] == 'fig6_seeds_hops_answers' and prov['kg'] == ctx.kg.name and 'offline' in prov['llm_backend']
     assert prov['params']['convention'] == 'rog' and prov['params']['n_target'] == N  # everything the notebook passed is recorded

@@ -1,7 +1,7 @@
 """KGQAGen runs: the revision loop with scripted replies through the local OpenAI-compatible server (fixes a fixable
 query, gives up after three attempts), hostile SPARQL refused before execution, every accepted record's query returns
 exactly its answer set, SIGKILL then resume equals an uninterrupted run, malformed replies get named reasons."""
-import json, os, signal, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, time
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +11,8 @@ from kgqa_nb import llm
 from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.sparql import OxigraphStore
-from kgqa_nb.synthkgqa import read_outcomes
+from kgqa_nb.core import UsageError
+from kgqa_nb.runs import ManifestMismatch, read_outcomes
 from kgqa_nb.kgqagen import (EXPAND_FIRST_LINE, REVISE_FIRST_LINE, KGQAGenConfig, KGQAGenError, _Run, kgqagen_cli,
                              process_batch, run_answer_query, run_kgqagen, start_state, stratified_seeds, verify)
 
@@ -236,17 +237,23 @@ def test_openai_backend_against_offline_server_gives_identical_records(reference
     assert (tmp_path / 'o' / 'records.jsonl').read_bytes() == (reference / 'records.jsonl').read_bytes()
 
 
-def test_folder_of_another_run_is_refused(reference, capsys):
-    assert kgqagen_cli(['--n', str(N), '--out', str(reference), '--seed', '3']) == 2
-    assert 'config.seed' in capsys.readouterr().err
+def test_folder_of_another_run_is_refused(reference):
+    with pytest.raises(ManifestMismatch, match='config.seed'):
+        kgqagen_cli(['--n', str(N), '--out', str(reference), '--seed', '3'])
 
 
-@pytest.mark.parametrize('args, message', [(['--n', '0'], '--n must be an integer >= 1'),
-                                           (['--max-revisions', '-1'], '--max-revisions must be an integer >= 0'),
-                                           (['--seeds', 'no-such-file.txt'], 'seed file')])
-def test_bad_parameters_are_refused_up_front(args, message, tmp_path, capsys):
-    assert kgqagen_cli(['--out', str(tmp_path / 'x'), *args]) == 2
-    assert message in capsys.readouterr().err
+@pytest.mark.parametrize('args, error, message', [(['--n', '0'], UsageError, '--n must be an integer >= 1'),
+                                                  (['--n', '-3'], UsageError, '--n must be an integer >= 1, got -3'),
+                                                  (['--concurrency', '-1'], UsageError, '--concurrency must be an integer >= 1'),
+                                                  (['--timeout', '-5'], UsageError, '--timeout must be a number of seconds > 0'),
+                                                  (['--timeout', 'nan'], UsageError, '--timeout must be a number of seconds > 0'),
+                                                  (['--max-revisions', '-1'], UsageError, '--max-revisions must be an integer >= 0'),
+                                                  (['--n', 'two'], UsageError, "argument --n: invalid int value: 'two'"),
+                                                  (['--seeds', 'no-such-file.txt'], FileNotFoundError, 'seed file')])
+def test_bad_parameters_are_refused_up_front(args, error, message, tmp_path, capsys):
+    with pytest.raises(error, match=re.escape(message)):  # raised, not printed: `kgqa` alone prints errors
+        kgqagen_cli(['--out', str(tmp_path / 'x'), *args])
+    assert capsys.readouterr().err == ''
     assert not (tmp_path / 'x').exists()
 
 
@@ -278,7 +285,8 @@ PUBLISHED = [
 
 def test_table2_reads_the_published_dataset(tmp_path, monkeypatch):
     "Artifact 92 with source kgqagen-10k and no KG: the LLM rows on every published question, the oracle and retriever rows left out."
-    from kgqa_nb.rerun import load_manifest, run_artifact
+    from kgqa_nb.profiles import load_manifest
+    from kgqa_nb.rerun import run_artifact
     data = tmp_path / 'data'; (data / 'kgqagen').mkdir(parents=True)
     (data / 'kgqagen' / 'data.jsonl').write_text(''.join(json.dumps(o) + '\n' for o in PUBLISHED))
     monkeypatch.setenv('KGQA_DATA', str(data))

@@ -1,11 +1,13 @@
 """End-to-end generation runs: SIGKILL mid-run then resume equals an uninterrupted run; the OpenAI-compatible path
 against the local offline server equals the offline backend; folders of other runs are refused."""
-import json, os, signal, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, time
 from pathlib import Path
 
 import pytest
 
 from kgqa_nb.llm import OfflineChatServer
+from kgqa_nb.core import UsageError
+from kgqa_nb.runs import GenerationError, ManifestMismatch, RunRefused
 from kgqa_nb.synthkgqa import generate_cli, read_outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,11 +123,12 @@ def test_openai_backend_against_offline_server_gives_identical_records(reference
     assert summary['prompt_tokens'] > 0
 
 
-def test_folder_of_another_run_is_refused(reference, capsys):
+def test_folder_of_another_run_is_refused(reference):
     before = (reference / 'outcomes.jsonl').read_bytes()
-    assert generate_cli(['--kg', 'toyworld', '--n', str(N), '--out', str(reference), '--seed', '1']) == 2
-    assert 'config.seed' in capsys.readouterr().err
-    assert generate_cli(['--kg', 'toyworld', '--n', str(N), '--out', str(reference), '--k', '1,2']) == 2
+    with pytest.raises(ManifestMismatch, match='config.seed'):
+        generate_cli(['--kg', 'toyworld', '--n', str(N), '--out', str(reference), '--seed', '1'])
+    with pytest.raises(ManifestMismatch, match='config.k_choices'):
+        generate_cli(['--kg', 'toyworld', '--n', str(N), '--out', str(reference), '--k', '1,2'])
     assert (reference / 'outcomes.jsonl').read_bytes() == before
 
 
@@ -181,7 +184,7 @@ def test_funnel_adds_up_on_a_real_run(run200):
     assert flog['accepted'] == summary['records'] == len(records(run200)) == 200
     assert summary['candidates_processed'] == n_lines == flog['candidates'] + summary['candidates_after_last_record']
     table = (run200 / 'dataset_card.md').read_text().split('## Statistics')[1].split('##')[0]
-    header = table.strip().splitlines()[0].split()
+    header = [w for w in table.strip().splitlines()[0].split() if w != '|']  # a plain or a markdown table (with tabulate)
     assert header == ['all'], header  # one split, one column (no identical 'all' and 'All')
 
 
@@ -204,9 +207,10 @@ IMPOSSIBLE = [['--max-answers', '0'], ['--timeout', '-1'], ['--timeout', 'nan'],
 @pytest.mark.parametrize('args', IMPOSSIBLE, ids=[' '.join(a) for a in IMPOSSIBLE])
 def test_impossible_parameters_are_refused_up_front(args, tmp_path, capsys):
     out = tmp_path / 'never'
-    assert generate_cli(['--kg', 'toyworld', '--out', str(out), *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith('kgqa generate:'), err
+    with pytest.raises(UsageError) as e:  # raised, not printed: `kgqa` alone prints errors
+        generate_cli(['--kg', 'toyworld', '--out', str(out), *args])
+    err = str(e.value)
+    assert len(err.splitlines()) == 1 and capsys.readouterr().err == '', err
     assert all(a in err for a in args if a.startswith('--')), err  # named as the user wrote it
     assert not out.exists()  # nothing was done
 
@@ -239,35 +243,35 @@ class _LoremServer:
     def __exit__(self, *a): self.httpd.shutdown(); self.httpd.server_close()
 
 
-def test_lorem_ipsum_server_stops_early_with_the_reason(tmp_path, capsys):
+def test_lorem_ipsum_server_stops_early_with_the_reason(tmp_path):
     out = tmp_path / 'lorem'
-    with _LoremServer() as server:
-        code = generate_cli(['--kg', 'toyworld', '--n', '20', '--out', str(out), '--backend', 'openai', '--model', 'broken',
-                             '--base-url', server.url, '--early-stop', '30', '--batch-size', '10', '--concurrency', '4'])
-    err = capsys.readouterr().err
-    assert code == 1
+    with _LoremServer() as server, pytest.raises(GenerationError) as e:
+        generate_cli(['--kg', 'toyworld', '--n', '20', '--out', str(out), '--backend', 'openai', '--model', 'broken',
+                      '--base-url', server.url, '--early-stop', '30', '--batch-size', '10', '--concurrency', '4'])
+    err = str(e.value)
     assert 'stopped early: the first 30 candidates were all rejected as parse' in err and 'missing_field:Question' in err
     assert server.requests == 30  # three batches, not the 400 calls of the whole budget
     summary = json.loads((out / 'run_summary.json').read_text())
     assert summary['records'] == 0 and summary['stopped'].startswith('early stop') and summary['llm_calls'] == 30
 
 
-def test_run_that_accepts_nothing_fails(tmp_path, capsys):
+def test_run_that_accepts_nothing_fails(tmp_path):
     out = tmp_path / 'none'
-    with _LoremServer() as server:  # early stop off: the whole (small) budget is spent and nothing is accepted
-        code = generate_cli(['--kg', 'toyworld', '--n', '2', '--max-candidates', '10', '--early-stop', '0', '--out', str(out),
-                             '--backend', 'openai', '--model', 'broken', '--base-url', server.url])
-    assert code == 1 and 'no record: all 10 candidates were rejected (parse:missing_field:Question 10)' in capsys.readouterr().err
+    # early stop off: the whole (small) budget is spent and nothing is accepted
+    with _LoremServer() as server, pytest.raises(GenerationError, match=re.escape('no record: all 10 candidates were rejected (parse:missing_field:Question 10)')):
+        generate_cli(['--kg', 'toyworld', '--n', '2', '--max-candidates', '10', '--early-stop', '0', '--out', str(out),
+                      '--backend', 'openai', '--model', 'broken', '--base-url', server.url])
     assert json.loads((out / 'run_summary.json').read_text())['stopped'] == 'max_candidates used up'
 
 
-def test_smaller_n_never_shrinks_a_finished_dataset(reference, tmp_path, capsys):
+def test_smaller_n_never_shrinks_a_finished_dataset(reference, tmp_path):
     import shutil
     out = tmp_path / 'shrink'
     shutil.copytree(reference, out)
     before = (out / 'records.jsonl').read_bytes()
-    assert generate_cli(['--kg', 'toyworld', '--n', str(N // 2), '--out', str(out)]) == 2
-    err = capsys.readouterr().err.strip()
+    with pytest.raises(RunRefused) as e:
+        generate_cli(['--kg', 'toyworld', '--n', str(N // 2), '--out', str(out)])
+    err = str(e.value)
     assert len(err.splitlines()) == 1 and f'already holds a dataset of {N} records' in err and f'--n {N} or more' in err
     assert (out / 'records.jsonl').read_bytes() == before
 
@@ -297,3 +301,13 @@ def test_status_lines_when_stderr_is_not_a_terminal(tmp_path):
     summary = json.loads((tmp_path / 'st' / 'run_summary.json').read_text())
     assert lines[-1] == (f"kgqa generate: {summary['candidates_processed']} candidates done, 60 records, "
                          f"{summary['candidates'] - 60} rejected, {summary['llm_calls']} model calls")
+
+
+def test_command_errors_end_as_one_kgqa_line_with_status_2(reference, tmp_path):
+    "Through `kgqa`: an impossible flag and a folder of another run each end with one `kgqa: ...` line and exit status 2."
+    bad = subprocess.run(cli('--kg', 'toyworld', '--out', tmp_path / 'never', '--concurrency', '-2'), capture_output=True, text=True, cwd=ROOT)
+    other = subprocess.run(cli('--kg', 'toyworld', '--n', N, '--out', reference, '--seed', '5'), capture_output=True, text=True, cwd=ROOT)
+    for res, fragment in ((bad, '--concurrency must be an integer >= 1, got -2'), (other, 'config.seed: folder has 0, this run has 5')):
+        assert res.returncode == 2 and res.stderr.splitlines() == [res.stderr.strip()] and res.stderr.startswith('kgqa: '), res.stderr
+        assert fragment in res.stderr, res.stderr
+    assert not (tmp_path / 'never').exists()
