@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, json, os, platform, random, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, hashlib, json, os, platform, random, re, subprocess, sys, tempfile, threading, time, urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
@@ -21,11 +21,11 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import 
 # %% auto #0
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir', 'data_dir',
            'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device',
-           'git_state', 'package_versions', 'hardware', 'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError',
-           'CLIParser', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'progress', 'Timer',
-           'LockTimeout', 'folder_lock', 'atomic_path', 'write_text_atomic', 'JsonlCache', 'CacheMissError',
-           'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder',
-           'code_fingerprint', 'mark_built', 'built_by']
+           'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable', 'jsonable',
+           'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'artifact_dirs', 'write_table',
+           'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'folder_lock', 'atomic_path',
+           'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning',
+           'read_jsonl', 'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -124,13 +124,18 @@ def get_device(pref: str = 'auto'):  # 'auto' (CUDA when present), 'cpu', 'cuda'
 TRACKED_PACKAGES = ('kgqa_nb', 'numpy', 'pandas', 'torch', 'torch_geometric', 'pyoxigraph', 'rdflib', 'networkx', 'scipy',
                     'openai', 'faiss-cpu', 'papermill', 'nbdev', 'sentence-transformers')
 
+def _git(root, *args) -> str:
+    try: return subprocess.run(['git', *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.rstrip()
+    except Exception: return ''
+
+def git_changes(root=ROOT) -> list:
+    "Tracked files with uncommitted changes (`git status --porcelain --untracked-files=no`); [] outside a git checkout."
+    return [l[3:] for l in _git(root, 'status', '--porcelain', '--untracked-files=no').splitlines() if l.strip()]
+
 def git_state(root=ROOT) -> dict:
     "Commit hash and dirty flag of the repository (None outside a git checkout)."
-    def run(*a):
-        try: return subprocess.run(['git', *a], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception: return ''
-    commit = run('rev-parse', 'HEAD') or None
-    return dict(commit=commit, dirty=bool(run('status', '--porcelain', '--untracked-files=no')) if commit else None)
+    commit = _git(root, 'rev-parse', 'HEAD') or None
+    return dict(commit=commit, dirty=bool(git_changes(root)) if commit else None)
 
 def package_versions(names=TRACKED_PACKAGES) -> dict:
     "Installed versions of the packages results depend on (missing ones are left out)."
@@ -151,7 +156,24 @@ def hardware() -> dict:
         if torch.cuda.is_available(): hw['gpu'] = torch.cuda.get_device_name(0)
     return hw
 
-# %% ../nbs/00_core.ipynb #c022
+# %% ../nbs/00_core.ipynb #c023
+def path_replacements(root_as: str = '.') -> list:  # what the repository's own path becomes
+    "(pattern, replacement) pairs that write this machine's folders as names every machine shares, most specific first."
+    pairs = [(str(data_dir()), '$KGQA_DATA'), (str(ckpt_dir()), '$KGQA_CKPTS'), (str(user_cache_dir()), '$KGQA_CACHE'),
+             (str(ROOT), root_as), (str(Path.home()), '~')]
+    out = [(re.compile(re.escape(a) + r'(?![\w.-])'), b) for a, b in pairs if a not in ('', '/')]
+    return out + [(re.compile(re.escape(tempfile.gettempdir().rstrip('/')) + r'/(tmp|pytest-of-)[\w.-]*'), '<tmp>')]
+
+def portable(o, reps=None):
+    "`o` (JSON-ready) with every path in its strings written by `path_replacements`."
+    reps = path_replacements() if reps is None else reps
+    if isinstance(o, dict): return {k: portable(v, reps) for k, v in o.items()}
+    if isinstance(o, list): return [portable(v, reps) for v in o]
+    if not isinstance(o, str): return o
+    for pat, rep in reps: o = pat.sub(rep, o)
+    return o
+
+# %% ../nbs/00_core.ipynb #c025
 def jsonable(o):
     "`o` with numpy values, arrays, tuples, sets and paths made JSON-ready (NaN becomes None, unknown objects their repr)."
     if isinstance(o, dict): return {str(k): jsonable(v) for k, v in o.items()}
@@ -171,20 +193,21 @@ def provenance(params: dict | None = None,  # the notebook's parameters
                seed: int | None = None,  # RNG seed of the run
                kg: str | None = None,  # which KG, e.g. 'toyworld(seed=0)' or 'codex-m'
                llm_backend: str | None = None,  # e.g. 'offline', or 'openai:gpt-4.1@https://…'
-               **extra):  # anything else worth recording (artifact name, profile, timings)
-    "A provenance record for a result file."
-    return jsonable(dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(),
-                          params=redact(params or {}), seed=seed, kg=kg, llm_backend=llm_backend,
-                          argv=sys.argv, packages=package_versions(), hardware=hardware(), **extra))
+               **extra):  # anything else worth recording (artifact name, timings); `profile` defaults to $KGQA_PROFILE
+    "A provenance record for a result file: paths in it written as `portable` shows them, the profile named."
+    profile = extra.pop('profile', os.environ.get('KGQA_PROFILE') or None)  # set by the rerun harness for the notebooks it runs
+    return portable(jsonable(dict(created=datetime.now(timezone.utc).isoformat(timespec='seconds'), git=git_state(), profile=profile,
+                                  params=redact(params or {}), seed=seed, kg=kg, llm_backend=llm_backend,
+                                  argv=sys.argv, packages=package_versions(), hardware=hardware(), **extra)))
 
-# %% ../nbs/00_core.ipynb #c025
+# %% ../nbs/00_core.ipynb #c028
 class ReasonError(ValueError):
     "Input rejected for a named reason: `.reason` (machine-readable) and `.detail` (for people)."
     def __init__(self, reason: str, detail: str = ''):
         self.reason, self.detail = reason, detail
         super().__init__(f'{reason}: {detail}' if detail else reason)
 
-# %% ../nbs/00_core.ipynb #c026b
+# %% ../nbs/00_core.ipynb #c031
 class UsageError(ValueError):
     "A command line that cannot be parsed, or a flag whose value is impossible."
 
@@ -192,7 +215,7 @@ class CLIParser(argparse.ArgumentParser):
     "An `argparse` parser whose errors raise `UsageError` (one line) instead of printing the usage and exiting."
     def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
 
-# %% ../nbs/00_core.ipynb #c028
+# %% ../nbs/00_core.ipynb #c034
 def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
     "The (results, figures) folders an artifact notebook writes to, created if missing."
     base = Path(out_dir) if out_dir else project_dirs.scratch
@@ -225,20 +248,20 @@ def save_figure(fig,  # a matplotlib Figure
     write_provenance(path, **prov)
     return path
 
-# %% ../nbs/00_core.ipynb #c031
+# %% ../nbs/00_core.ipynb #c037
 def progress(it=None, **kw):
     "A tqdm progress bar that honours `KGQA_PROGRESS=0`."
     kw.setdefault('disable', os.environ.get('KGQA_PROGRESS', '1') == '0')
     kw.setdefault('dynamic_ncols', True)
     return tqdm(it, **kw)
 
-# %% ../nbs/00_core.ipynb #c034
+# %% ../nbs/00_core.ipynb #c040
 class Timer:
     "Context manager measuring wall time in seconds (`.s`)."
     def __enter__(self): self.t0 = time.perf_counter(); return self
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
 
-# %% ../nbs/00_core.ipynb #c037
+# %% ../nbs/00_core.ipynb #c043
 class LockTimeout(TimeoutError):
     "Another process held a folder lock for longer than we were willing to wait."
 
@@ -262,7 +285,7 @@ def folder_lock(folder,  # the folder to lock (created if missing)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
-# %% ../nbs/00_core.ipynb #c037b
+# %% ../nbs/00_core.ipynb #c046
 @contextmanager
 def atomic_path(path):  # the file to (over)write
     "A unique temporary path beside `path`, renamed over `path` when the block ends without an error (removed otherwise)."
@@ -280,7 +303,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     with atomic_path(path) as tmp: tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
     return Path(path)
 
-# %% ../nbs/00_core.ipynb #c040
+# %% ../nbs/00_core.ipynb #c049
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
 except ImportError: fcntl = None
 
@@ -331,7 +354,7 @@ class JsonlCache:
             finally: os.close(fd)
             self._entries[record['key']] = self.slim(record)
 
-# %% ../nbs/00_core.ipynb #c043
+# %% ../nbs/00_core.ipynb #c052
 class CacheMissError(LookupError):
     "A request is not in a replay-only cache (`mode='replay'` never calls the model or the endpoint)."
 
@@ -363,7 +386,7 @@ class ReplayCache(JsonlCache):
         "Store a fresh answer (a dict with a 'key'), unless the cache is off."
         if self.mode != 'off': self.put(record)
 
-# %% ../nbs/00_core.ipynb #c046
+# %% ../nbs/00_core.ipynb #c055
 class MalformedFileError(ReasonError):
     "A data or log file that cannot be read: `.path` and `.line` say where (line numbers start at 1)."
     def __init__(self, path, line: int | None, detail: str):
@@ -401,7 +424,7 @@ def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
         out.append(rec)
     return out
 
-# %% ../nbs/00_core.ipynb #c049
+# %% ../nbs/00_core.ipynb #c058
 def params_key(params: dict,  # JSON-serialisable parameters
                n: int = 12) -> str:  # hex digits kept
     "A short, order-independent hash of a parameter dict."
@@ -420,7 +443,7 @@ def keyed_folder(base,  # parent folder
     if not pj.exists(): write_text_atomic(pj, json.dumps(jsonable(params), sort_keys=True, indent=1) + '\n')
     return folder
 
-# %% ../nbs/00_core.ipynb #c058
+# %% ../nbs/00_core.ipynb #c061
 def code_fingerprint(*modules: str) -> str:  # library module names, e.g. 'sampling', 'generate'
     "sha256 (12 hex digits) over the source of the named `kgqa_nb` modules, for cache keys that must follow the code."
     h = hashlib.sha256()

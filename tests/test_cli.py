@@ -6,7 +6,7 @@ import os, re, socket, subprocess, sys
 import pytest
 
 from kgqa_nb.core import project_dirs
-from kgqa_nb.rerun import LLM_ENV, artifact_needs, check_profile, load_manifest
+from kgqa_nb.profiles import LLM_ENV, artifact_needs, check_profile, load_manifest
 
 
 def kgqa(*args, env=None, timeout=300):
@@ -132,3 +132,55 @@ def test_serve_offline_port_in_use():
         s.bind(('127.0.0.1', 0)); s.listen(1)
         port = s.getsockname()[1]
         one_line_error(kgqa('serve-offline', '--port', port, timeout=120), f'port {port} on 127.0.0.1 is already in use')
+
+
+# --- every command: one error path ------------------------------------------------------------------------------------
+
+EVERY_COMMAND = r'''
+import contextlib, io, json, sys
+from kgqa_nb.cli import COMMANDS, main
+out = {}
+for cmd in COMMANDS:
+    for flag in ('--no-such-flag', '--help'):
+        o, e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            try: rc = main([cmd, flag])  # what `kgqa CMD FLAG` runs; the console script exits with its value
+            except SystemExit as x: rc = x.code if isinstance(x.code, int) else (0 if x.code is None else 1)
+            except BaseException as x: rc = f'raised {type(x).__name__}: {x}'
+        out[f'{cmd} {flag}'] = dict(rc=rc, stdout=o.getvalue(), stderr=e.getvalue())
+sys.__stdout__.write(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope='module')
+def every_command():
+    "Each command of COMMANDS run with an unknown flag and with --help, in one subprocess (imports are the slow part)."
+    from kgqa_nb.cli import COMMANDS
+    e = {k: v for k, v in os.environ.items() if k not in LLM_ENV and k != 'KGQA_DEBUG'}
+    res = subprocess.run([sys.executable, '-c', EVERY_COMMAND], capture_output=True, text=True, cwd=project_dirs.root,
+                         env={**e, 'KGQA_PROGRESS': '0'}, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = __import__('json').loads(res.stdout)
+    assert sorted({k.split()[0] for k in out}) == sorted(COMMANDS)
+    return out
+
+
+def _command_names():
+    from kgqa_nb.cli import COMMANDS
+    return list(COMMANDS)
+
+
+@pytest.mark.parametrize('cmd', _command_names())
+def test_every_command_reports_a_bad_flag_in_one_line(every_command, cmd):
+    "A flag the command does not know: exit code 2, nothing on stdout, exactly one `kgqa: ` line on stderr."
+    r = every_command[f'{cmd} --no-such-flag']
+    assert (r['rc'], r['stdout']) == (2, ''), r
+    assert len(r['stderr'].splitlines()) == 1 and r['stderr'].startswith('kgqa: '), r  # argparse may name a missing required flag first
+
+
+@pytest.mark.parametrize('cmd', _command_names())
+def test_every_command_prints_its_usage_on_help(every_command, cmd):
+    "`kgqa CMD --help`: the command's usage on stdout, nothing on stderr, exit code 0 (asking for help is not an error)."
+    r = every_command[f'{cmd} --help']
+    assert (r['rc'], r['stderr']) == (0, ''), r
+    assert r['stdout'].startswith(f'usage: kgqa {cmd}'), r['stdout'][:300]

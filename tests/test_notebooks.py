@@ -1,5 +1,7 @@
 """Checks over the notebooks themselves: artifact notebooks declare exactly one typed, documented parameters cell that
-papermill can read, every artifact is in the manifest, profiles only set declared parameters, and the harness runs one."""
+papermill can read, every artifact is in the manifest, profiles only set declared parameters, and the harness runs one;
+every library chapter is committed with its outputs (all checked for structure, a rotating sample re-executed); committed
+results name their profile and hold no path of this machine."""
 import json, re, subprocess, sys
 from pathlib import Path
 
@@ -8,7 +10,8 @@ import pytest
 import yaml
 
 from kgqa_nb.core import load_profile, project_dirs
-from kgqa_nb.rerun import check_profile, load_manifest, notebook_parameters, parameters_cells, run_artifact
+from kgqa_nb.profiles import check_profile, load_manifest, notebook_parameters, parameters_cells
+from kgqa_nb.rerun import run_artifact
 
 MANIFEST = load_manifest()
 ARTIFACT_NBS = sorted(p for p in project_dirs.nbs.glob('*.ipynb') if re.match(r'[5-9]\d_', p.name))
@@ -69,12 +72,15 @@ def test_harness_runs_an_artifact_into_scratch(tmp_path):
     assert (tmp_path / 'figures' / 'kg_degree_distribution.provenance.json').exists()
     prov = json.loads((tmp_path / 'results' / 'executed' / 'kg_overview.provenance.json').read_text())
     assert prov['profile'] == 'smoke' and prov['params']['kgs'] == ['codex-m']
+    assert json.loads((tmp_path / 'results' / 'kg_overview.provenance.json').read_text())['profile'] == 'smoke'  # the notebook's own record too
 
 
 def test_published_profile_with_publish_dir_never_touches_the_paper_outputs(tmp_path, monkeypatch):
     "A profile with publish_dir runs in results/runs/<profile>/ and copies its outputs to results/<dir>/ and figures/<dir>/."
     from kgqa_nb.core import project_dirs as pd_
     monkeypatch.setattr(pd_, 'results', tmp_path / 'results'); monkeypatch.setattr(pd_, 'figures', tmp_path / 'figures')
+    import kgqa_nb.rerun
+    monkeypatch.setattr(kgqa_nb.rerun, 'git_changes', lambda: [])  # publishing needs a clean tree; this test is about where files go
     prof = tmp_path / 'review.yaml'
     prof.write_text('publish: true\npublish_dir: review\nkg_overview:\n  kgs: [toyworld]\n  toyworld_scale: 0.2\n')
     rec = run_artifact(MANIFEST['kg_overview'], str(prof))
@@ -131,21 +137,73 @@ def test_library_chapters_are_the_exporting_notebooks():
     assert not [n for n in names if re.match(r'[5-9]\d_', n)]
 
 
-SAMPLE_CHAPTERS = ['00_core.ipynb', '08_isomorphism.ipynb']
+LIBRARY_CHAPTERS = _tool('run_chapters').library_chapters()
+MACHINE_PATH = re.compile(r'(?<![\w.~$-])/(tmp|root|home|work|Users)/')  # an absolute path of some machine
+SKIPPED = re.compile(r'^#\|\s*(slow|gpu|llm|data|eval:\s*false)\b', re.M)  # cells a run may skip: their outputs can be absent
+
+
+def _shows_something(src: str) -> bool:
+    "Whether a cell ends in a bare value or a print/display call (its run must leave an output)."
+    import ast
+    try: body = ast.parse('\n'.join(l for l in src.splitlines() if not l.lstrip().startswith(('%', '!')))).body
+    except SyntaxError: return False
+    last = body[-1].value if body and isinstance(body[-1], ast.Expr) else None
+    if last is None: return False
+    return not isinstance(last, ast.Call) or (isinstance(last.func, ast.Name) and last.func.id in ('print', 'display'))
+
+
+@pytest.mark.parametrize('nb', LIBRARY_CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_committed_with_its_outputs(nb):
+    "Every library chapter carries the outputs `make chapters` gives it: a cell that ends in a value shows it; no output holds a machine path or a traceback."
+    cells = json.loads(nb.read_text())['cells']
+    code = [(i, c) for i, c in enumerate(cells) if c['cell_type'] == 'code']
+    assert any(c.get('outputs') for _, c in code), f'{nb.name} has {len(code)} code cells and no outputs: run `make chapters NBS=nbs/{nb.name}` and commit'
+    silent = [i for i, c in code if not c.get('outputs') and not SKIPPED.search(''.join(c['source'])) and _shows_something(''.join(c['source']))]
+    assert silent == [], f'{nb.name}: cells {silent} end in a value but have no committed output: run `make chapters NBS=nbs/{nb.name}` and commit'
+    for i, c in code:
+        for o in c.get('outputs', []):
+            text = json.dumps(o.get('text', '')) + json.dumps({k: v for k, v in o.get('data', {}).items() if k.startswith('text')})
+            assert o.get('output_type') != 'error' and 'Traceback (most recent call last)' not in text, f'{nb.name}: cell {i} committed an error'
+            assert not MACHINE_PATH.search(text), f'{nb.name}: cell {i} shows a path of this machine: {MACHINE_PATH.search(text)[0]}'
+
+
+def test_freshness_sample_rotates_with_the_commit():
+    rc = _tool('run_chapters')
+    assert rc.rotating_sample(2, 'abc') == rc.rotating_sample(2, 'abc') and len(rc.rotating_sample(2, 'abc')) == 2
+    assert len({p for k in range(40) for p in rc.rotating_sample(2, f'commit-{k}')}) > len(LIBRARY_CHAPTERS) // 2  # over commits, most chapters come up
 
 
 @pytest.mark.data()
 def test_committed_chapter_outputs_are_current(tmp_path):
-    "Re-executing a sample of chapters with the `make chapters` tool reproduces the outputs committed with them."
-    res = subprocess.run([sys.executable, 'tools/run_chapters.py', '--out', str(tmp_path), *[f'nbs/{n}' for n in SAMPLE_CHAPTERS]],
+    "Re-executing a rotating sample of chapters (two, chosen by the commit) with the `make chapters` tool reproduces their committed outputs."
+    sample = [p.name for p in _tool('run_chapters').rotating_sample(2)]
+    res = subprocess.run([sys.executable, 'tools/run_chapters.py', '--out', str(tmp_path), *[f'nbs/{n}' for n in sample]],
                          cwd=project_dirs.root, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    for n in SAMPLE_CHAPTERS:
+    for n in sample:
         committed, fresh = (json.loads(p.read_text())['cells'] for p in (project_dirs.nbs / n, tmp_path / n))
         assert [c['source'] for c in committed] == [c['source'] for c in fresh]
         stale = [i for i, (a, b) in enumerate(zip(committed, fresh)) if a.get('outputs') != b.get('outputs')]
-        assert stale == [], f'{n}: outputs of cells {stale} are not what a re-execution gives: run `make chapters` and commit'
-    assert any(c.get('outputs') for n in SAMPLE_CHAPTERS for c in json.loads((tmp_path / n).read_text())['cells'])  # not vacuous
+        assert stale == [], f'{n}: outputs of cells {stale} are not what a re-execution gives: run `make chapters NBS=nbs/{n}` and commit'
+    assert any(c.get('outputs') for n in sample for c in json.loads((tmp_path / n).read_text())['cells'])  # not vacuous
+
+
+# --- committed results trace to their code, on any machine ------------------------------------------------------------
+
+RECORDS = sorted(p for p in project_dirs.results.rglob('*') if p.is_file() and 'runs' not in p.relative_to(project_dirs.results).parts
+                 and p.suffix in ('.json', '.md', '.ipynb', '.csv'))
+
+
+def test_no_committed_result_holds_a_machine_path():
+    bad = [f'{p.relative_to(project_dirs.root)}: {m[0]}' for p in RECORDS if (m := MACHINE_PATH.search(p.read_text(errors='replace')))]
+    assert bad == [], f'{len(bad)} committed results hold absolute paths (tools/migrate_records.py rewrites them): {bad[:5]}'
+
+
+def test_every_committed_record_names_its_profile():
+    recs = [p for p in RECORDS if p.name.endswith('.provenance.json')]
+    assert recs
+    unnamed = [str(p.relative_to(project_dirs.root)) for p in recs if not json.loads(p.read_text()).get('profile')]
+    assert unnamed == [], f'records without a profile: {unnamed[:5]}'
 
 
 def test_sync_check_tolerates_outputs_but_not_unclean_or_unexported_notebooks(tmp_path):

@@ -1,10 +1,14 @@
 """`kgqa rerun --plan` and `--max-cost`: the plan names every missing thing, makes no network call, takes its token figures
-from measured records (caches and ledgers), and the budget guard refuses up front and stops a run whose spend passes it."""
-import json, socket, time
+from measured records (caches and ledgers) and its defaults from the notebooks, and the budget guard refuses up front and
+stops a run whose spend passes it (also in a process that inherited SIGINT ignored). Publishing from a dirty tree is refused;
+records name their profile and hold no path of this machine."""
+import json, signal, socket, threading
 from pathlib import Path
 
 import pytest
 
+import kgqa_nb.plan as pl
+import kgqa_nb.profiles as pr
 import kgqa_nb.rerun as rr
 from kgqa_nb.core import UsageError
 from kgqa_nb.readers import READER_MARKER
@@ -13,7 +17,7 @@ from kgqa_nb.readers import READER_MARKER
 @pytest.fixture
 def bare_machine(tmp_path, monkeypatch):
     "No LLM key, an empty data dir, an empty user cache, no GPU."
-    for k in rr.LLM_ENV + ('KGQA_LLM_MODEL',): monkeypatch.delenv(k, raising=False)
+    for k in pr.LLM_ENV + ('KGQA_LLM_MODEL',): monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv('KGQA_DATA', str(tmp_path / 'data')); (tmp_path / 'data').mkdir()
     monkeypatch.setenv('KGQA_CACHE', str(tmp_path / 'cache'))
     import torch
@@ -33,11 +37,11 @@ def reader_record(n_triples, prompt_tokens, model='gpt-4o-mini', key=None, compl
 
 
 def test_plan_names_every_missing_thing(bare_machine):
-    plan = rr.plan_profile('paper', roots=[], prior=[])
-    manifest, params = rr.load_manifest(), rr.check_profile('paper')
+    plan = pl.plan_profile('paper', roots=[], prior=[])
+    manifest, params = pr.load_manifest(), pr.check_profile('paper')
     for a in plan['artifacts']:
         if a['status'] == 'not run': continue
-        needs = rr.artifact_needs(manifest[a['artifact']], params[a['artifact']])
+        needs = pr.artifact_needs(manifest[a['artifact']], params[a['artifact']])
         assert [n['need'] for n in a['needs']] == needs
         for n in a['needs']:
             assert not n['met'] or n['need'].startswith('path:'), (a['artifact'], n)  # nothing is available on a bare machine
@@ -49,7 +53,7 @@ def test_plan_names_every_missing_thing(bare_machine):
     assert [n['need'] for n in by['retriever_study']['needs']] == ['llm', 'data:gtsqa', 'gpu', 'data:ogbl_wikikg2']
     assert by['retriever_study']['api_calls'] == 1622 * 9 * 13 and by['retriever_study']['cost_usd'] > 0
     assert by['table4_gt_vs_sp']['llm'][0]['shared_with'] == 'retriever_study'  # the shared study is planned once
-    text = rr.format_plan(plan)
+    text = pl.format_plan(plan)
     assert text.count('MISSING') == sum(not n['met'] for a in plan['artifacts'] for n in a.get('needs', []))
     assert 'total:' in text and 'blocked on this machine:' in text
 
@@ -62,7 +66,7 @@ def test_plan_makes_no_network_call(bare_machine, monkeypatch, capsys):
     out = bare_machine / 'plan.json'
     assert rr.rerun_cli(['--profile', 'paper', '--plan', '--plan-json', str(out)]) == 0
     plan = json.loads(out.read_text())
-    assert plan['network_calls'] == 0 and len(plan['artifacts']) == len(rr.load_manifest())
+    assert plan['network_calls'] == 0 and len(plan['artifacts']) == len(pr.load_manifest())
     assert 'plan for profile paper' in capsys.readouterr().out
 
 
@@ -76,7 +80,7 @@ def test_estimates_come_from_measured_records(bare_machine):
         for k, s in (('a', 2.0), ('b', 4.0))))
     prof = profile(bare_machine, 'fig4_sp_reader:\n  n_questions: 50\n  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
                                  'plan:\n  sp_triples: 10\n  concurrency: 2\n')
-    plan = rr.plan_profile(prof, ['fig4_sp_reader'], roots=[bare_machine / 'runs'], prior=[])
+    plan = pl.plan_profile(prof, ['fig4_sp_reader'], roots=[bare_machine / 'runs'], prior=[])
     assert plan['measured_prompts']['kgqa-reader'] == dict(prompt=300, per_triple=10.0, completion=7, calls=3)
     assert plan['seconds_per_call'] == dict(value=3.0, source='measured here (2 ledger lines)')
     [g] = plan['artifacts'][0]['llm']
@@ -90,8 +94,8 @@ def test_estimates_come_from_measured_records(bare_machine):
 
 def test_unknown_plan_setting_refused(bare_machine):
     prof = profile(bare_machine, 'plan:\n  acceptance: 0.2\n')
-    with pytest.raises(rr.ProfileError, match=r"plan.acceptance: not a planning setting \(did you mean 'acceptance_rate'\?\)"):
-        rr.plan_settings(prof)
+    with pytest.raises(pr.ProfileError, match=r"plan.acceptance: not a planning setting \(did you mean 'acceptance_rate'\?\)"):
+        pl.plan_settings(prof)
 
 
 def _paid_profile(tmp):
@@ -102,31 +106,33 @@ def _paid_profile(tmp):
 def test_max_cost_refuses_up_front(bare_machine, monkeypatch):
     monkeypatch.setenv('KGQA_LLM_API_KEY', 'sk-test-never-sent')
     prof, ran = _paid_profile(bare_machine), []
-    plan = rr.plan_profile(prof, ['synthkgqa_dataset'])
+    plan = pl.plan_profile(prof, ['synthkgqa_dataset'])
     assert plan['artifacts'][0]['cost_usd'] > 0.01
-    with pytest.raises(rr.BudgetError, match=r'--max-cost 0.01: the plan costs \$.*synthkgqa_dataset.*refusing to start'):
+    with pytest.raises(pl.BudgetError, match=r'--max-cost 0.01: the plan costs \$.*synthkgqa_dataset.*refusing to start'):
         rr.rerun(prof, ['synthkgqa_dataset'], max_cost=0.01, run=lambda *a, **k: ran.append(a), log=lambda s: None)
     assert ran == []
-    with pytest.raises(rr.BudgetError): rr.rerun_cli(['--profile', prof, '--only', 'synthkgqa_dataset', '--max-cost', '0.01'])
+    with pytest.raises(pl.BudgetError): rr.rerun_cli(['--profile', prof, '--only', 'synthkgqa_dataset', '--max-cost', '0.01'])
     with pytest.raises(UsageError): rr.rerun_cli(['--profile', prof, '--max-cost', '-1'])
 
 
 def test_max_cost_unknown_price_refused(bare_machine, monkeypatch):
     monkeypatch.setenv('KGQA_LLM_API_KEY', 'sk-test-never-sent')
     prof = profile(bare_machine, 'synthkgqa_dataset:\n  backend: openai\n  model: some-unpriced-model\n  n_target: 10\n')
-    with pytest.raises(rr.BudgetError, match='the cost of synthkgqa_dataset is unknown'):
+    with pytest.raises(pl.BudgetError, match='the cost of synthkgqa_dataset is unknown'):
         rr.rerun(prof, ['synthkgqa_dataset'], max_cost=100, run=lambda *a, **k: None, log=lambda s: None)
 
 
-def _spending_run(cache: Path, usd_tokens: int, hang: float = 0.):
-    "A stand-in for run_artifact that makes one gpt-4.1 call of `usd_tokens` prompt tokens, then works for `hang` seconds."
+def _spending_run(cache: Path, usd_tokens: int, hang: threading.Event | None = None, events: list | None = None):
+    "A stand-in for run_artifact that makes one gpt-4.1 call of `usd_tokens` prompt tokens, then (with `hang`) works until interrupted."
     def run(art, profile, out_root=None, plan=None, meter=None):
         before = meter.poll()
         f = cache / 'llm' / 'gpt-4.1.jsonl'; f.parent.mkdir(parents=True, exist_ok=True)
         with f.open('a') as fh: fh.write(json.dumps(reader_record(2, usd_tokens, 'gpt-4.1', key=f'{art.name}-call')) + '\n')
-        t = time.time()
-        while time.time() - t < hang: time.sleep(0.02)
-        return dict(artifact=art.name, status='ok', seconds=0.1, outputs=[], llm_spent=rr.spent_since(before, meter.poll()))
+        if hang is not None:
+            try: hang.wait(120)  # never set: only the guard's interrupt ends this early
+            except KeyboardInterrupt: events.append(f'{art.name} interrupted'); raise
+            events.append(f'{art.name} ran to its end')
+        return dict(artifact=art.name, status='ok', seconds=0.1, outputs=[], llm_spent=pl.spent_since(before, meter.poll()))
     return run
 
 
@@ -139,22 +145,71 @@ def test_max_cost_stops_between_artifacts(bare_machine, monkeypatch):
     assert any('STOPPED, measured LLM spend $2.00 passed --max-cost 1' in s for s in lines)
 
 
-def test_max_cost_stops_mid_run(bare_machine):
-    "The guard interrupts an artifact that is still running once the measured spend passes the limit."
-    prof, lines = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), []
-    t = time.time()
+@pytest.fixture
+def sigint_ignored():
+    "SIGINT ignored, as in a process a shell starts in the background (`make test &`): how the guard once failed to fire."
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+@pytest.mark.parametrize('disposition', ['default', 'ignored'])
+def test_max_cost_stops_mid_run(bare_machine, request, disposition):
+    "The guard interrupts an artifact that is still running once the measured spend passes the limit, and the record says what it spent."
+    if disposition == 'ignored': request.getfixturevalue('sigint_ignored')
+    prof, lines, events = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), [], []
+    before = signal.getsignal(signal.SIGINT)
     recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview'], max_cost=1.0, log=lines.append, guard_every=0.05,
-                    run=_spending_run(bare_machine / 'cache', 1_000_000, hang=30))
-    assert time.time() - t < 25  # interrupted, not run to its end
+                    run=_spending_run(bare_machine / 'cache', 1_000_000, hang=threading.Event(), events=events))
+    assert events == ['kg_overview interrupted']  # the guard fired while the artifact ran; the second never started
     assert [r['status'] for r in recs] == ['stopped', 'stopped']
-    assert 'passed --max-cost 1' in recs[0]['reason']
+    assert recs[0]['reason'] == 'measured LLM spend $2.00 passed --max-cost 1'
+    assert recs[0]['llm_spent']['api_calls'] == 1 and recs[0]['llm_spent']['cost_usd'] == pytest.approx(2.0, abs=1e-3)
+    assert any('[1/2] kg_overview: STOPPED' in s for s in lines)
+    assert signal.getsignal(signal.SIGINT) == before  # the guard gives the handler back
+
+
+def test_a_changed_notebook_default_changes_the_plan(bare_machine):
+    "The planner reads the notebook's parameters cell: no default is restated in the call arithmetic."
+    art = pr.load_manifest()['retriever_study']
+    nb = json.loads(art.notebook.read_text())
+    [cell] = pr.parameters_cells(nb)
+    src = ''.join(cell['source'])
+    assert 'n_seeds: int = 3' in src
+    cell['source'] = src.replace('n_seeds: int = 3', 'n_seeds: int = 5')
+    changed = bare_machine / art.notebook.name; changed.write_text(json.dumps(nb))
+    params = dict(reader='llm', reader_backend='openai', reader_model='gpt-4o-mini', n_questions=600)  # the profile leaves n_seeds alone
+    calls = lambda a: [g.calls for g in pl.artifact_calls(a, params, pl.PLAN_DEFAULTS)]
+    ks = len(pr.full_params(art)['reader_ks'])
+    assert calls(art) == [99 * (3 + 2 * 3) * ks]
+    assert calls(pr.Artifact(art.name, changed)) == [99 * (3 + 2 * 5) * ks]
+
+
+def test_publishing_from_a_dirty_tree_is_refused_before_anything_runs(bare_machine, monkeypatch):
+    prof, ran = profile(bare_machine, 'publish: true\npublish_dir: review\nkg_overview:\n  kgs: [toyworld]\n', 'review'), []
+    monkeypatch.setattr(rr, 'git_changes', lambda: ['nbs/02_toyworld.ipynb', 'kgqa_nb/toyworld.py'])
+    with pytest.raises(rr.PublishError, match=r'refusing to publish profile .*review.yaml from a tree with uncommitted changes \(nbs/02_toyworld.ipynb, kgqa_nb/toyworld.py\)'):
+        rr.rerun(prof, ['kg_overview'], run=lambda *a, **k: ran.append(a), log=lambda s: None)
+    with pytest.raises(rr.PublishError): rr.run_artifact(pr.load_manifest()['kg_overview'], prof)
+    assert ran == [] and not (bare_machine / 'review').exists()
+    rr.rerun(prof, ['kg_overview'], out_root=bare_machine / 'scratch', run=lambda *a, **k: ran.append(a) or dict(artifact='kg_overview', status='ok', seconds=0.), log=lambda s: None)
+    assert len(ran) == 1  # an explicit output folder publishes nothing: any tree will do
+    skipped = profile(bare_machine, 'publish: true\nnot_run:\n  kg_overview: not here\n', 'skipped')
+    assert rr.rerun(skipped, ['kg_overview'], log=lambda s: None)[0]['status'] == 'skipped'  # nothing would be published
+    monkeypatch.setattr(rr, 'git_changes', lambda: [])
+    rr.rerun(prof, ['kg_overview'], run=lambda *a, **k: ran.append(a) or dict(artifact='kg_overview', status='ok', seconds=0.), log=lambda s: None)
+    assert len(ran) == 2
 
 
 def test_run_records_plan_and_spend_in_provenance(bare_machine):
     "A real (smoke-size) artifact run records its planned and measured LLM figures in the executed notebook's provenance."
-    art = rr.load_manifest()['kg_overview']
+    art = pr.load_manifest()['kg_overview']
     plan = dict(api_calls=0, prompt_tokens=0, completion_tokens=0, cost_usd=0., seconds=5.)
     out = bare_machine / 'out'
-    rec = rr.run_artifact(art, 'smoke', overrides=dict(kgs=['toyworld']), out_root=out, plan=plan, meter=rr.SpendMeter([bare_machine / 'cache']))
+    rec = rr.run_artifact(art, 'smoke', overrides=dict(kgs=['toyworld']), out_root=out, plan=plan, meter=pl.SpendMeter([bare_machine / 'cache']))
     prov = json.loads((out / 'results' / 'executed' / 'kg_overview.provenance.json').read_text())
     assert prov['plan'] == plan and prov['llm_spent']['api_calls'] == 0 and rec['llm_spent'] == prov['llm_spent']
+    table = json.loads((out / 'results' / 'kg_overview.provenance.json').read_text())  # written by the notebook itself
+    assert prov['profile'] == table['profile'] == 'smoke'
+    for f in (out / 'results').rglob('*'):
+        if f.suffix in ('.json', '.ipynb'): assert str(bare_machine) not in f.read_text(), f  # no path of this machine

@@ -3,6 +3,7 @@
     python tools/run_chapters.py                          # every library chapter (the notebooks with `#| default_exp`)
     python tools/run_chapters.py nbs/00_core.ipynb ...    # some of them, in place
     python tools/run_chapters.py --out DIR nbs/X.ipynb    # write the executed copies to DIR instead (the freshness test)
+    python tools/run_chapters.py --sample 2 --out DIR     # the freshness test's rotating sample (chosen by the commit)
 
 It runs cells the way `nbdev_test` does: execnb's CaptureShell in a fresh process per notebook, working directory nbs/,
 cells skipped when they carry a test flag of settings.ini (`tst_flags`) that is not enabled. `data` is enabled when the data
@@ -13,7 +14,7 @@ notebook's own working directory is nbs/), temporary folders become <tmp>, memor
 %time lines are dropped. Then the notebook is cleaned with nbdev_clean. A failing cell stops that notebook, which is left
 unchanged, and the tool exits with status 1 after the others.
 """
-import argparse, json, os, re, subprocess, sys, tempfile
+import argparse, json, os, random, re, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,14 +39,17 @@ def skip_flags(extra=()) -> set:
 
 
 def replacements() -> list:
-    "(pattern, replacement) pairs that make an output independent of the machine, most specific first."
-    from kgqa_nb.core import ckpt_dir, data_dir, user_cache_dir
-    pairs = [(str(data_dir()), '$KGQA_DATA'), (str(ckpt_dir()), '$KGQA_CKPTS'), (str(user_cache_dir()), '$KGQA_CACHE'),
-             (str(ROOT), '..'), (str(Path.home()), '~')]
-    out = [(re.compile(re.escape(a) + r'(?![\w.-])' if not a.endswith('/') else re.escape(a)), b) for a, b in pairs if a not in ('', '/')]
-    tmp = re.escape(tempfile.gettempdir().rstrip('/'))
-    out += [(re.compile(tmp + r'/(tmp|pytest-of-)[\w.-]*'), '<tmp>'), (re.compile(r'\b0x[0-9a-fA-F]{6,}\b'), '0x…')]
-    return out
+    "(pattern, replacement) pairs that make an output independent of the machine: `core.path_replacements` (the repository as '..'), memory addresses."
+    from kgqa_nb.core import path_replacements
+    return path_replacements(root_as='..') + [(re.compile(r'\b0x[0-9a-fA-F]{6,}\b'), '0x…')]
+
+
+def rotating_sample(n: int = 2,  # chapters to pick
+                    key: str | None = None) -> list:  # what chooses them (default: the commit checked out)
+    "`n` library chapters for the freshness test: the same for a given commit, others for the next one."
+    from kgqa_nb.core import git_state
+    key = key or git_state()['commit'] or 'no-commit'
+    return sorted(random.Random(key).sample(library_chapters(), n))
 
 
 def normalise_text(s: str, reps) -> str:
@@ -128,11 +132,13 @@ def main(argv=None) -> int:
     ap.add_argument('notebooks', nargs='*', help='notebooks to execute (default: every library chapter)')
     ap.add_argument('--out', help='write executed copies to this folder instead of in place')
     ap.add_argument('--flags', nargs='*', default=[], help='test flags to enable besides data, e.g. slow')
+    ap.add_argument('--sample', type=int, metavar='N', help="N chapters chosen by the commit checked out (the freshness test's sample)")
     ap.add_argument('--one', nargs=2, metavar=('SRC', 'DEST'), help=argparse.SUPPRESS)
     ap.add_argument('--skip', nargs='*', default=[], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one: return 0 if execute_one(Path(a.one[0]), Path(a.one[1]), set(a.skip)) else 1
-    nbs = [Path(n) for n in a.notebooks] or library_chapters()
+    if a.sample is not None and (a.sample < 1 or a.notebooks): ap.error('--sample takes a number of chapters >= 1 and no notebook names')
+    nbs = rotating_sample(a.sample) if a.sample else [Path(n) for n in a.notebooks] or library_chapters()
     bad = [n for n in nbs if not Path(n).is_file()]
     if bad: ap.error(f'no such notebook: {", ".join(map(str, bad))}')
     return 1 if run(nbs, a.out, a.flags) else 0
