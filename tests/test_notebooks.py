@@ -190,11 +190,12 @@ def test_committed_chapter_outputs_are_current(tmp_path):
 
 # --- committed results trace to their code, on any machine ------------------------------------------------------------
 
-RECORDS = sorted(p for p in project_dirs.results.rglob('*') if p.is_file() and 'runs' not in p.relative_to(project_dirs.results).parts
-                 and p.suffix in ('.json', '.md', '.ipynb', '.csv'))
+RECORDS = sorted(p for base in (project_dirs.results, project_dirs.figures) for p in base.rglob('*')
+                 if p.is_file() and not {'runs', 'datasets', 'cache'} & set(p.relative_to(base).parts) and p.suffix in ('.json', '.md', '.ipynb', '.csv'))
 
 
 def test_no_committed_result_holds_a_machine_path():
+    "Records, cards, executed notebooks and tables under results/ and figures/ read the same on every machine."
     bad = [f'{p.relative_to(project_dirs.root)}: {m[0]}' for p in RECORDS if (m := MACHINE_PATH.search(p.read_text(errors='replace')))]
     assert bad == [], f'{len(bad)} committed results hold absolute paths (tools/migrate_records.py rewrites them): {bad[:5]}'
 
