@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser
 
 install: $(STAMP)
 
@@ -34,8 +34,15 @@ DATA_FLAG = $$($(BIN)/python -c "from kgqa_nb.core import data_dir; print('data'
 nbtest: install
 	$(BIN)/nbdev_test --n_workers 2 --timing --flags "$(DATA_FLAG)"
 
-pytest: install
+pytest: install browser
 	$(BIN)/python -m pytest -q tests
+
+# Headless Chromium (Debian's package) for the browser check of tests/test_book.py: installed where we are root (CI is),
+# else the check is skipped with the reason (never under CI=true, where it fails instead).
+browser:
+	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "browser: no chromium and not root; tests/test_book.py skips its browser check"; fi; }
 
 # Main job on the embedded default KG: every artifact at smoke size, outputs under _smoke/ (never committed).
 smoke: install
@@ -54,6 +61,12 @@ figures: install
 # Re-execute the library chapters in place so they are committed with their outputs (deterministic; see the tool's help).
 chapters: install
 	$(BIN)/python tools/run_chapters.py $(NBS)
+
+# The book: every notebook of nbs/ with its committed outputs (never re-executed) as a static HTML site with navigation,
+# search and an API index, in _build/book/ (open _build/book/index.html). Offline: MathJax comes from a pinned package.
+book: install
+	$(BIN)/sphinx-build -W --keep-going -q -b html book _build/book
+	@echo "book: _build/book/index.html"
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(ONLY),--only $(ONLY))
