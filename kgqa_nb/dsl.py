@@ -182,28 +182,32 @@ class _Parser:
         if isinstance(q, Entity) and not (self.allow_bare or bare_ok): self.fail('a bare entity is not a query: project it with -> P<digits>', start)
         return q
 
-    def primary(self, depth):
-        t = self.peek()
-        if t[0] == 'ENTITY': self.next(); return Entity(t[1])
-        if t[0] == 'AND':
-            self.next(); self.expect('LPAREN', "after 'AND'")
-            ops = [self.query(depth + 1)]
-            while self.peek()[0] == 'COMMA':
-                self.next()
-                if self.peek()[0] == 'RPAREN': self.fail("trailing ',' in AND(...): expected another operand")
-                ops.append(self.query(depth + 1))
-            if self.peek()[0] != 'RPAREN': self.fail(f"expected ',' or ')' in AND(...), found {self.describe(self.peek())}")
-            close = self.next()
-            if len(ops) < 2: self.fail('AND needs at least 2 operands', close)
-            return Intersection(tuple(ops))
-        if t[0] == 'LPAREN':
-            self.next(); q = self.query(depth + 1, bare_ok=True)  # `(Q1) -> P1` is fine even when strict
-            if self.peek()[0] == 'COMMA': self.fail("',' inside parentheses: BetaE tuples are not the DSL; write AND(query, query, ...) to intersect")
-            self.expect('RPAREN', 'to close the group')
-            return q
-        if t[0] in ('REL', 'REL_INV'): self.fail(f'a query starts with an entity or AND(...), found relation {t[1]!r}')
-        self.fail(f'expected an entity ID (Q<digits>), AND(...) or (, found {self.describe(t)}')
+# %% ../nbs/17_dsl.ipynb #c024
+@patch
+def primary(self: _Parser, depth):
+    "The entity, `AND(...)` or parenthesised query at the current token."
+    t = self.peek()
+    if t[0] == 'ENTITY': self.next(); return Entity(t[1])
+    if t[0] == 'AND':
+        self.next(); self.expect('LPAREN', "after 'AND'")
+        ops = [self.query(depth + 1)]
+        while self.peek()[0] == 'COMMA':
+            self.next()
+            if self.peek()[0] == 'RPAREN': self.fail("trailing ',' in AND(...): expected another operand")
+            ops.append(self.query(depth + 1))
+        if self.peek()[0] != 'RPAREN': self.fail(f"expected ',' or ')' in AND(...), found {self.describe(self.peek())}")
+        close = self.next()
+        if len(ops) < 2: self.fail('AND needs at least 2 operands', close)
+        return Intersection(tuple(ops))
+    if t[0] == 'LPAREN':
+        self.next(); q = self.query(depth + 1, bare_ok=True)  # `(Q1) -> P1` is fine even when strict
+        if self.peek()[0] == 'COMMA': self.fail("',' inside parentheses: BetaE tuples are not the DSL; write AND(query, query, ...) to intersect")
+        self.expect('RPAREN', 'to close the group')
+        return q
+    if t[0] in ('REL', 'REL_INV'): self.fail(f'a query starts with an entity or AND(...), found relation {t[1]!r}')
+    self.fail(f'expected an entity ID (Q<digits>), AND(...) or (, found {self.describe(t)}')
 
+# %% ../nbs/17_dsl.ipynb #c027
 def parse_query(text: str,  # DSL text, e.g. 'AND(Q1 -> P1 inv, Q2 -> P2 inv) -> P4'
                 allow_bare_entity: bool = True,  # accept a lone entity (`Q42`, the set {Q42}) as a query or AND operand
                ) -> Query:
@@ -217,7 +221,7 @@ def parse_query(text: str,  # DSL text, e.g. 'AND(Q1 -> P1 inv, Q2 -> P2 inv) ->
         p.fail(f'unexpected {p.describe(t)} after a complete query{hint}')
     return q
 
-# %% ../nbs/17_dsl.ipynb #c029
+# %% ../nbs/17_dsl.ipynb #c034
 def relation_index(kg: KnowledgeGraph,  # the KG whose relation IDs are used
                    relation: str,  # relation ID, 'P<digits>'
                    inverse: bool = False,  # the inverse direction
@@ -225,7 +229,7 @@ def relation_index(kg: KnowledgeGraph,  # the KG whose relation IDs are used
     "Index of `relation` in `kg`, plus `kg.num_relations` when `inverse` (UltraQuery's r+R); raises `UnknownIdError`."
     return kg.relation(relation) + (kg.num_relations if inverse else 0)
 
-# %% ../nbs/17_dsl.ipynb #c033
+# %% ../nbs/17_dsl.ipynb #c038
 @runtime_checkable
 class QueryExecutor(Protocol):
     "Anything that scores every KG entity for a DSL query."
@@ -233,7 +237,7 @@ class QueryExecutor(Protocol):
                 leaf_sets: dict | None = None,  # entity ID -> (num_entities,) fuzzy set replacing that leaf's one-hot
                ) -> torch.Tensor: ...  # (num_entities,) float scores in [0, 1]
 
-# %% ../nbs/17_dsl.ipynb #c035
+# %% ../nbs/17_dsl.ipynb #c040
 class SymbolicExecutor:
     "Exact set semantics of DSL queries over a `KnowledgeGraph`, as 0/1 scores (a `QueryExecutor`)."
     def __init__(self, kg: KnowledgeGraph):  # the graph to execute on
@@ -257,7 +261,7 @@ class SymbolicExecutor:
         out[dst[x[src]]] = True
         return out
 
-# %% ../nbs/17_dsl.ipynb #c037
+# %% ../nbs/17_dsl.ipynb #c042
 @patch
 def _leaf_set(self: SymbolicExecutor, e: Entity, leaf_sets) -> np.ndarray:
     V = self.kg.num_entities
@@ -295,7 +299,7 @@ def answers(self: SymbolicExecutor, query: Query, leaf_sets: dict | None = None)
     idx = np.flatnonzero(self.execute(query, leaf_sets).numpy())
     return [self.kg.entity_ids[i] for i in idx]
 
-# %% ../nbs/17_dsl.ipynb #c041
+# %% ../nbs/17_dsl.ipynb #c046
 _ARROW_CHARS = re.compile(r'\s*(?:→|⟶|⇒|➔|➝|−>|–>|—>)\s*')
 _SPAN_START = re.compile(r'AND\s*\(|\(|Q[0-9]+')
 _SPAN_END = re.compile(r'P[0-9]+(?:_inv|\s+inv)?|\)')
@@ -329,7 +333,7 @@ def extract_query(llm_text: str) -> str:
             if '->' in chunk or 'AND' in chunk: return next(s for s in reversed(list(_spans(chunk))))
     return t.strip()
 
-# %% ../nbs/17_dsl.ipynb #c044
+# %% ../nbs/17_dsl.ipynb #c049
 def validity_report(texts,  # LLM responses (or bare DSL texts)
                     kg: KnowledgeGraph | None = None,  # when given, also check that every ID exists in it
                     extract: bool = True,  # run `extract_query` on each text first
@@ -357,7 +361,7 @@ def validity_report(texts,  # LLM responses (or bare DSL texts)
                                **{f'n_{k}': int((df.error_kind == k).sum()) for k in ('syntax', 'unknown_entity', 'unknown_relation')})
     return df
 
-# %% ../nbs/17_dsl.ipynb #c047
+# %% ../nbs/17_dsl.ipynb #c052
 def _chain(q: Query):
     "Split a projection chain into (base query, [(relation, inverse), ...] from the base upwards)."
     rels = []
@@ -381,7 +385,7 @@ def to_betae(q: Query,  # the query
     for b in branches[2:]: out = (out, b)
     return out
 
-# %% ../nbs/17_dsl.ipynb #c052
+# %% ../nbs/17_dsl.ipynb #c057
 _BETAE_REL = re.compile(r'(P[0-9]+)(_inv)?')
 
 def _is_rel_scalar(x, kg) -> bool:
@@ -417,7 +421,7 @@ def from_betae(t,  # BetaE nested tuple, text form or (with `kg`) index form
         return q
     return Intersection(tuple(from_betae(b, kg) for b in t))
 
-# %% ../nbs/17_dsl.ipynb #c055
+# %% ../nbs/17_dsl.ipynb #c060
 PROJECTION, INTERSECTION, UNION, NEGATION, STOP = 1 << 58, 1 << 59, 1 << 60, 1 << 61, 1 << 62
 OPERATION = PROJECTION | INTERSECTION | UNION | NEGATION | STOP
 
@@ -443,7 +447,7 @@ def stack_need(q: Query) -> int:
     needs = sorted((stack_need(o) for o in q.operands), reverse=True)
     return max(needs[0], 1 + max(needs[1:]))
 
-# %% ../nbs/17_dsl.ipynb #c057
+# %% ../nbs/17_dsl.ipynb #c062
 def to_postfix(q: Query,  # the query
                kg: KnowledgeGraph,  # gives entity indices and relation indices (inverse = r + R)
                stack_size: int = 2,  # UltraQuery's stack depth; deeper programs are refused
@@ -488,7 +492,7 @@ def from_postfix(program,  # int64 words, as written by `to_postfix`
     if len(stack) != 1: raise ValueError(f'program leaves {len(stack)} results on the stack, expected 1')
     return stack[0]
 
-# %% ../nbs/17_dsl.ipynb #c060
+# %% ../nbs/17_dsl.ipynb #c065
 SHAPE_REFUSALS = {  # reason -> what it refuses, for answer subgraphs and SPARQL patterns alike (names as in chapter 08)
     'empty': 'no triples (or an empty WHERE group)',
     'answer_not_in_graph': 'the answer node is in no triple',
@@ -506,6 +510,7 @@ class QueryConversionError(ReasonError):
 
 def _refuse(reason: str, detail: str): raise QueryConversionError(reason, detail)
 
+# %% ../nbs/17_dsl.ipynb #c068
 def _tree_query(edges, root, is_constant, name, internal_seed='and', show=str) -> Query:
     "DSL query of tree-shaped `edges` [(u, relation ID, v)] rooted at `root`; `name(node)` is its entity ID, `show(node)` its text."
     if internal_seed not in ('and', 'prune', 'error'): raise ValueError(f"internal_seed must be 'and', 'prune' or 'error', got {internal_seed!r}")
@@ -545,6 +550,7 @@ def _tree_query(edges, root, is_constant, name, internal_seed='and', show=str) -
         else: built[n] = parts[0] if len(parts) == 1 else Intersection(tuple(parts))
     return built[root]
 
+# %% ../nbs/17_dsl.ipynb #c070
 def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, tail ID) triples
                  seeds,  # seed entity IDs (the leaves)
                  answer: str,  # the answer entity ID (the root)
@@ -557,7 +563,7 @@ def oracle_query(answer_subgraph,  # tree-shaped list of (head ID, relation ID, 
     if missing: _refuse('seed_not_in_graph', f'seed(s) not in the answer subgraph: {missing}')
     return _tree_query([tuple(e) for e in answer_subgraph], answer, seeds.__contains__, lambda n: n, internal_seed)
 
-# %% ../nbs/17_dsl.ipynb #c064
+# %% ../nbs/17_dsl.ipynb #c074
 SPARQL_REFUSALS = {  # reason -> what it refuses; `sparql_to_query` raises QueryConversionError(reason, detail)
     'sparql_syntax': 'text a SPARQL engine would not accept either (unclosed brace, missing dot, undeclared prefix)',
     'query_form': 'ASK, CONSTRUCT and DESCRIBE queries: the DSL returns entity sets',
@@ -575,7 +581,7 @@ SPARQL_REFUSALS = {  # reason -> what it refuses; `sparql_to_query` raises Query
 }
 CONVERSION_REASONS = {**SHAPE_REFUSALS, **SPARQL_REFUSALS}  # every reason a QueryConversionError can carry
 
-# %% ../nbs/17_dsl.ipynb #c065
+# %% ../nbs/17_dsl.ipynb #c075
 _WDQS_PREFIXES = {**SPARQL_PREFIXES,  # the prefixes Wikidata's query service predeclares, as far as a query here needs them
                   'p': 'http://www.wikidata.org/prop/', 'ps': 'http://www.wikidata.org/prop/statement/',
                   'pq': 'http://www.wikidata.org/prop/qualifier/', 'wikibase': 'http://wikiba.se/ontology#',
@@ -619,7 +625,7 @@ class _SparqlReader:
         if pre not in self.prefixes: _refuse('sparql_syntax', f'undeclared prefix {pre}: in {text} (declare it with PREFIX)')
         return self.prefixes[pre] + local
 
-# %% ../nbs/17_dsl.ipynb #c067
+# %% ../nbs/17_dsl.ipynb #c077
 @patch
 def node_term(self: _SparqlReader):
     "('var', '?x'), ('iri', IRI, text) or a refusal, for a subject or object."
@@ -650,7 +656,7 @@ def predicate_term(self: _SparqlReader):
     if nxt in ('/', '|', '*', '+') or (self.peek()[0] == 'other' and nxt == '?'): _refuse('property_path', f'property path {text}{nxt}…')
     return term
 
-# %% ../nbs/17_dsl.ipynb #c070
+# %% ../nbs/17_dsl.ipynb #c080
 def _node(term):
     if term[0] == 'var': return term
     iri, text = term[1], term[2]
@@ -671,7 +677,7 @@ def _edge(s, p, o, selected) -> tuple:
     if iri.startswith(WD) and RELATION_RE.fullmatch(iri[len(WD):]): _refuse('predicate', f'{text} is the property item; as a predicate write wdt:{iri[len(WD):]}')
     _refuse('predicate', f'{text} is not a wdt:P… property')
 
-# %% ../nbs/17_dsl.ipynb #c073
+# %% ../nbs/17_dsl.ipynb #c083
 def _literal_evidence(expr: list, selected: set) -> str | None:
     "A selected variable that a FILTER expression treats as a literal, if any."
     for j, (kind, text) in enumerate(expr):
@@ -717,7 +723,7 @@ def service(self: _SparqlReader):
         self.skip_balanced('{', '}'); self.label_service = True; return
     _refuse('operator', f'SERVICE {text} (a federated query)')
 
-# %% ../nbs/17_dsl.ipynb #c075
+# %% ../nbs/17_dsl.ipynb #c085
 @patch
 def triples_block(self: _SparqlReader, out: list, selected: set):
     "Read `s p o (, o)* (; p o (, o)*)* .?` into `out` as validated edges."
@@ -751,7 +757,7 @@ def where_group(self: _SparqlReader, selected: set) -> list:
         elif kind == 'name' and w in _OPERATORS: _refuse('operator', f'{w}: the DSL has projection and AND only')
         else: self.triples_block(out, selected)
 
-# %% ../nbs/17_dsl.ipynb #c077
+# %% ../nbs/17_dsl.ipynb #c087
 @patch
 def select_clause(self: _SparqlReader) -> list:
     "The selected variables (after PREFIX/BASE lines and the query form)."
@@ -791,7 +797,7 @@ def after_group(self: _SparqlReader):
     if w == 'VALUES': _refuse('operator', 'VALUES: the DSL has projection and AND only')
     _refuse('sparql_syntax', f'unexpected {self.peek()[1]!r} after the WHERE group')
 
-# %% ../nbs/17_dsl.ipynb #c078
+# %% ../nbs/17_dsl.ipynb #c088
 def _sparql_parse(sparql: str):
     "(answer variable node, [(subject, P-ID, object)]) of a conjunctive SELECT query, or a refusal."
     if not isinstance(sparql, str): raise TypeError(f'SPARQL must be a str, got {type(sparql).__name__}')
@@ -809,7 +815,7 @@ def _sparql_parse(sparql: str):
     if selected[0] not in used: _refuse('projection', f'the answer variable {selected[0]} is not used in the pattern')
     return ('var', selected[0]), edges
 
-# %% ../nbs/17_dsl.ipynb #c081
+# %% ../nbs/17_dsl.ipynb #c091
 def _pattern_tree(edges, answer) -> list:
     "`edges` with each constant occurrence its own node, re-joined through shared constants into a tree where one exists."
     edges = list(dict.fromkeys(edges))
@@ -839,7 +845,7 @@ def _pattern_tree(edges, answer) -> list:
         _refuse('disconnected', f'the pattern {show(s)} wdt:{p} {show(o)} is not connected to the answer {answer[1]}')
     return [(rename.get(u, u), p, rename.get(v, v)) for u, p, v in split]
 
-# %% ../nbs/17_dsl.ipynb #c084
+# %% ../nbs/17_dsl.ipynb #c094
 def _literal_valued(store, pid: str) -> bool:
     "Does `store` hold any literal as an object of wdt:`pid`?"
     return bool(store.ask(f'ASK {{ ?s <{WDT}{pid}> ?o FILTER(isLiteral(?o)) }}'))
@@ -859,7 +865,7 @@ def sparql_to_query(sparql: str,  # a conjunctive, tree-shaped SELECT query with
             if _literal_valued(store, pid): _refuse('literal_answer', f'{answer[1]} is the object of wdt:{pid}, whose values in the store are literals: the DSL returns entities only')
     return _tree_query(_pattern_tree(edges, answer), answer, lambda n: n[0] == 'const', lambda n: n[1], internal_seed, _show_node)
 
-# %% ../nbs/17_dsl.ipynb #c117
+# %% ../nbs/17_dsl.ipynb #c127
 def query_isomorphism(q: Query,  # a query AST or DSL text
                      ) -> IsoResult:
     "The GTSQA isomorphism type (name, hops, GrailQA++ id) of a query's tree; raises `IsomorphismError` for a bare entity."

@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_ultra.ipynb #c002
 from __future__ import annotations
-import ctypes, functools, hashlib, math, os, platform, shutil, subprocess, sys, tempfile, warnings
+import ctypes, functools, hashlib, os, platform, shutil, subprocess, tempfile, warnings
 from contextlib import contextmanager
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,10 +15,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
 import pandas as pd
-from .core import write_table
-from .kg import KnowledgeGraph, UnknownIdError
+
+from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress, write_table, CLIParser, UsageError
+from .kg import KnowledgeGraph
 from .loaders import LinkPredictionSplit, load_split
 from . import metrics
 
@@ -200,6 +200,8 @@ void relsum_f64(const int64_t* np, const int64_t* pt, const int64_t* cr, const i
                 const double* r, double* o, int64_t d, const int64_t* bl, int64_t nb, int nt) { relsum<double>(np, pt, cr, co, va, x, r, o, d, bl, nb, nt); }
 }
 """
+
+# %% ../nbs/18_ultra.ipynb #c025
 KERNEL_MODES = ('auto', 'fused', 'torch')  # KGQA_ULTRA_KERNEL: fused kernel when it builds / fused or fail / portable path only
 
 def kernel_mode() -> str:
@@ -242,6 +244,7 @@ def fused_kernel():
         fn.argtypes, fn.restype = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int], None
     return lib
 
+# %% ../nbs/18_ultra.ipynb #c029
 def use_fused(*tensors) -> bool:
     "Whether a layer on these tensors runs the fused kernel: CPU, float32/64, no gradient needed, a kernel built."
     if any(t.device.type != 'cpu' or t.dtype not in (torch.float32, torch.float64) for t in tensors): return False
@@ -262,7 +265,7 @@ def fused_relational_sum(adj: RelationalAdjacency,  # the graph grouped by (targ
        xf.shape[1], ptr(adj.blocks), len(adj.blocks) - 1, torch.get_num_threads())
     return out
 
-# %% ../nbs/18_ultra.ipynb #c025
+# %% ../nbs/18_ultra.ipynb #c033
 class GeneralizedRelationalConv(nn.Module):
     "NBFNet layer: DistMult messages summed with the boundary, Linear on [old state, aggregate], LayerNorm, ReLU."
     def __init__(self, dim: int = 64,  # hidden size (input = output)
@@ -300,7 +303,7 @@ class GeneralizedRelationalConv(nn.Module):
         "ReLU(LayerNorm(Linear([old state, aggregate])))."
         return F.relu(self.layer_norm(self.linear(torch.cat([x, agg], -1))))
 
-# %% ../nbs/18_ultra.ipynb #c029
+# %% ../nbs/18_ultra.ipynb #c037
 class RelNBFNet(nn.Module):
     "NBFNet over the relation graph: query-conditioned representations of all 2R relation types."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -321,7 +324,7 @@ class RelNBFNet(nn.Module):
             h = layer(h, boundary, graph.rel_adj, rel, chunk_size) + h
         return h.transpose(0, 1)
 
-# %% ../nbs/18_ultra.ipynb #c031
+# %% ../nbs/18_ultra.ipynb #c039
 class EntityNBFNet(nn.Module):
     "NBFNet over the fact graph, with per-layer projections of the conditioned relation vectors, and a score MLP."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -355,7 +358,7 @@ class EntityNBFNet(nn.Module):
         init[h_index, ar] = query
         return self.propagate(graph, init, rel_reprs, query, chunk_size)
 
-# %% ../nbs/18_ultra.ipynb #c033
+# %% ../nbs/18_ultra.ipynb #c041
 class Ultra(nn.Module):
     "ULTRA: a relation NBFNet conditioned on the query relation feeding an entity NBFNet; parameter names match the checkpoints."
     def __init__(self, dim: int = 64, num_layers: int = 6,
@@ -382,7 +385,7 @@ class Ultra(nn.Module):
         if direction == 'head': return self(graph, anchor, relation + graph.num_relations // 2, rel_query=relation)
         raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
 
-# %% ../nbs/18_ultra.ipynb #c037
+# %% ../nbs/18_ultra.ipynb #c045
 def _mp_flops(adj: RelationalAdjacency, B: int, d: int) -> int:
     "Sparse FLOPs of one `GeneralizedRelationalConv` message pass over `adj` for B queries."
     nnz, P = len(adj.col), len(adj.pair_dst)
@@ -410,7 +413,7 @@ def llm_prefill_flops(num_nodes: int, num_edges: int, active_params: float = 5.1
     "The paper's lower bound for an LLM reading the graph: 2 x active parameters per token, N + E + 1 tokens (Appendix A)."
     return 2 * active_params * (num_nodes + num_edges + 1)
 
-# %% ../nbs/18_ultra.ipynb #c041
+# %% ../nbs/18_ultra.ipynb #c049
 ULTRA_CHECKPOINTS = {  # name -> sha256 and the sum of all parameters (a cheap fingerprint of the loaded weights)
     'ultra_3g': dict(sha256='fdedc01b0045fc089d2ad5da08569466b7b221691fe978a18e91082bbb133c18', param_sum=314.0047),
     'ultra_4g': dict(sha256='48a046e708adf5632d87c30eacae01f5f51466b2301effdc2cb42358d22854e0', param_sum=271.6183),
@@ -423,7 +426,7 @@ KEY_PREFIXES = ('model.model.',)  # UltraQuery -> RelationProjection -> Ultra ne
 class CheckpointError(ValueError):
     "A checkpoint file that is not one of the known ULTRA checkpoints, or whose weights do not fit the model."
 
-# %% ../nbs/18_ultra.ipynb #c043
+# %% ../nbs/18_ultra.ipynb #c051
 def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
                     url: str | None = None):  # download source (default: the ULTRA GitHub repository)
     "Local path of a named checkpoint, downloading (sha256-verified) into the user cache when absent."
@@ -433,7 +436,7 @@ def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
     dest = user_cache_dir() / 'ckpts' / 'ultra' / f'{name}.pth'
     return download((url or ULTRA_CKPT_URL).format(name=name), dest, sha256=ULTRA_CHECKPOINTS[name]['sha256'])
 
-# %% ../nbs/18_ultra.ipynb #c046
+# %% ../nbs/18_ultra.ipynb #c054
 def ultra_state_dict(path,  # a .pth file
                      verify: bool = True):  # require the sha256 of a known checkpoint
     "The model state_dict of a checkpoint file, with UltraQuery's key prefix stripped."
@@ -456,7 +459,7 @@ def ultra_state_dict(path,  # a .pth file
         out[k] = v
     return out
 
-# %% ../nbs/18_ultra.ipynb #c047
+# %% ../nbs/18_ultra.ipynb #c055
 def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or a path to a .pth file
                device: str = 'cpu',  # 'auto', 'cpu', 'cuda', 'cuda:N'
                verify: bool = True,  # require a known sha256
@@ -468,7 +471,7 @@ def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or
     except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
 
-# %% ../nbs/18_ultra.ipynb #c053
+# %% ../nbs/18_ultra.ipynb #c061
 def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
                   anchors: np.ndarray,  # (n,) anchor entity per query
                   rels: np.ndarray,  # (n,) original relation per query
@@ -487,7 +490,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c056
+# %% ../nbs/18_ultra.ipynb #c064
 def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
@@ -498,14 +501,14 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
     cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
     return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
 
-# %% ../nbs/18_ultra.ipynb #c060
+# %% ../nbs/18_ultra.ipynb #c068
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
     r = torch.as_tensor(ranks).double().cpu().numpy()
     if r.size == 0: raise ValueError('no ranks to summarise')
     return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
-# %% ../nbs/18_ultra.ipynb #c063
+# %% ../nbs/18_ultra.ipynb #c071
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -528,7 +531,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c065
+# %% ../nbs/18_ultra.ipynb #c073
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -539,7 +542,7 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c069
+# %% ../nbs/18_ultra.ipynb #c077
 def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
                    split: LinkPredictionSplit,  # from `kg.load_split`
                    which: str = 'test',  # 'test' or 'valid' queries
@@ -557,12 +560,11 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
     return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
                          for d, m in res.items()])
 
-# %% ../nbs/18_ultra.ipynb #c074
+# %% ../nbs/18_ultra.ipynb #c082
 def ultra_eval_cli(argv=None) -> int:
     "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
-    import argparse
     from kgqa_nb.loaders import LP_SPLITS
-    ap = argparse.ArgumentParser(prog='kgqa ultra-eval', description=ultra_eval_cli.__doc__)
+    ap = CLIParser(prog='kgqa ultra-eval', description=ultra_eval_cli.__doc__)
     ap.add_argument('--split', required=True, help=f'a folder of train/valid/test or ILPC inference/inference_validation/inference_test triple files, or one of {", ".join(sorted(LP_SPLITS))}')
     ap.add_argument('--ckpt', default='ultra_3g', help=f'checkpoint: {", ".join(ULTRA_CHECKPOINTS)}, or a .pth file')
     ap.add_argument('--which', choices=('test', 'valid'), default='test', help='which queries to rank')
@@ -571,16 +573,15 @@ def ultra_eval_cli(argv=None) -> int:
     ap.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')
     ap.add_argument('--out', default='', help='write the table to this CSV file (provenance beside it)')
     a = ap.parse_args(argv)
-    try:
-        if a.ckpt not in ULTRA_CHECKPOINTS and not Path(a.ckpt).is_file():
-            raise CheckpointError(f'unknown checkpoint {a.ckpt!r}: use one of {sorted(ULTRA_CHECKPOINTS)} or the path of a .pth file')
-        if a.out and Path(a.out).is_dir(): raise ValueError(f'--out {a.out} is a folder: give the path of a .csv file')
-        try: dev = get_device(a.device)
-        except RuntimeError as e: raise ValueError(str(e)) from None  # CUDA asked for but absent: bad input, not a bug
-        split = load_split(a.split)
-        table = evaluate_split(load_ultra(a.ckpt, device=dev), split, a.which, a.max_queries, a.batch_size)
-    except (OSError, ValueError, UnknownIdError) as e:
-        print(f'kgqa ultra-eval: {e}', file=sys.stderr); return 2
+    if a.batch_size < 1: raise UsageError(f'--batch-size must be at least 1, got {a.batch_size}')
+    if a.max_queries < 0: raise UsageError(f'--max-queries must be 0 (all) or more, got {a.max_queries}')
+    if a.ckpt not in ULTRA_CHECKPOINTS and not Path(a.ckpt).is_file():
+        raise CheckpointError(f'unknown checkpoint {a.ckpt!r}: use one of {sorted(ULTRA_CHECKPOINTS)} or the path of a .pth file')
+    if a.out and Path(a.out).is_dir(): raise ValueError(f'--out {a.out} is a folder: give the path of a .csv file')
+    try: dev = get_device(a.device)
+    except RuntimeError as e: raise ValueError(str(e)) from None  # CUDA asked for but absent: bad input, not a bug
+    split = load_split(a.split)
+    table = evaluate_split(load_ultra(a.ckpt, device=dev), split, a.which, a.max_queries, a.batch_size)
     n_all = len(split.queries(a.which))
     print(f'{Path(a.ckpt).stem} on {split!r}: {int(table.n_queries[0]):,} of {n_all:,} {a.which} queries')
     print(table.to_string(index=False, float_format=lambda x: f'{x:.4f}'))
@@ -590,7 +591,7 @@ def ultra_eval_cli(argv=None) -> int:
         print(f'wrote {a.out}')
     return 0
 
-# %% ../nbs/18_ultra.ipynb #c083
+# %% ../nbs/18_ultra.ipynb #c091
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -599,7 +600,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c084
+# %% ../nbs/18_ultra.ipynb #c092
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -625,11 +626,13 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c086
+# %% ../nbs/18_ultra.ipynb #c094
 from fastcore.basics import patch
 
 @patch
-def _leaf(self: UltraQueryExecutor, e: Entity, leaf_sets):
+def leaf_set(self: UltraQueryExecutor, e: Entity,  # a leaf of a query
+             leaf_sets: dict | None = None):  # entity ID (or Entity) -> (V,) fuzzy set replacing that leaf's one-hot
+    "The (V,) fuzzy set a leaf starts from: its entry in `leaf_sets` (clamped to [0, 1]), else its one-hot."
     V = self.kg.num_entities
     s = (leaf_sets.get(e.id, leaf_sets.get(e)) if leaf_sets else None)
     if s is None:
@@ -641,7 +644,7 @@ def _leaf(self: UltraQueryExecutor, e: Entity, leaf_sets):
 
 @patch
 def _run(self: UltraQueryExecutor, q, leaf_sets):
-    if isinstance(q, Entity): return self._leaf(q, leaf_sets)
+    if isinstance(q, Entity): return self.leaf_set(q, leaf_sets)
     if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), relation_index(self.kg, q.relation, q.inverse))
     if isinstance(q, Intersection):
         out = self._run(q.operands[0], leaf_sets)
@@ -657,7 +660,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c092
+# %% ../nbs/18_ultra.ipynb #c100
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

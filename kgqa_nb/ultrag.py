@@ -4,15 +4,16 @@
 
 # %% ../nbs/19_ultrag.ipynb #c002
 from __future__ import annotations
-import re, sys, time
+import re, time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
+from fastcore.basics import patch
 
-from .core import ReasonError
+from .core import ReasonError, CLIParser, UsageError, write_table
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -27,7 +28,8 @@ __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_L
            'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner',
            'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages',
            'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
-           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate', 'summarize', 'cost_per_query', 'ultrag_cli']
+           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag', 'summarise_ultrag', 'cost_per_query',
+           'ultrag_parser', 'check_ultrag_flags', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -304,6 +306,7 @@ def _lift(x: torch.Tensor, pruned: Pruned) -> torch.Tensor:
     out = torch.zeros(pruned.full_size); out[torch.as_tensor(pruned.nodes)] = x.float().cpu()
     return out
 
+# %% ../nbs/19_ultrag.ipynb #c035
 @torch.no_grad()
 def project_many(ex,  # an `ultra.UltraQueryExecutor`
                  xs: list,  # (V,) fuzzy sets
@@ -319,6 +322,7 @@ def project_many(ex,  # an `ultra.UltraQueryExecutor`
     out = torch.sigmoid(m.entity_model.propagate(g, X.unsqueeze(-1) * q.unsqueeze(0), rel_reprs, q, m.chunk_size))
     return list(out)
 
+# %% ../nbs/19_ultrag.ipynb #c036
 def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
     "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
     from kgqa_nb.ultra import FUZZY_AND
@@ -332,7 +336,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
         ready = []
         for n in nodes:
             if id(n) in val: continue
-            if isinstance(n, Entity): val[id(n)] = ex._leaf(n, leaf_sets)
+            if isinstance(n, Entity): val[id(n)] = ex.leaf_set(n, leaf_sets)
             elif isinstance(n, Intersection) and all(id(o) in val for o in n.operands):
                 out = val[id(n.operands[0])]
                 for o in n.operands[1:]: out = FUZZY_AND[ex.logic](out, val[id(o)])
@@ -343,6 +347,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
             for n, o in zip(ready, outs): val[id(n)] = o
     return val[id(query)].cpu()
 
+# %% ../nbs/19_ultrag.ipynb #c040
 class NeuralExecutor:
     "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND), projections batched per level."
     label = 'neural (UltraQuery)'
@@ -373,7 +378,7 @@ class SymbolicStep:
         if key not in self._cache: self._cache = {key: SymbolicExecutor(pruned.kg)}
         return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
 
-# %% ../nbs/19_ultrag.ipynb #c036
+# %% ../nbs/19_ultrag.ipynb #c045
 class AlwaysSufficient:
     "Step 5 of ULTRAG-OTS: one round (the decider always returns True)."
     label = 'always (ULTRAG-OTS)'
@@ -404,7 +409,7 @@ class LLMDecider:
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
-# %% ../nbs/19_ultrag.ipynb #c039
+# %% ../nbs/19_ultrag.ipynb #c048
 ARBITRATOR_FIRST_LINE = 'Task: choose the answers to a question from ranked candidate entities.'
 
 def arbitrator_messages(question: str, query_text: str, top: list, kg: KnowledgeGraph) -> list:
@@ -458,7 +463,7 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     best = max(f1)
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
-# %% ../nbs/19_ultrag.ipynb #c042
+# %% ../nbs/19_ultrag.ipynb #c051
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -477,6 +482,7 @@ class UltragResult:
     prompt_tokens: int = 0  # LLM tokens of this question's calls (writer, decider, arbitrator), replies from the cache included
     completion_tokens: int = 0
 
+# %% ../nbs/19_ultrag.ipynb #c053
 class Ultrag:
     "ULTRAG (Algorithm 1): writer -> linker -> SEPPR pruner -> executor -> decider (loop) -> arbitrator."
     def __init__(self, kg: KnowledgeGraph, writer, executor,
@@ -496,37 +502,40 @@ class Ultrag:
         return {s: getattr(getattr(self, s), 'label', type(getattr(self, s)).__name__)
                 for s in ('writer', 'linker', 'pruner', 'executor', 'decider', 'arbitrator')}
 
-    def answer(self, question: str, seeds=None) -> UltragResult:
-        "Run the recipe on one question (`seeds`: entity IDs, or None to link the writer's mentions)."
-        res, T, history, x = UltragResult(question), Counter(), [], None
-        llm_steps = [getattr(self, s) for s in ('writer', 'decider', 'arbitrator') if hasattr(getattr(self, s), 'tokens')]
-        before = [Counter(st.tokens) for st in llm_steps]
-        def timed(step, fn, *a):
-            t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
-            return out
-        for rnd in range(1, self.max_rounds + 1):
-            res.rounds = rnd
-            w = timed('write', self.writer.write, question, seeds, history)
-            if not w.valid: res.error, res.message = w.error, w.message; break
-            try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
-            except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
-            pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
-            x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
-            res.flops += getattr(self.executor, 'last_flops', 0)
-            res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
-            if timed('decide', self.decider.decide, x, question, self.kg): break
-            history.append(top_members(x, self.kg, 10))
-        if x is not None:
-            res.top = top_members(x, self.kg, 50)
-            res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
-            if self.keep_scores: res.scores = x
-        res.timings = {k: float(v) for k, v in T.items()}
-        for st, b in zip(llm_steps, before):
-            res.prompt_tokens += st.tokens['prompt_tokens'] - b['prompt_tokens']
-            res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
-        return res
+# %% ../nbs/19_ultrag.ipynb #c056
+@patch
+def answer(self: Ultrag, question: str,  # the natural-language question
+           seeds=None):  # seed entity IDs, or None to link the writer's mentions
+    "Run the recipe on one question; never raises for a bad LLM reply (the error's name is in `error`)."
+    res, T, history, x = UltragResult(question), Counter(), [], None
+    llm_steps = [getattr(self, s) for s in ('writer', 'decider', 'arbitrator') if hasattr(getattr(self, s), 'tokens')]
+    before = [Counter(st.tokens) for st in llm_steps]
+    def timed(step, fn, *a):
+        t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
+        return out
+    for rnd in range(1, self.max_rounds + 1):
+        res.rounds = rnd
+        w = timed('write', self.writer.write, question, seeds, history)
+        if not w.valid: res.error, res.message = w.error, w.message; break
+        try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
+        except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
+        pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
+        x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
+        res.flops += getattr(self.executor, 'last_flops', 0)
+        res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
+        if timed('decide', self.decider.decide, x, question, self.kg): break
+        history.append(top_members(x, self.kg, 10))
+    if x is not None:
+        res.top = top_members(x, self.kg, 50)
+        res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
+        if self.keep_scores: res.scores = x
+    res.timings = {k: float(v) for k, v in T.items()}
+    for st, b in zip(llm_steps, before):
+        res.prompt_tokens += st.tokens['prompt_tokens'] - b['prompt_tokens']
+        res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
+    return res
 
-# %% ../nbs/19_ultrag.ipynb #c045
+# %% ../nbs/19_ultrag.ipynb #c060
 def gold_rank(x: torch.Tensor, gold_idx) -> int:
     "1 + the non-gold entities scoring at least as high as the best gold one."
     x = np.asarray(x, np.float64); g = np.zeros(len(x), bool); g[list(gold_idx)] = True
@@ -536,7 +545,8 @@ def _category(rec, split) -> str:
     from kgqa_nb.datasources import test_category
     return 'train' if split == 'train' else test_category(rec['test_type'])
 
-def evaluate(pipe: Ultrag,  # the recipe
+# %% ../nbs/19_ultrag.ipynb #c063
+def evaluate_ultrag(pipe: Ultrag,  # the recipe
              records: pd.DataFrame,  # GTSQA-schema records (a 'split' column is used when present)
              use_seeds: bool = True,  # give the seed entities (else the writer's mentions are linked)
              show_progress: bool = False) -> pd.DataFrame:
@@ -563,7 +573,8 @@ def evaluate(pipe: Ultrag,  # the recipe
     for k, v in pipe.labels().items(): df[k] = v
     return df
 
-def summarize(df: pd.DataFrame, by=None) -> pd.DataFrame:
+# %% ../nbs/19_ultrag.ipynb #c065
+def summarise_ultrag(df: pd.DataFrame, by=None) -> pd.DataFrame:
     "Mean Hits/Recall/F1/EM (%), MRR and Hits@1/3/10 (%) and the invalid-query rate, overall or per group."
     def agg(g):
         rm = metrics.ranking_metrics(g['rank'].to_numpy())
@@ -574,7 +585,8 @@ def summarize(df: pd.DataFrame, by=None) -> pd.DataFrame:
     if by is None: return agg(df).to_frame().T
     return df.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()
 
-def cost_per_query(df: pd.DataFrame,  # `evaluate`'s table
+# %% ../nbs/19_ultrag.ipynb #c067
+def cost_per_query(df: pd.DataFrame,  # `evaluate_ultrag`'s table
                    llm_active_params: float = 5.1e9) -> pd.DataFrame:  # the LLM of the paper's Appendix A bound (GPT-OSS-120B)
     "Mean cost of one question: seconds per step and in all, executor GFLOPs, LLM tokens, and the Appendix-A FLOPs of an LLM reading the pruned graph."
     from kgqa_nb.ultra import llm_prefill_flops
@@ -589,29 +601,15 @@ def cost_per_query(df: pd.DataFrame,  # `evaluate`'s table
     row['llm_to_executor_flops'] = llm / df.flops.mean() if df.flops.mean() > 0 else float('nan')
     return pd.DataFrame([dict(n=len(df), **row)])
 
-# %% ../nbs/19_ultrag.ipynb #c051
-def _cli_pipeline(a, kg):
-    from kgqa_nb.ultra import load_ultra
-    from kgqa_nb.datasources import load_source
-    if a.backend == 'offline':
-        writer = oracle_writer(kg, load_source('generated', kg=kg, seed=a.seed).all)
-        arbitrator = ThresholdArbitrator(a.tau)
-    else:
-        client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None)
-        writer, arbitrator = LLMQueryWriter(client, kg), LLMArbitrator(client)
-    executor = SymbolicStep() if a.executor == 'symbolic' else NeuralExecutor(load_ultra(a.ckpt), a.logic)
-    return Ultrag(kg, writer, executor, pruner=SEPPRPruner(a.k), arbitrator=arbitrator)
-
-def ultrag_cli(argv=None) -> int:
-    "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
-    import argparse
-    from kgqa_nb.datasources import resolve_kg, load_source
-    ap = argparse.ArgumentParser(prog='kgqa ultrag', description=ultrag_cli.__doc__)
+# %% ../nbs/19_ultrag.ipynb #c074
+def ultrag_parser() -> CLIParser:
+    "The command line of `kgqa ultrag`: the `ask` and `batch` modes and the options they share."
+    ap = CLIParser(prog='kgqa ultrag', description='answer a question (ask) or a dataset split (batch) with the ULTRAG recipe')
     sub = ap.add_subparsers(dest='mode', required=True)
     ask, batch = sub.add_parser('ask', help='answer one question'), sub.add_parser('batch', help='answer a split of the generated dataset')
     ask.add_argument('question')
     ask.add_argument('--seeds', default='', help='comma-separated seed entity IDs; empty links the mentions the writer names')
-    ask.add_argument('--top', type=int, default=10, help='top entities to print')
+    ask.add_argument('--top', type=int, default=10, help='top entities to print (at least 1)')
     batch.add_argument('--split', choices=('train', 'test'), default='test', help='which split')
     batch.add_argument('--n', type=int, default=0, help='first N questions only (0 = all)')
     batch.add_argument('--link', action='store_true', help='do not give the seeds: link the mentions')
@@ -625,32 +623,61 @@ def ultrag_cli(argv=None) -> int:
         p.add_argument('--ckpt', default='ultraquery', help='ULTRA checkpoint of the neural executor')
         p.add_argument('--logic', default='product', help='fuzzy AND: product, godel or lukasiewicz')
         p.add_argument('--k', type=int, default=30_000, help='SEPPR nodes kept (0 = whole graph)')
-        p.add_argument('--tau', type=float, default=0.5, help='offline arbitrator: keep entities within tau of the best')
+        p.add_argument('--tau', type=float, default=0.5, help='offline arbitrator: keep entities within tau of the best, in (0, 1]')
         p.add_argument('--seed', type=int, default=0, help='generated dataset seed (oracle questions)')
-    a = ap.parse_args(argv)
-    try:
-        kg = resolve_kg(a.kg)
-        pipe = _cli_pipeline(a, kg)
-        if a.mode == 'ask':
-            seeds = [s.strip() for s in a.seeds.split(',') if s.strip()] or None
-            bad = [s for s in seeds or () if s not in kg.entity_index]
-            if bad: raise ValueError(f'seed IDs not in {kg.name}: {bad}')
-            res = pipe.answer(a.question, seeds)
-            print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}')
-            if res.error: print(f'no valid query ({res.error}): {res.message}'); return 1
-            print(f'query: {res.query}')
-            for e, p in res.top[:a.top]:
-                print(f'  {p:.4f}  {kg.entity_labels[kg.entity(e)]} ({e}){"  <- answer" if e in res.answers else ""}')
-            print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
-            return 0
-        recs = getattr(load_source('generated', kg=kg, seed=a.seed), a.split)
-        recs = (recs.head(a.n) if a.n else recs).assign(split=a.split)
-        df = evaluate(pipe, recs, use_seeds=not a.link, show_progress=True)
-        print(summarize(df).round(2).to_string(index=False))
-        if a.out:
-            from kgqa_nb.core import write_table
-            write_table(df.drop(columns=['top']), a.out, params=vars(a), kg=kg.name, llm_backend=pipe.labels()['writer'], command='kgqa ultrag batch')
-            print(f'wrote {a.out}')
-        return 0
-    except (OSError, ValueError, KeyError) as e:
-        print(f'kgqa ultrag: {e}', file=sys.stderr); return 2
+    return ap
+
+def check_ultrag_flags(a):
+    "Raise `UsageError` naming the first numeric flag of parsed `kgqa ultrag` arguments whose value is impossible."
+    if a.k < 0: raise UsageError(f'--k must be 0 (whole graph) or more, got {a.k}')
+    if not 0 < a.tau <= 1: raise UsageError(f'--tau must be in (0, 1], got {a.tau:g}')
+    if a.mode == 'ask' and a.top < 1: raise UsageError(f'--top must be at least 1, got {a.top}')
+    if a.mode == 'batch' and a.n < 0: raise UsageError(f'--n must be 0 (all) or more, got {a.n}')
+
+# %% ../nbs/19_ultrag.ipynb #c078
+def _cli_pipeline(a, kg):
+    from kgqa_nb.ultra import load_ultra
+    from kgqa_nb.datasources import load_source
+    if a.backend == 'offline':
+        writer = oracle_writer(kg, load_source('generated', kg=kg, seed=a.seed).all)
+        arbitrator = ThresholdArbitrator(a.tau)
+    else:
+        client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None)
+        writer, arbitrator = LLMQueryWriter(client, kg), LLMArbitrator(client)
+    executor = SymbolicStep() if a.executor == 'symbolic' else NeuralExecutor(load_ultra(a.ckpt), a.logic)
+    return Ultrag(kg, writer, executor, pruner=SEPPRPruner(a.k), arbitrator=arbitrator)
+
+def _cli_seeds(a, kg):
+    seeds = [s.strip() for s in a.seeds.split(',') if s.strip()] or None
+    bad = [s for s in seeds or () if s not in kg.entity_index]
+    if bad: raise ValueError(f'--seeds: IDs not in {kg.name}: {bad}')
+    return seeds
+
+def _cli_ask(a, kg, pipe, seeds) -> int:
+    res = pipe.answer(a.question, seeds)
+    if res.error: raise QueryWriteError(res.error, f'no valid query for the question ({pipe.labels()["writer"]}): {res.message}')
+    print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}')
+    print(f'query: {res.query}')
+    for e, p in res.top[:a.top]:
+        print(f'  {p:.4f}  {kg.entity_labels[kg.entity(e)]} ({e}){"  <- answer" if e in res.answers else ""}')
+    print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
+    return 0
+
+# %% ../nbs/19_ultrag.ipynb #c080
+def ultrag_cli(argv=None) -> int:
+    "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
+    from kgqa_nb.datasources import resolve_kg, load_source
+    a = ultrag_parser().parse_args(argv)
+    check_ultrag_flags(a)
+    kg = resolve_kg(a.kg)
+    seeds = _cli_seeds(a, kg) if a.mode == 'ask' else None
+    pipe = _cli_pipeline(a, kg)
+    if a.mode == 'ask': return _cli_ask(a, kg, pipe, seeds)
+    recs = getattr(load_source('generated', kg=kg, seed=a.seed), a.split)
+    recs = (recs.head(a.n) if a.n else recs).assign(split=a.split)
+    df = evaluate_ultrag(pipe, recs, use_seeds=not a.link, show_progress=True)
+    print(summarise_ultrag(df).round(2).to_string(index=False))
+    if a.out:
+        write_table(df.drop(columns=['top']), a.out, params=vars(a), kg=kg.name, llm_backend=pipe.labels()['writer'], command='kgqa ultrag batch')
+        print(f'wrote {a.out}')
+    return 0

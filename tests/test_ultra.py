@@ -2,7 +2,7 @@
 against a per-edge reference, the relation graph against its definition, neural vs symbolic execution on the toy world,
 filtered ranks equal to the metrics module's on random tied scores, no warning from a forward pass, `kgqa ultra-eval` on
 both split layouts (and CoDEx-M), and (`pytest --flags slow`) the full ILPC2022-small zero-shot parity with the original code's numbers."""
-import os, shutil, subprocess, sys
+import os, re, shutil, subprocess, sys
 from pathlib import Path
 
 import numpy as np
@@ -211,9 +211,12 @@ def test_ultra_eval_on_both_layouts(tmp_path, capsys, layout):
 
 @pytest.mark.parametrize('case,match', [
     ('missing', 'is not a folder'), ('malformed', 'test.txt:2: 4 tab-separated fields'), ('ckpt', "unknown checkpoint 'ultra_9g'"),
-    ('out', 'is a folder'), ('relation', "test.txt:1: relation 'P7' never occurs"), ('negative', 'max_queries must be >= 0'),
+    ('out', 'is a folder'), ('relation', "test.txt:1: relation 'P7' never occurs"), ('negative', '--max-queries must be 0'),
+    ('batch', '--batch-size must be at least 1'), ('which', "invalid choice: 'train'"),
 ])
-def test_ultra_eval_errors_are_one_line(tmp_path, capsys, case, match):
+def test_ultra_eval_errors_are_one_line(tmp_path, capsys, monkeypatch, case, match):
+    "Bad input raises; `kgqa` alone prints it, one line on stderr, exit code 2, nothing on stdout."
+    from kgqa_nb.cli import main
     files = dict(LAYOUTS['transductive'])
     if case == 'malformed': files['test.txt'] = 'Q4\tP1\tQ1\nQ5\tP1\tQ3\tQ9\n'
     if case == 'relation': files['test.txt'] = 'Q4\tP7\tQ1\n'
@@ -221,9 +224,14 @@ def test_ultra_eval_errors_are_one_line(tmp_path, capsys, case, match):
     argv = ['--split', str(tmp_path / 'nowhere' if case == 'missing' else d), '--ckpt', 'ultra_9g' if case == 'ckpt' else 'ultra_3g']
     if case == 'out': argv += ['--out', str(tmp_path)]
     if case == 'negative': argv += ['--max-queries', '-1']
-    assert ultra_eval_cli(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith('kgqa ultra-eval: ') and err.count('\n') == 1 and match in err, err
+    if case == 'batch': argv += ['--batch-size', '0']
+    if case == 'which': argv += ['--which', 'train']
+    if case in ('negative', 'batch'):  # numeric flags are refused before any split or checkpoint is read
+        monkeypatch.setattr(ultra, 'load_split', lambda *a, **k: pytest.fail('the split was loaded before the flags were checked'))
+    with pytest.raises((ValueError, OSError, KeyError), match=re.escape(match)): ultra_eval_cli(argv)  # the project's user-error types
+    assert main(['ultra-eval', *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('kgqa: ') and err.count('\n') == 1 and match in err, (out, err)
 
 
 def test_ultra_eval_command_line_process(tmp_path):

@@ -3,6 +3,7 @@ replies are named, counted and never crash), the oracle path with both executors
 import contextlib, io, re, socket
 
 import numpy as np
+import pandas as pd
 import torch
 import pytest
 
@@ -10,7 +11,7 @@ from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.dsl import parse_query, SymbolicExecutor
 from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,
-                            SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate, summarize,
+                            SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate_ultrag, summarise_ultrag,
                             fit_tau, edge_capped_prefix, ultrag_cli, crisp_set, QueryWriteError, check_query)
 
 TW = load_kg('toyworld')
@@ -159,12 +160,12 @@ def ultraquery():
 
 def test_oracle_queries_on_intact_toyworld_reach_hits_at_10_of_95(toy_source, ultraquery):
     pipe = Ultrag(TW, oracle_writer(TW, toy_source.all), NeuralExecutor(ultraquery), pruner=SEPPRPruner(k=2000))
-    train = evaluate(pipe, toy_source.train.head(20).assign(split='train'))
+    train = evaluate_ultrag(pipe, toy_source.train.head(20).assign(split='train'))
     pipe.arbitrator = ThresholdArbitrator(fit_tau(train.top.tolist(), train.gold.tolist()))
     test = toy_source.test.assign(split='test')
     for ex in (NeuralExecutor(ultraquery), SymbolicStep()):
         pipe.executor = ex
-        s = summarize(evaluate(pipe, test))
+        s = summarise_ultrag(evaluate_ultrag(pipe, test))
         assert s['hits@10'].item() >= 95, (ex.label, s.to_dict('records'))
         assert s.invalid.item() == 0 and s.hits.item() >= 80
 
@@ -191,15 +192,46 @@ def test_cli_ask_and_batch(tmp_path, toy_source):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert ultrag_cli(['ask', rec['question'], '--seeds', seeds, '--executor', 'symbolic', '--k', '500']) == 0
-        assert ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--seeds', 'Q900000006', '--executor', 'symbolic', '--k', '500']) == 1
         assert ultrag_cli(['batch', '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
     text = out.getvalue()
     assert f"query: {record_ids(rec)[0][0]}" in text or 'query: AND(' in text
     assert '<- answer' in text and 'timings: write' in text
-    assert 'no valid query' in text and 'hits' in text and (tmp_path / 't.csv').exists()
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err): assert ultrag_cli(['ask', 'Who?', '--seeds', 'Q0', '--executor', 'symbolic']) == 2
-    assert 'not in' in err.getvalue()
+    assert 'hits' in text and (tmp_path / 't.csv').exists()
+    assert len(pd.read_csv(tmp_path / 't.csv')) == 5
+
+
+def test_cli_question_without_a_valid_query_raises_and_prints_nothing(capsys):
+    "A question the oracle does not know gets no valid query: an error for `kgqa` to report, no error text on stdout."
+    with pytest.raises(QueryWriteError, match='no valid query'):
+        ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--seeds', 'Q900000006', '--executor', 'symbolic', '--k', '500'])
+    assert capsys.readouterr().out == ''
+
+
+@pytest.mark.parametrize('argv,match', [
+    (['ask', 'Who?', '--top', '-3'], '--top must be at least 1'),
+    (['ask', 'Who?', '--k', '-1'], '--k must be 0'),
+    (['batch', '--n', '-3'], '--n must be 0'),
+    (['batch', '--tau', '1.5'], '--tau must be in (0, 1]'),
+    (['batch', '--n', 'three'], "invalid int value: 'three'"),
+    (['ask', 'Who?', '--seeds', 'Q0', '--executor', 'symbolic', '--k', '500'], '--seeds: IDs not in toyworld'),
+    (['ask', 'Who?', '--kg', 'no-such-kg'], "KG 'no-such-kg' is neither"),
+])
+def test_cli_bad_input_is_one_line_on_stderr_with_exit_2(capsys, monkeypatch, argv, match):
+    "Through `kgqa`'s one error path; numeric flags are refused before any KG is loaded."
+    import kgqa_nb.datasources as ds
+    from kgqa_nb.cli import main
+    if match.startswith('--') and 'seeds' not in match:
+        monkeypatch.setattr(ds, 'resolve_kg', lambda *a, **k: pytest.fail('the KG was loaded before the flags were checked'))
+    assert main(['ultrag', *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('kgqa: ') and err.count('\n') == 1 and match in err, (out, err)
+
+
+def test_cli_batch_n_takes_the_first_questions(tmp_path, toy_source):
+    "`--n 3` answers exactly the first three test questions (a negative value is refused above, not read as 'all but the last')."
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert ultrag_cli(['batch', '--n', '3', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 'b.csv')]) == 0
+    assert pd.read_csv(tmp_path / 'b.csv').id.astype(str).tolist() == toy_source.test.id.astype(str).head(3).tolist()
 
 
 def test_batched_projections_equal_one_at_a_time(ultraquery):
