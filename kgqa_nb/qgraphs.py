@@ -4,14 +4,14 @@
 
 # %% ../nbs/12_qgraphs.ipynb #c002
 from __future__ import annotations
-import json, os, re, tempfile, weakref, zlib
+import json, re, weakref, zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .core import keyed_folder, params_key, progress
+from .core import atomic_path, keyed_folder, params_key, progress
 from .kg import KnowledgeGraph, UnknownIdError, kg_fingerprint, parse_item, relabel
 from .paths import (CONVENTIONS, SPLabels, UnknownConventionError, personalized_pagerank, top_k_nodes, shortest_path_labels,
                            shortest_path_metapaths)
@@ -208,20 +208,13 @@ def _sp_from_blob(masks: np.ndarray, blob: str) -> dict:
 
 @patch
 def save(self: QuestionGraph, path):
-    "Write the graph to `path` (.npz) atomically: a temp file in the same folder, then a rename."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    "Write the graph to `path` (.npz) atomically (`core.atomic_path`: a unique temporary file beside it, then a rename)."
     masks, blob = _sp_blob(self.sp)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            np.savez(f, id=np.array(str(self.id)), h=self.h, r=self.r, t=self.t, triple_scores=self.triple_scores,
-                     triple_scores_sp=self.triple_scores_sp, seeds=self.seeds, answers=self.answers, sp_masks=masks,
-                     sp_labels=np.array(blob), info=np.array(json.dumps(self.info)))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
-    return path
+    with atomic_path(path) as tmp, open(tmp, 'wb') as f:
+        np.savez(f, id=np.array(str(self.id)), h=self.h, r=self.r, t=self.t, triple_scores=self.triple_scores,
+                 triple_scores_sp=self.triple_scores_sp, seeds=self.seeds, answers=self.answers, sp_masks=masks,
+                 sp_labels=np.array(blob), info=np.array(json.dumps(self.info)))
+    return Path(path)
 
 def load_question_graph(path) -> QuestionGraph:
     "Read a `QuestionGraph` written by `QuestionGraph.save`."

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
 
-from .core import folder_lock, get_device, jsonable, keyed_folder, progress, user_cache_dir, write_text_atomic
+from .core import atomic_path, folder_lock, get_device, jsonable, keyed_folder, progress, user_cache_dir, write_text_atomic
 from .kg import kg_fingerprint
 
 # %% auto #0
@@ -460,10 +460,9 @@ def save(self: VectorIndex, folder) -> Path:
     import faiss
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     (folder / 'meta.json').unlink(missing_ok=True)
-    faiss.write_index(self.index, str(folder / 'index.faiss.tmp')); (folder / 'index.faiss.tmp').replace(folder / 'index.faiss')
+    with atomic_path(folder / 'index.faiss') as tmp: faiss.write_index(self.index, str(tmp))
     if self.vectors is not None:
-        with open(folder / 'vectors.npy.tmp', 'wb') as f: np.save(f, np.asarray(self.vectors, np.float32))
-        (folder / 'vectors.npy.tmp').replace(folder / 'vectors.npy')
+        with atomic_path(folder / 'vectors.npy') as tmp, open(tmp, 'wb') as f: np.save(f, np.asarray(self.vectors, np.float32))
     meta = dict(metric=self.metric, kind=self.kind, rerank=self.rerank, params=self.params, n=len(self), dim=self.dim,
                 vectors=self.vectors is not None)
     write_text_atomic(folder / 'meta.json', json.dumps(jsonable(meta), indent=1) + '\n')
