@@ -161,7 +161,7 @@ def path_replacements(root_as: str = '.') -> list:  # what the repository's own 
     "(pattern, replacement) pairs that write this machine's folders as names every machine shares, most specific first."
     pairs = [(str(data_dir()), '$KGQA_DATA'), (str(ckpt_dir()), '$KGQA_CKPTS'), (str(user_cache_dir()), '$KGQA_CACHE'),
              (str(ROOT), root_as), (str(Path.home()), '~')]
-    out = [(re.compile(re.escape(a) + r'(?![\w.-])'), b) for a, b in pairs if a not in ('', '/')]
+    out = [(re.compile(r'(?<![\w.-])' + re.escape(a) + r'(?![\w.-])'), b) for a, b in pairs if a not in ('', '/')]  # whole paths only
     return out + [(re.compile(re.escape(tempfile.gettempdir().rstrip('/')) + r'/(tmp|pytest-of-)[\w.-]*'), '<tmp>')]
 
 def portable(o, reps=None):
