@@ -213,3 +213,16 @@ def test_run_records_plan_and_spend_in_provenance(bare_machine):
     assert prov['profile'] == table['profile'] == 'smoke'
     for f in (out / 'results').rglob('*'):
         if f.suffix in ('.json', '.ipynb'): assert str(bare_machine) not in f.read_text(), f  # no path of this machine
+
+
+def test_git_changes_names_modified_tracked_files_only(tmp_path):
+    "What the publish refusal reads: tracked files with uncommitted changes; untracked files do not make a tree dirty."
+    import subprocess
+    from kgqa_nb.core import git_changes, git_state
+    git = lambda *a: subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *a], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / 'a.txt').write_text('1'); git('init', '-q'); git('add', 'a.txt'); git('commit', '-qm', 'x')
+    assert git_changes(tmp_path) == [] and git_state(tmp_path)['dirty'] is False
+    (tmp_path / 'new.txt').write_text('untracked')
+    assert git_changes(tmp_path) == []
+    (tmp_path / 'a.txt').write_text('2')
+    assert git_changes(tmp_path) == ['a.txt'] and git_state(tmp_path)['dirty'] is True
