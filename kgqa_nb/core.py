@@ -19,10 +19,10 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import 
     from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir', 'data_dir',
-           'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything', 'get_device',
-           'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable', 'jsonable',
-           'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'artifact_dirs', 'write_table',
+__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir',
+           'data_dir', 'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything',
+           'get_device', 'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable',
+           'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'artifact_dirs', 'write_table',
            'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'folder_lock', 'atomic_path',
            'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning',
            'read_jsonl', 'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
@@ -128,9 +128,13 @@ def _git(root, *args) -> str:
     try: return subprocess.run(['git', *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.rstrip()
     except Exception: return ''
 
-def git_changes(root=ROOT) -> list:
-    "Tracked files with uncommitted changes (`git status --porcelain --untracked-files=no`); [] outside a git checkout."
-    return [l[3:] for l in _git(root, 'status', '--porcelain', '--untracked-files=no').splitlines() if l.strip()]
+OUTPUT_DIRS = ('results/', 'figures/')  # published outputs: a run rewrites them, so changes there do not make the code dirty
+
+def git_changes(root=ROOT,  # the repository
+                skip=OUTPUT_DIRS) -> list:  # path prefixes whose changes do not count
+    "Tracked files with uncommitted changes (`git status --porcelain --untracked-files=no`), outputs aside; [] outside a git checkout."
+    paths = [l[3:] for l in _git(root, 'status', '--porcelain', '--untracked-files=no').splitlines() if l.strip()]
+    return [p for p in paths if not p.startswith(tuple(skip))]
 
 def git_state(root=ROOT) -> dict:
     "Commit hash and dirty flag of the repository (None outside a git checkout)."

@@ -216,7 +216,7 @@ def test_run_records_plan_and_spend_in_provenance(bare_machine):
 
 
 def test_git_changes_names_modified_tracked_files_only(tmp_path):
-    "What the publish refusal reads: tracked files with uncommitted changes; untracked files do not make a tree dirty."
+    "What the publish refusal reads: tracked files with uncommitted changes; untracked files and republished outputs do not make a tree dirty."
     import subprocess
     from kgqa_nb.core import git_changes, git_state
     git = lambda *a: subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *a], cwd=tmp_path, check=True, capture_output=True)
@@ -224,5 +224,9 @@ def test_git_changes_names_modified_tracked_files_only(tmp_path):
     assert git_changes(tmp_path) == [] and git_state(tmp_path)['dirty'] is False
     (tmp_path / 'new.txt').write_text('untracked')
     assert git_changes(tmp_path) == []
+    (tmp_path / 'results').mkdir(); (tmp_path / 'results' / 't.csv').write_text('1'); git('add', 'results'); git('commit', '-qm', 'r')
+    (tmp_path / 'results' / 't.csv').write_text('2')  # a run republished an output: not a change to the code
+    assert git_changes(tmp_path) == [] and git_state(tmp_path)['dirty'] is False
     (tmp_path / 'a.txt').write_text('2')
     assert git_changes(tmp_path) == ['a.txt'] and git_state(tmp_path)['dirty'] is True
+    assert git_changes(tmp_path, skip=()) == ['a.txt', 'results/t.csv']
