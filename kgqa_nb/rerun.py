@@ -106,7 +106,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
     return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs], **({'llm_spent': spent} if meter else {}))
 
-# %% ../nbs/40b_rerun.ipynb #c014
+# %% ../nbs/40b_rerun.ipynb #c016
 class Heartbeat:
     "Context manager printing '<label>: still running (<elapsed>)' every `every` seconds until the block ends."
     def __init__(self, label: str,  # what is running, e.g. '[2/12] synthkgqa_dataset'
@@ -128,7 +128,7 @@ class Heartbeat:
 
     def __exit__(self, *a): self._stop.set(); self._thread.join()
 
-# %% ../nbs/40b_rerun.ipynb #c017
+# %% ../nbs/40b_rerun.ipynb #c019
 def run_guarded(art: Artifact,  # the artifact to run
                 profile: str,  # profile name or YAML path
                 guard: SpendGuard,  # the spend guard of this artifact
@@ -145,7 +145,7 @@ def run_guarded(art: Artifact,  # the artifact to run
         return dict(artifact=art.name, status='stopped', reason=f'measured LLM spend {fmt_usd(meter.cost_usd)} passed --max-cost {guard.max_cost:g}',
                     llm_spent=spent_since(start, meter.poll()))
 
-# %% ../nbs/40b_rerun.ipynb #c020
+# %% ../nbs/40b_rerun.ipynb #c022
 def rerun(profile: str = 'smoke',  # profile name or YAML path
           only=None,  # artifact names (default: all in the manifest)
           keep_going: bool = True,  # run the rest after a failure
@@ -187,7 +187,7 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
             break
     return records
 
-# %% ../nbs/40b_rerun.ipynb #c025
+# %% ../nbs/40b_rerun.ipynb #c027
 def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
     ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
