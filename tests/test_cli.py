@@ -97,7 +97,7 @@ def test_paper_profile_without_a_key_skips_every_llm_artifact_at_once():
     assert res.returncode == 0, res.stderr
     for i, n in enumerate(llm, 1):
         assert f'[{i}/{len(llm)}] {n}: skipped, ' in res.stderr
-        assert f'needs an LLM API key (KGQA_LLM_API_KEY/OPENAI_API_KEY or KGQA_LLM_BASE_URL)' in next(
+        assert 'needs an LLM API key (KGQA_LLM_API_KEY/OPENAI_API_KEY or KGQA_LLM_BASE_URL)' in next(
             l for l in res.stdout.splitlines() if l.split()[1:2] == [n])
     assert 'running' not in res.stderr
 

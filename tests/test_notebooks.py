@@ -7,7 +7,6 @@ from pathlib import Path
 
 import papermill as pm
 import pytest
-import yaml
 
 from kgqa_nb.core import load_profile, project_dirs
 from kgqa_nb.profiles import check_profile, load_manifest, notebook_parameters, parameters_cells
