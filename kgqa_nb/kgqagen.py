@@ -4,7 +4,7 @@
 
 # %% ../nbs/22_kgqagen.ipynb #c002
 from __future__ import annotations
-import argparse, json, math, re, time
+import json, math, re, time
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -13,29 +13,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import (CLIParser, ReasonError, UsageError, artifact_dirs, built_by, code_fingerprint, folder_lock, keyed_folder,
-                          mark_built, read_jsonl, write_text_atomic)
-from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
+from .core import CLIParser, ReasonError, UsageError, code_fingerprint, write_text_atomic
+from .kg import KnowledgeGraph, parse_item
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
 from .llm import LLMClient, LLMError, read_ledger, register_offline_model
 from .validate import QueryShapeError, construct_query, read_query
-from .isomorphism import IsomorphismError, classify_answer_subgraph
+from .isomorphism import classify_answer_subgraph
 from .minimality import minimality
-from .datasources import resolve_kg
 from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
-from .runs import (OutcomeLog, StatusLine, client_pair, flag_usage_error, make_manifest, open_run_folder, pending_batches,
-                          resume_run, run_sessions)
+from .runs import (OutcomeLog, StatusLine, client_pair, config_client, flag_usage_error, kg_identity, ledger_totals,
+                          make_manifest, open_run_folder, pending_batches, resume_run, run_sessions)
 
 # %% auto #0
-__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'RECORD_VERSION',
-           'KGQAGenError', 'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds', 'one_hop_sample',
-           'expansion_prompt', 'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply',
-           'find_chain', 'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query',
-           'revision_prompt', 'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify',
-           'proof_answer', 'instance_record', 'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record',
-           'select_kgqagen', 'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'KGQAGenDataset',
-           'kgqagen_dataset', 'gold_names', 'published_gold_names', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
+__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'KGQAGenError',
+           'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds', 'one_hop_sample', 'expansion_prompt',
+           'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'find_chain',
+           'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
+           'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'proof_answer',
+           'instance_record', 'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
+           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser',
+           'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -594,8 +592,7 @@ KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'dataset', 'run
 
 def kgqagen_manifest(cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient) -> dict:
     "The manifest of a KGQAGen run: `identity` (compared on resume) and `info` (recorded only)."
-    identity = dict(config=cfg.identity(), kg=dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples, fingerprint=kg_fingerprint(kg)),
-                    llm=dict(generator=gen.describe(), reviser=rev.describe()), code=code_fingerprint(*KGQAGEN_CODE_MODULES))
+    identity = dict(config=cfg.identity(), kg=kg_identity(kg), llm=dict(generator=gen.describe(), reviser=rev.describe()), code=code_fingerprint(*KGQAGEN_CODE_MODULES))
     return make_manifest('kgqa_nb.kgqagen/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
 def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
@@ -605,14 +602,7 @@ def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
     if unknown: raise KGQAGenError('seed', f'{len(unknown)} seed(s) not in KG {kg.name!r}, e.g. {unknown[:3]}')
     return [kg.entity_index[s] for s in cfg.seeds][:cfg.max_candidates]
 
-def _client(cfg: KGQAGenConfig, model: str | None, **kw) -> LLMClient:
-    return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
-
 # %% ../nbs/22_kgqagen.ipynb #c059
-def _status_text(done: dict, sel: KGQAGenSelection, ledger) -> str:
-    return (f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
-            f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(ledger)['calls']} model calls")
-
 def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds the same run)
                 cfg: KGQAGenConfig,
                 kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -626,8 +616,8 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    gen, rev = client_pair(out, gen, rev, partial(_client, cfg, cfg.model),
-                           lambda first, **kw: _client(cfg, cfg.reviser_model or first.model, **kw), cache_dir)
+    gen, rev = client_pair(out, gen, rev, partial(config_client, cfg, cfg.model),
+                           lambda first, **kw: config_client(cfg, cfg.reviser_model or first.model, **kw), cache_dir)
     seeds = run_seeds(kg, cfg)
     if not seeds: raise KGQAGenError('seed', f'no seed entity in KG {kg.name!r}')
     out = open_run_folder(out, kgqagen_manifest(cfg, kg, gen, rev))
@@ -637,7 +627,8 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
         n_before = len(log.done)
         resume_run(log, pending_batches(log.done, len(seeds), cfg.batch_size), partial(process_batch, run),
                    lambda done: select_kgqagen(done, cfg.n_target), cfg.n_target,
-                   status=StatusLine(status_every, lambda done, sel: _status_text(done, sel, gen.ledger)))
+                   status=StatusLine(status_every, lambda done, sel: f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
+                                     f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(gen.ledger)['calls']} model calls"))
         done = dict(log.done)
     summary = finalize_kgqagen(out, cfg, kg, gen, rev, done, time.perf_counter() - t0, len(done) - n_before)
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")
@@ -653,12 +644,9 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
     spath = out / 'run_summary.json'
     sessions = run_sessions(spath, seconds=round(seconds, 2), candidates_processed=processed,
                             generator=gen.usage_summary(), reviser=rev.usage_summary())
-    usage = read_ledger(gen.ledger)
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), reviser=rev.describe()), records=len(sel.records), funnel=sel.funnel,
                    candidates_processed=len(done), candidates_after_last_record=sel.beyond,
-                   stopped='n_target reached' if len(sel.records) >= cfg.n_target else 'seeds used up',
-                   llm_calls=usage['calls'], prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
-                   cost_usd=usage['cost_usd'], seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
+                   stopped='n_target reached' if len(sel.records) >= cfg.n_target else 'seeds used up', **ledger_totals(gen.ledger), seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
     write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
     if sel.records:
         recs = pd.DataFrame([{k: r[k] for k in r if k not in KGQAGEN_FIELDS} for r in sel.records])
@@ -668,50 +656,6 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
     return summary
 
 # %% ../nbs/22_kgqagen.ipynb #c065
-@dataclass
-class KGQAGenDataset:
-    "A finished KGQAGen run, as the artifact notebooks read it."
-    folder: Path  # the run folder
-    kg: KnowledgeGraph  # the KG it was generated on
-    records: pd.DataFrame  # GTSQA-schema records plus KGQAGen's fields
-    funnel: dict  # see `select_kgqagen`
-    summary: dict  # run_summary.json
-    built: dict  # `core.built_by` of the cache folder: the commit that built the dataset
-
-RECORD_VERSION = 2  # bumped when `instance_record` changes what a record holds (2: answer_node is the answer the proof supports)
-
-def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.resolve_kg` knows
-                    n_target: int = 20, seed: int = 0, backend: str = 'offline', model: str = '', reviser_model: str = '',
-                    base_url: str = '', root=None,  # parent of the kgqagen/ cache folder (default: the smoke scratch results)
-                    concurrency: int = 8, **cfg) -> KGQAGenDataset:  # further `KGQAGenConfig` fields (max_rounds, ...)
-    "Build (or reuse) the KGQAGen run of these parameters."
-    graph = resolve_kg(kg)
-    c = KGQAGenConfig(kg=graph.name, n_target=int(n_target), seed=int(seed), backend=backend, model=model or None,
-                      reviser_model=reviser_model or None, base_url=base_url or None, concurrency=concurrency, **cfg)
-    key = dict(c.identity(), n_target=c.n_target, max_candidates=c.max_candidates, kg_fingerprint=kg_fingerprint(graph), records=RECORD_VERSION,
-               code=code_fingerprint(*KGQAGEN_CODE_MODULES))
-    key.pop('base_url', None)
-    folder = keyed_folder((Path(root) if root is not None else artifact_dirs('')[0]) / 'kgqagen', graph.name, key)
-    run_dir = folder / 'run'
-    with folder_lock(folder):
-        if not (folder / 'done.json').exists():
-            summary = run_kgqagen(run_dir, c, kg=graph, verbose=False, status_every=0)
-            mark_built(folder)
-            write_text_atomic(folder / 'done.json', json.dumps(dict(records=summary['records']), indent=1) + '\n')
-    summary = json.loads((run_dir / 'run_summary.json').read_text())
-    return KGQAGenDataset(run_dir, graph, pd.DataFrame(read_jsonl(run_dir / 'records.jsonl')), summary['funnel'], summary, built_by(folder))
-
-def gold_names(kg: KnowledgeGraph, rec) -> list:
-    "The gold answers of a record for `metrics.em_lasm_scores`: per answer its ID and its label."
-    return [[a, kg.entity_labels[kg.entity_index[a]]] if a in kg.entity_index else [a] for a in rec['all_answers_wikidata']]
-
-def published_gold_names(rec) -> list:
-    "The gold answers of a published KGQAGen-10k record (`dataset.read_kgqagen`): per answer its label, and its QID when the proof names every answer."
-    labels, ids = list(rec['answer_labels']), rec.get('all_answers_wikidata')
-    ids = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
-    return [[q, l] for q, l in zip(ids, labels)] if ids and len(ids) == len(labels) else [[l] for l in labels]
-
-# %% ../nbs/22_kgqagen.ipynb #c068
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:
@@ -739,7 +683,6 @@ def kgqagen_parser() -> CLIParser:
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     return p
 
-# %% ../nbs/22_kgqagen.ipynb #c070
 def kgqagen_cli(argv=None) -> int:
     "`kgqa kgqagen`: run or resume a KGQAGen run (0 when the dataset is written; errors raise)."
     a = kgqagen_parser().parse_args(argv)

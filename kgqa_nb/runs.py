@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .core import JsonlWarning, UsageError, git_state, package_versions, progress, read_jsonl, write_text_atomic
-from .llm import LLMClient
+from .kg import kg_fingerprint
+from .llm import LLMClient, read_ledger
 
 # %% auto #0
-__all__ = ['RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'manifest_diff', 'open_run_folder',
-           'read_outcomes', 'OutcomeLog', 'client_pair', 'pending_batches', 'StatusLine', 'resume_run', 'run_sessions',
-           'flag_usage_error']
+__all__ = ['RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'kg_identity', 'manifest_diff',
+           'open_run_folder', 'read_outcomes', 'OutcomeLog', 'client_pair', 'config_client', 'pending_batches',
+           'StatusLine', 'resume_run', 'run_sessions', 'ledger_totals', 'flag_usage_error']
 
 # %% ../nbs/09b_runs.ipynb #c007
 class RunRefused(RuntimeError):
@@ -36,7 +37,12 @@ def make_manifest(fmt: str,  # the manifest format, e.g. 'kgqa_nb.synthkgqa/1'
                 packages=package_versions(), runtime=runtime)
     return dict(format=fmt, identity=identity, info=info)
 
-# %% ../nbs/09b_runs.ipynb #c013
+# %% ../nbs/09b_runs.ipynb #c012
+def kg_identity(kg) -> dict:  # a KnowledgeGraph
+    "What a manifest records of a KG: its name, size and fingerprint."
+    return dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples, fingerprint=kg_fingerprint(kg))
+
+# %% ../nbs/09b_runs.ipynb #c015
 def manifest_diff(a, b,  # the folder's identity, this run's identity
                   path: str = '') -> list:  # dotted path of `a` and `b` inside the identity
     "Every field where two manifest identities differ, as 'path: folder has X, this run has Y'."
@@ -44,7 +50,7 @@ def manifest_diff(a, b,  # the folder's identity, this run's identity
         return [d for k in sorted(set(a) | set(b)) for d in manifest_diff(a.get(k), b.get(k), f'{path}.{k}' if path else k)]
     return [] if a == b else [f'{path}: folder has {a!r}, this run has {b!r}']
 
-# %% ../nbs/09b_runs.ipynb #c016
+# %% ../nbs/09b_runs.ipynb #c018
 def open_run_folder(out_dir, manifest: dict) -> Path:
     "Create the run folder with its manifest, or check that an existing one belongs to the same run."
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +66,7 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
         write_text_atomic(mpath, json.dumps(manifest, indent=1) + '\n')
     return out
 
-# %% ../nbs/09b_runs.ipynb #c019
+# %% ../nbs/09b_runs.ipynb #c021
 def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last line off the file
     "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about."
     out = {}
@@ -71,7 +77,7 @@ def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last
         else: warnings.warn(f'{path}: an outcome that is not a candidate ({json.dumps(o)[:80]}) was skipped; its candidate will be redone', JsonlWarning, stacklevel=2)
     return out
 
-# %% ../nbs/09b_runs.ipynb #c021
+# %% ../nbs/09b_runs.ipynb #c023
 class OutcomeLog:
     "Append-only JSONL of candidate outcomes: one os.write per line on an O_APPEND fd, fsync per batch."
     def __init__(self, path):
@@ -91,7 +97,7 @@ class OutcomeLog:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/09b_runs.ipynb #c026
+# %% ../nbs/09b_runs.ipynb #c028
 def client_pair(out,  # the run folder
                 first: LLMClient | None,  # the first model's client (None: made by `make_first`)
                 second: LLMClient | None,  # the second model's client (None: made by `make_second`)
@@ -109,7 +115,13 @@ def client_pair(out,  # the run folder
             raise ValueError(f"an LLM client writes its usage to {c.ledger}; the run's ledger is {ledger}: pass clients with ledger=None")
     return first, second
 
-# %% ../nbs/09b_runs.ipynb #c029
+# %% ../nbs/09b_runs.ipynb #c030
+def config_client(cfg,  # a run configuration with `backend`, `base_url` and `concurrency`
+                  model: str | None, **kw) -> LLMClient:  # kw: further `LLMClient` arguments (cache_dir, ledger)
+    "A client for `model` on the backend, server and concurrency of a run configuration."
+    return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
+
+# %% ../nbs/09b_runs.ipynb #c033
 def pending_batches(done: dict,  # candidate id -> outcome (read as it grows)
                     n: int,  # candidates 0..n-1
                     batch_size: int) -> Iterator[list]:
@@ -118,7 +130,7 @@ def pending_batches(done: dict,  # candidate id -> outcome (read as it grows)
         ids = [i for i in range(w, min(w + batch_size, n)) if i not in done]
         if ids: yield ids
 
-# %% ../nbs/09b_runs.ipynb #c032
+# %% ../nbs/09b_runs.ipynb #c036
 class StatusLine:
     "One progress line on stderr every `every` candidates done and at the end, when stderr is not a terminal."
     def __init__(self, every: int,  # candidates between two lines (0: none)
@@ -132,7 +144,7 @@ class StatusLine:
         self.next, self.shown = (len(done) // self.every + 1) * self.every, len(done)
         print(self.line(done, sel), file=sys.stderr, flush=True)
 
-# %% ../nbs/09b_runs.ipynb #c035
+# %% ../nbs/09b_runs.ipynb #c039
 def resume_run(log: OutcomeLog,  # the open outcome log (its `done` grows with each batch)
                batches: Iterator[list],  # candidate ids per batch, e.g. `pending_batches(log.done, ...)`
                process: Callable,  # ids -> (outcomes in candidate order, failed model calls)
@@ -158,7 +170,7 @@ def resume_run(log: OutcomeLog,  # the open outcome log (its `done` grows with e
     if status: status(log.done, sel, last=True)
     return sel, stop
 
-# %% ../nbs/09b_runs.ipynb #c039
+# %% ../nbs/09b_runs.ipynb #c043
 def run_sessions(summary_path,  # the run's `run_summary.json` (its `sessions` are kept)
                  **session) -> list:  # what this session did (seconds, candidates_processed, usage per client)
     "The sessions recorded in a run's summary so far, plus this one."
@@ -168,7 +180,13 @@ def run_sessions(summary_path,  # the run's `run_summary.json` (its `sessions` a
         except ValueError: sessions = []
     return sessions + [dict(finished=datetime.now(timezone.utc).isoformat(timespec='seconds'), **session)]
 
-# %% ../nbs/09b_runs.ipynb #c042
+# %% ../nbs/09b_runs.ipynb #c045
+def ledger_totals(ledger) -> dict:  # the run's usage ledger (llm_calls.jsonl)
+    "The calls, tokens and cost of a run's usage ledger, as its summary records them."
+    u = read_ledger(ledger)
+    return dict(llm_calls=u['calls'], prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'], cost_usd=u['cost_usd'])
+
+# %% ../nbs/09b_runs.ipynb #c048
 def flag_usage_error(e: Exception,  # a configuration error naming fields
                      flags: dict) -> UsageError:  # field name -> the flag that sets it, e.g. {'n_target': '--n'}
     "A `core.UsageError` with the message of `e`, each field named as the command-line flag that sets it."

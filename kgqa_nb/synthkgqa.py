@@ -6,14 +6,14 @@
 from __future__ import annotations
 import argparse, json, math, time
 from functools import partial
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .core import CLIParser, UsageError, code_fingerprint, read_jsonl, write_text_atomic
-from .kg import KnowledgeGraph, kg_fingerprint
+from .kg import KnowledgeGraph
 from .loaders import load_kg
 from .sparql import OxigraphStore
 from .llm import LLMClient, LLMError, read_ledger
@@ -23,8 +23,8 @@ from .generate import (ParseError, datapoint_prompt, aggregation_prompt, paraphr
 from .validate import FilterLog, Validation, reason_family, validate_response
 from .minimality import MinimalityError, minimality
 from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
-from .runs import (GenerationError, ManifestMismatch, OutcomeLog, RunRefused, StatusLine, client_pair, flag_usage_error,
-                          make_manifest, open_run_folder, pending_batches, read_outcomes, resume_run, run_sessions)
+from .runs import (GenerationError, ManifestMismatch, OutcomeLog, RunRefused, StatusLine, client_pair, config_client,
+                          flag_usage_error, kg_identity, ledger_totals, make_manifest, open_run_folder, pending_batches, read_outcomes, resume_run, run_sessions)
 
 # %% auto #0
 __all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
@@ -139,9 +139,8 @@ def code_version() -> str:
 
 def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient) -> dict:
     "The manifest of a SynthKGQA run: `identity` (compared on resume) and `info` (recorded only)."
-    identity = dict(config=cfg.identity(), kg=dict(name=kg.name, entities=kg.num_entities, triples=kg.num_triples,
-                                                   fingerprint=kg_fingerprint(kg)),
-                    llm=dict(generator=gen.describe(), paraphraser=para.describe()), code=code_version())
+    identity = dict(config=cfg.identity(), kg=kg_identity(kg), llm=dict(generator=gen.describe(), paraphraser=para.describe()),
+                    code=code_version())
     return make_manifest('kgqa_nb.synthkgqa/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
 # %% ../nbs/10a_synthkgqa.ipynb #c031
@@ -216,9 +215,6 @@ def early_stop_reason(done: dict, n: int) -> str | None:
     return f"the first {n} candidates were all rejected as {families.pop()} (e.g. candidate 0: {ex['reason']}{': ' + ex['detail'][:100] if ex.get('detail') else ''})"
 
 # %% ../nbs/10a_synthkgqa.ipynb #c039
-def _client(cfg: GenerationConfig, model: str | None, **kw) -> LLMClient:
-    return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
-
 def _status_text(done: dict, sel: Selection, ledger) -> str:
     return (f'kgqa generate: {len(done)} candidates done, {len(sel.records)} records, '
             f'{sel.funnel.total - sel.funnel.accepted} rejected, {read_ledger(ledger)["calls"]} model calls')
@@ -237,8 +233,8 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir)
-    gen, para = client_pair(out, gen, para, partial(_client, cfg, cfg.model),
-                            lambda first, **kw: _client(cfg, cfg.paraphrase_model or first.model, **kw), cache_dir)
+    gen, para = client_pair(out, gen, para, partial(config_client, cfg, cfg.model),
+                            lambda first, **kw: config_client(cfg, cfg.paraphrase_model or first.model, **kw), cache_dir)
     out = open_run_folder(out, run_manifest(cfg, kg, gen, para))
     _refuse_shrinking(out, cfg)
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
@@ -293,8 +289,7 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
                    candidates=flog.total, accepted=flog.accepted, records=len(sel.records), acceptance_rate=flog.acceptance_rate,
                    duplicates=len(dups), candidates_processed=len(done), candidates_after_last_record=sel.beyond,
                    stopped=stopped, rejected=dict(flog.rejected.most_common()),
-                   llm_calls=usage['calls'], prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
-                   cost_usd=usage['cost_usd'], usage_by_model=usage['by_model'], usage_ledger=gen.ledger.name,
+                   **ledger_totals(gen.ledger), usage_by_model=usage['by_model'], usage_ledger=gen.ledger.name,
                    cache_hits=sum(s[r].get('cache_hits') or 0 for s in sessions for r in ('generator', 'paraphraser')),
                    seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
     write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
