@@ -5,21 +5,21 @@
 # %% ../nbs/06_generate.ipynb #c002
 from __future__ import annotations
 import hashlib, re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .core import ReasonError
 from .llm import register_offline_model
+from .phrasings import relation_phrasing
 
 # %% auto #0
 __all__ = ['DATAPOINT_FIRST_LINE', 'AGGREGATION_FIRST_LINE', 'PARAPHRASE_FIRST_LINE', 'FIELDS', 'DATAPOINT_EXAMPLES',
-           'AGGREGATION_OPERATORS', 'AGGREGATION_EXAMPLES', 'ID_PATTERN', 'RELATION_PHRASINGS', 'SHAPES', 'prompt_kind',
-           'FewShot', 'datapoint_prompt', 'aggregation_prompt', 'paraphrase_prompt', 'split_items', 'parse_graph_text',
-           'ParseError', 'ParsedDatapoint', 'split_fields', 'parse_datapoint_response', 'RelationPhrasing',
-           'relation_phrasing', 'graph_answers', 'choose_answer_tree', 'tree_sparql', 'format_reply',
-           'offline_datapoint_model', 'offline_aggregation_model', 'paraphrase_question', 'offline_paraphrase_model',
-           'parse_paraphrase_response']
+           'AGGREGATION_OPERATORS', 'AGGREGATION_EXAMPLES', 'ID_PATTERN', 'SHAPES', 'prompt_kind', 'FewShot',
+           'datapoint_prompt', 'aggregation_prompt', 'paraphrase_prompt', 'split_items', 'parse_graph_text',
+           'ParseError', 'ParsedDatapoint', 'split_fields', 'parse_datapoint_response', 'graph_answers',
+           'choose_answer_tree', 'tree_sparql', 'format_reply', 'offline_datapoint_model', 'offline_aggregation_model',
+           'paraphrase_question', 'offline_paraphrase_model', 'parse_paraphrase_response']
 
 # %% ../nbs/06_generate.ipynb #c006
 DATAPOINT_FIRST_LINE = 'Task: write one knowledge-graph question-answering datapoint from a small graph.'
@@ -315,122 +315,7 @@ def parse_datapoint_response(text: str) -> ParsedDatapoint:
     if len(set(_id_of(a) for a in answers)) > 1: raise ParseError('multiple_answers', '; '.join(answers), text)
     return ParsedDatapoint(question, seeds, answers[0], _triples(f['Triples used'], text), _sparql(f['SPARQL query'], text))
 
-# %% ../nbs/06_generate.ipynb #c037
-@dataclass(frozen=True)
-class RelationPhrasing:
-    "How to talk about one relation: nouns for its ends and templates with a {x} slot for the other end."
-    head_noun: str  # what the head usually is ('film')
-    tail_noun: str  # what the tail usually is ('person')
-    of_tail: str  # the tail described from the head: 'the director of {x}'
-    head_clause: str  # said of the head, x = tail: 'was directed by {x}'
-    tail_clause: str  # said of the tail, x = head: 'directed {x}'
-    ask_tail: str | None = None  # question for the tail given the head: 'Who directed {x}?'
-
-_P = RelationPhrasing
-
-# %% ../nbs/06_generate.ipynb #c039
-RELATION_PHRASINGS = {  # relation ID -> phrasing: places, works and their makers
-    'P19': _P('person', 'place', 'the birthplace of {x}', 'was born in {x}', 'is the birthplace of {x}', 'Where was {x} born?'),
-    'P20': _P('person', 'place', 'the place of death of {x}', 'died in {x}', 'is where {x} died', 'Where did {x} die?'),
-    'P27': _P('person', 'country', 'the country of citizenship of {x}', 'is a citizen of {x}', 'is the country of citizenship of {x}', 'Of which country is {x} a citizen?'),
-    'P17': _P('place', 'country', 'the country of {x}', 'is in {x}', 'is the country of {x}', 'In which country is {x}?'),
-    'P30': _P('place', 'continent', 'the continent of {x}', 'is located on {x}', 'is the continent of {x}', 'On which continent is {x}?'),
-    'P36': _P('place', 'city', 'the capital of {x}', 'has {x} as its capital', 'is the capital of {x}', 'What is the capital of {x}?'),
-    'P1376': _P('city', 'place', 'the place whose capital is {x}', 'is the capital of {x}', 'has {x} as its capital', 'Of which place is {x} the capital?'),
-    'P131': _P('place', 'administrative area', 'the administrative area containing {x}', 'is located in {x}', 'contains {x}', 'In which administrative area is {x} located?'),
-    'P150': _P('administrative area', 'place', 'a subdivision of {x}', 'contains {x}', 'is located in {x}', 'Which place is a subdivision of {x}?'),
-    'P47': _P('place', 'place', 'a neighbour of {x}', 'shares a border with {x}', 'shares a border with {x}', 'Which place shares a border with {x}?'),
-    'P57': _P('film', 'person', 'the director of {x}', 'was directed by {x}', 'directed {x}', 'Who directed {x}?'),
-    'P58': _P('film', 'person', 'the screenwriter of {x}', 'was written by {x}', 'wrote the screenplay of {x}', 'Who wrote the screenplay of {x}?'),
-    'P86': _P('work', 'person', 'the composer of {x}', 'has music by {x}', 'composed the music of {x}', 'Who composed the music of {x}?'),
-    'P161': _P('film', 'person', 'a cast member of {x}', 'stars {x}', 'appeared in {x}', 'Who appeared in {x}?'),
-    'P162': _P('film', 'person', 'the producer of {x}', 'was produced by {x}', 'produced {x}', 'Who produced {x}?'),
-    'P175': _P('work', 'person', 'the performer of {x}', 'is performed by {x}', 'performed {x}', 'Who performed {x}?'),
-    'P50': _P('work', 'person', 'the author of {x}', 'was written by {x}', 'wrote {x}', 'Who wrote {x}?'),
-    'P170': _P('work', 'person', 'the creator of {x}', 'was created by {x}', 'created {x}', 'Who created {x}?'),
-    'P136': _P('work', 'genre', 'the genre of {x}', 'belongs to the genre {x}', 'is the genre of {x}', 'What is the genre of {x}?'),
-    'P495': _P('work', 'country', 'the country of origin of {x}', 'comes from {x}', 'is the country of origin of {x}', 'Which country does {x} come from?'),
-    'P364': _P('work', 'language', 'the original language of {x}', 'was originally made in {x}', 'is the original language of {x}', 'What is the original language of {x}?'),
-    'P407': _P('work', 'language', 'the language of {x}', 'is in {x}', 'is the language of {x}', 'In which language is {x}?'),
-    'P840': _P('work', 'place', 'the setting of {x}', 'is set in {x}', 'is the setting of {x}', 'Where is {x} set?'),
-    'P915': _P('film', 'place', 'a filming location of {x}', 'was filmed in {x}', 'is where {x} was filmed', 'Where was {x} filmed?'),
-    'P144': _P('work', 'work', 'the work that {x} is based on', 'is based on {x}', 'is the basis of {x}', 'What is {x} based on?'),
-}
-
-# %% ../nbs/06_generate.ipynb #c040
-RELATION_PHRASINGS.update({  # people's lives and work
-    'P106': _P('person', 'occupation', 'the occupation of {x}', 'works as {x}', 'is the occupation of {x}', 'What is the occupation of {x}?'),
-    'P69': _P('person', 'school', 'the school of {x}', 'was educated at {x}', 'educated {x}', 'Where was {x} educated?'),
-    'P108': _P('person', 'organization', 'the employer of {x}', 'worked for {x}', 'employed {x}', 'Which organization employed {x}?'),
-    'P463': _P('person', 'organization', 'an organization that {x} belongs to', 'is a member of {x}', 'has {x} as a member', 'Which organization is {x} a member of?'),
-    'P102': _P('person', 'political party', 'the political party of {x}', 'is a member of the party {x}', 'has {x} as a member', 'Which political party does {x} belong to?'),
-    'P1412': _P('person', 'language', 'a language spoken by {x}', 'speaks {x}', 'is spoken by {x}', 'Which language does {x} speak?'),
-    'P1303': _P('person', 'instrument', 'the instrument of {x}', 'plays the {x}', 'is played by {x}', 'Which instrument does {x} play?'),
-    'P264': _P('person', 'record label', 'the record label of {x}', 'is signed to {x}', 'signed {x}', 'Which record label is {x} signed to?'),
-    'P551': _P('person', 'place', 'the residence of {x}', 'lived in {x}', 'is where {x} lived', 'Where did {x} live?'),
-    'P140': _P('person', 'religion', 'the religion of {x}', 'follows {x}', 'is the religion of {x}', 'What is the religion of {x}?'),
-    'P172': _P('person', 'ethnic group', 'the ethnic group of {x}', 'belongs to the ethnic group {x}', 'is the ethnic group of {x}', 'Which ethnic group does {x} belong to?'),
-    'P737': _P('person', 'person', 'a person who influenced {x}', 'was influenced by {x}', 'influenced {x}', 'Who influenced {x}?'),
-    'P509': _P('person', 'cause of death', 'the cause of death of {x}', 'died of {x}', 'caused the death of {x}', 'What did {x} die of?'),
-    'P1050': _P('person', 'medical condition', 'a medical condition of {x}', 'had {x}', 'affected {x}', 'Which medical condition did {x} have?'),
-    'P101': _P('person', 'field', 'the field of work of {x}', 'works in {x}', 'is the field of work of {x}', 'In which field does {x} work?'),
-    'P26': _P('person', 'person', 'the spouse of {x}', 'is married to {x}', 'is married to {x}', 'Who is {x} married to?'),
-    'P451': _P('person', 'person', 'the partner of {x}', 'was the partner of {x}', 'was the partner of {x}', 'Who was the partner of {x}?'),
-    'P3373': _P('person', 'person', 'a sibling of {x}', 'is a sibling of {x}', 'is a sibling of {x}', 'Who is a sibling of {x}?'),
-    'P40': _P('person', 'person', 'a child of {x}', 'is a parent of {x}', 'is a child of {x}', 'Who is a child of {x}?'),
-    'P22': _P('person', 'person', 'the father of {x}', 'is a child of {x}', 'is the father of {x}', 'Who is the father of {x}?'),
-    'P25': _P('person', 'person', 'the mother of {x}', 'is a child of {x}', 'is the mother of {x}', 'Who is the mother of {x}?'),
-    'P119': _P('person', 'place', 'the burial place of {x}', 'is buried in {x}', 'is where {x} is buried', 'Where is {x} buried?'),
-    'P166': _P('person', 'award', 'an award received by {x}', 'received {x}', 'was awarded to {x}', 'Which award did {x} receive?'),
-    'P39': _P('person', 'position', 'a position held by {x}', 'held the position {x}', 'was held by {x}', 'Which position did {x} hold?'),
-    'P54': _P('person', 'team', 'a team of {x}', 'played for {x}', 'had {x} as a player', 'Which team did {x} play for?'),
-    'P641': _P('team', 'sport', 'the sport of {x}', 'plays {x}', 'is the sport of {x}', 'Which sport does {x} play?'),
-})
-
-# %% ../nbs/06_generate.ipynb #c041
-RELATION_PHRASINGS.update({  # organizations, events, parts and the rest
-    'P159': _P('organization', 'place', 'the headquarters location of {x}', 'is headquartered in {x}', 'hosts the headquarters of {x}', 'Where is {x} headquartered?'),
-    'P740': _P('group', 'place', 'the place where {x} was formed', 'was formed in {x}', 'is where {x} was formed', 'Where was {x} formed?'),
-    'P749': _P('organization', 'organization', 'the parent organization of {x}', 'is a subsidiary of {x}', 'is the parent organization of {x}', 'What is the parent organization of {x}?'),
-    'P112': _P('organization', 'person', 'the founder of {x}', 'was founded by {x}', 'founded {x}', 'Who founded {x}?'),
-    'P127': _P('organization', 'owner', 'the owner of {x}', 'is owned by {x}', 'owns {x}', 'Who owns {x}?'),
-    'P452': _P('company', 'industry', 'the industry of {x}', 'operates in {x}', 'is the industry of {x}', 'Which industry does {x} operate in?'),
-    'P361': _P('entity', 'entity', 'the whole that {x} is part of', 'is part of {x}', 'has {x} as a part', 'What is {x} part of?'),
-    'P527': _P('entity', 'entity', 'a part of {x}', 'has {x} as a part', 'is part of {x}', 'What is a part of {x}?'),
-    'P138': _P('entity', 'entity', 'the namesake of {x}', 'is named after {x}', 'gave its name to {x}', 'What is {x} named after?'),
-    'P135': _P('person', 'movement', 'the movement of {x}', 'belonged to the movement {x}', 'included {x}', 'Which movement did {x} belong to?'),
-    'P2348': _P('entity', 'period', 'the time period of {x}', 'belongs to the period {x}', 'is the period of {x}', 'Which period does {x} belong to?'),
-    'P37': _P('country', 'language', 'the official language of {x}', 'has {x} as an official language', 'is an official language of {x}', 'What is the official language of {x}?'),
-    'P6': _P('place', 'person', 'the head of government of {x}', 'is governed by {x}', 'is the head of government of {x}', 'Who is the head of government of {x}?'),
-    'P35': _P('country', 'person', 'the head of state of {x}', 'has {x} as head of state', 'is the head of state of {x}', 'Who is the head of state of {x}?'),
-    'P530': _P('country', 'country', 'a diplomatic partner of {x}', 'has diplomatic relations with {x}', 'has diplomatic relations with {x}', 'Which country has diplomatic relations with {x}?'),
-    'P800': _P('person', 'work', 'a notable work of {x}', 'is known for {x}', 'is a notable work of {x}', 'What is a notable work of {x}?'),
-    'P123': _P('work', 'publisher', 'the publisher of {x}', 'was published by {x}', 'published {x}', 'Who published {x}?'),
-    'P178': _P('work', 'developer', 'the developer of {x}', 'was developed by {x}', 'developed {x}', 'Who developed {x}?'),
-    'P176': _P('product', 'manufacturer', 'the manufacturer of {x}', 'is made by {x}', 'manufactures {x}', 'Who manufactures {x}?'),
-    'P710': _P('event', 'participant', 'a participant of {x}', 'had {x} as a participant', 'took part in {x}', 'Who took part in {x}?'),
-    'P1344': _P('person', 'event', 'an event that {x} took part in', 'took part in {x}', 'had {x} as a participant', 'Which event did {x} take part in?'),
-    'P1346': _P('competition', 'person', 'the winner of {x}', 'was won by {x}', 'won {x}', 'Who won {x}?'),
-    'P1001': _P('entity', 'place', 'the jurisdiction of {x}', 'applies to {x}', 'is the jurisdiction of {x}', 'Which jurisdiction does {x} apply to?'),
-    'P286': _P('team', 'person', 'the head coach of {x}', 'is coached by {x}', 'coaches {x}', 'Who is the head coach of {x}?'),
-    'P276': _P('event', 'place', 'the location of {x}', 'took place in {x}', 'is where {x} took place', 'Where did {x} take place?'),
-    'P272': _P('film', 'company', 'the production company of {x}', 'was made by the production company {x}', 'produced {x}', 'Which company produced {x}?'),
-    'P155': _P('work', 'work', 'the predecessor of {x}', 'comes after {x}', 'comes before {x}', 'What comes before {x}?'),
-    'P156': _P('work', 'work', 'the successor of {x}', 'comes before {x}', 'comes after {x}', 'What comes after {x}?'),
-    'P1830': _P('entity', 'property', 'a property of {x}', 'owns {x}', 'is owned by {x}', 'What does {x} own?'),
-    'P1027': _P('award', 'organization', 'the organization that confers {x}', 'is conferred by {x}', 'confers {x}', 'Which organization confers {x}?'),
-    'P184': _P('person', 'person', 'the doctoral advisor of {x}', 'had {x} as doctoral advisor', 'was the doctoral advisor of {x}', 'Who was the doctoral advisor of {x}?'),
-    'P185': _P('person', 'person', 'a doctoral student of {x}', 'was the doctoral advisor of {x}', 'was a doctoral student of {x}', 'Who was a doctoral student of {x}?'),
-})
-
-# %% ../nbs/06_generate.ipynb #c043
-def relation_phrasing(rid: str,  # relation ID, e.g. 'P57'
-                      label: str) -> RelationPhrasing:  # relation label, for the generic fallback
-    "The phrasing of relation `rid`: from RELATION_PHRASINGS, else a generic one built from its label."
-    if rid in RELATION_PHRASINGS: return RELATION_PHRASINGS[rid]
-    return _P('entity', 'entity', f'the {label} of {{x}}', f'has {label} {{x}}', f'is the {label} of {{x}}', None)
-
-# %% ../nbs/06_generate.ipynb #c046
+# %% ../nbs/06_generate.ipynb #c038
 SHAPES = ('chain', 'star', 'fork', 'mixed')
 
 def _prompt_rng(messages) -> np.random.Generator:
@@ -459,7 +344,7 @@ def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
         used.append(j); order.append(u); into[u] = triples[j][2] == u
     return used
 
-# %% ../nbs/06_generate.ipynb #c049
+# %% ../nbs/06_generate.ipynb #c041
 def graph_answers(triples, tree, seeds) -> dict:
     "Bindings of every non-seed node of `tree` (ID triples) that satisfy it inside `triples`: {node: set of IDs}."
     heads, tails = {}, {}
@@ -489,7 +374,7 @@ def graph_answers(triples, tree, seeds) -> dict:
     bt(0, {s: s for s in seeds})
     return found
 
-# %% ../nbs/06_generate.ipynb #c052
+# %% ../nbs/06_generate.ipynb #c044
 def _leaves(tree, answer) -> list:
     deg = {}
     for h, _, t in tree: deg[h] = deg.get(h, 0) + 1; deg[t] = deg.get(t, 0) + 1
@@ -511,7 +396,7 @@ def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list
         if tries <= 0: break
     return first_k or best
 
-# %% ../nbs/06_generate.ipynb #c055
+# %% ../nbs/06_generate.ipynb #c047
 _PERSON = {'person', 'actor', 'musician', 'politician', 'founder', 'participant'}
 
 def _wh(noun: str) -> str: return 'Who' if noun in _PERSON else f'Which {noun}'
@@ -557,7 +442,7 @@ class _TreeWriter:
         else: q = f'{_wh(self._noun_of(a, kids))} ' + _join_and([self.clause(a, j, c) for j, c in kids]) + '?'
         return q[0].upper() + q[1:]
 
-# %% ../nbs/06_generate.ipynb #c057
+# %% ../nbs/06_generate.ipynb #c049
 def tree_sparql(tree_triples, answer: str, seeds) -> str:
     "SELECT query for a tree of (h, r, t) ID triples: seeds as wd: constants, the answer as ?answer, others ?x1, ?x2, ..."
     seeds, dist, frontier = list(seeds), {s: 0 for s in seeds}, list(seeds)
@@ -582,7 +467,7 @@ def format_reply(question: str, seeds, answer: str, triples, sparql: str, style:
     name = (lambda f: f'**{f}:**') if style == 'bold' else (lambda f: f'{f}:')
     return '\n'.join(f'{name(f)} {v}' if not v.startswith('\n') else f'{name(f)}{v}' for f, v in zip(FIELDS, vals))
 
-# %% ../nbs/06_generate.ipynb #c060
+# %% ../nbs/06_generate.ipynb #c052
 def _last_graph(messages, param_re: str):
     text = messages[-1]['content']
     m = re.search(r'(?im)^\s*Graph:\s*(.*)\Z', text, re.S)
@@ -622,7 +507,7 @@ def offline_datapoint_model(messages: list[dict]) -> str:
     return format_reply(w.question(), [f'{labels[s]} ({s})' for s in seeds], f'{labels[answer]} ({answer})',
                         [triples_text[j] for j in used], tree_sparql(tree, answer, seeds), style)
 
-# %% ../nbs/06_generate.ipynb #c065
+# %% ../nbs/06_generate.ipynb #c057
 def _plural(noun: str) -> str:
     if noun == 'person': return 'people'
     if ' of ' in noun: first, _, rest = noun.partition(' '); return f'{_plural(first)} {rest}'
@@ -678,7 +563,7 @@ def offline_aggregation_model(messages: list[dict]) -> str:
     q = q[0].upper() + q[1:]
     return format_reply(q, [f'{labels[s]} ({s})' for s in seeds], f'{labels[ans]} ({ans})', [triples_text[j] for j in used], sparql)
 
-# %% ../nbs/06_generate.ipynb #c068
+# %% ../nbs/06_generate.ipynb #c060
 _SYNONYMS = [(r'\bwas directed by\b', 'was made by director'), (r'\bdirected\b', 'was the director of'),
              (r'\bdied in\b', 'passed away in'), (r'\bstars\b', 'features'),
              (r'\bappeared in\b', 'acted in'), (r'\bis located in\b', 'is situated in'), (r'\bis married to\b', 'is the spouse of'),
