@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_dataset.ipynb #c002
 from __future__ import annotations
-import ast, json, os, re
+import json, os, re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,15 +15,18 @@ import pandas as pd
 from .core import MalformedFileError, data_dir, jsonable, provenance, read_jsonl
 from .kg import format_item, normalize_label, parse_item
 from .validate import QueryShapeError, canonical_query
+from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
 
 # %% auto #0
 __all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY', 'MINTAKA_ANSWER_TYPES',
-           'DEDUP_RULE', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_records', 'write_parquet',
-           'read_dataset', 'record_relations', 'record_entities', 'record_answers', 'check_gtsqa_record',
-           'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items', 'mintaka_record',
-           'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen', 'normalize_question',
-           'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table', 'SplitConfig',
-           'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records', 'check_split', 'dataset_card']
+           'DEDUP_RULE', 'TEST_CATEGORIES', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_records',
+           'write_parquet', 'read_dataset', 'record_relations', 'record_entities', 'record_answers',
+           'check_gtsqa_record', 'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items',
+           'mintaka_record', 'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen',
+           'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table',
+           'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records', 'check_split',
+           'dataset_card', 'type_shape', 'test_category', 'isomorphism_type_table', 'relation_frequency',
+           'count_distributions', 'subgraph_sizes', 'size_distributions', 'minimal_type_matrix']
 
 # %% ../nbs/10_dataset.ipynb #c005
 GTSQA_COLUMNS = {  # column -> (type, meaning)
@@ -534,3 +537,100 @@ def _stats_text(tbl: pd.DataFrame) -> str:
 def _has_tabulate():
     try: import tabulate; return True
     except ImportError: return False
+
+# %% ../nbs/10_dataset.ipynb #c057
+def type_shape(name: str) -> dict:
+    "Edges, seeds, hops and whether a GTSQA type name branches below the answer (a nested intersection)."
+    t = tree_from_name(name, strict=False)
+    tree = answer_tree(t.edges, t.seeds, t.answer)
+    nested = any(len(tree.children[v]) >= 2 for v in tree.order[1:])
+    return dict(n_edges=tree.n_edges, n_seeds=len(t.seeds), n_hops=max(tree.depth.values()), nested=nested)
+
+# %% ../nbs/10_dataset.ipynb #c060
+TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
+
+def test_category(test_type) -> str:
+    "The one Table 5 category (ugt, urt or id) of a test question's `test_type` list."
+    tt = list(test_type) if test_type is not None else []
+    for long, short in TEST_CATEGORIES.items():
+        if long in tt: return short
+    raise ValueError(f'not a test question: test_type={tt!r}')
+
+def _type_order(name: str):
+    d = DUTT_IDS.get(name)
+    if d: return (0, int(d.split('-')[1]), 0, '')
+    s = type_shape(name)
+    return (1, s['n_edges'], s['n_seeds'], name)
+
+def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
+    "Table 5: per isomorphism type, the Dutt id and train / test-ugt / test-urt / test-id counts and percentages."
+    cat = test['test_type'].map(test_category) if len(test) else pd.Series(dtype=str)
+    types = sorted(set(train['graph_isomorphism']) | set(test['graph_isomorphism']), key=_type_order)
+    rows = []
+    for t in types:
+        row = {'isomorphism_type': t, 'dutt_id': DUTT_IDS.get(t, 'N/A')}
+        n = int((train['graph_isomorphism'] == t).sum())
+        row.update(train_count=n, train_pct=round(100 * n / max(len(train), 1), 2))
+        for c in TEST_CATEGORIES.values():
+            n = int(((test['graph_isomorphism'] == t) & (cat == c)).sum()) if len(test) else 0
+            row.update({f'test_{c}_count': n, f'test_{c}_pct': round(100 * n / max(len(test), 1), 2)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/10_dataset.ipynb #c063
+def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
+    "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
+    def count(df):
+        c = Counter()
+        for sg in df['answer_subgraph']:
+            for _, r, _ in sg or []: c[r] += 1
+        return c
+    tr, te = count(train), count(test)
+    rows = []
+    for r in set(tr) | set(te):
+        label, rid = parse_item(r)
+        rows.append(dict(relation_id=rid, relation=label, train_edges=tr[r], test_edges=te[r], total_edges=tr[r] + te[r],
+                         test_only=tr[r] == 0))
+    out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
+    return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
+
+# %% ../nbs/10_dataset.ipynb #c066
+def _distribution(values: dict, column: str) -> pd.DataFrame:
+    rows = []
+    for split, v in values.items():
+        c = Counter(int(x) for x in v)
+        rows += [dict(quantity=column, value=k, split=split, count=n, share=n / max(len(v), 1)) for k, n in sorted(c.items())]
+    return pd.DataFrame(rows, columns=['quantity', 'value', 'split', 'count', 'share'])
+
+def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> pd.DataFrame:
+    "Figure 6: distributions of #seed entities, #hops and #answers per split."
+    splits = {'train': train, 'test': test}
+    seeds = {k: [len(s) for s in d['seed_entities']] for k, d in splits.items()}
+    hops = {k: list(d['n_hops']) for k, d in splits.items()}
+    answers = {k: [len(record_answers(r, answers_column)) for r in d.to_dict('records')] for k, d in splits.items()}
+    return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
+                     ignore_index=True)
+
+# %% ../nbs/10_dataset.ipynb #c069
+def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
+    "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
+    gt = df['answer_subgraph'].map(len)
+    full = df[full_column].map(lambda x: len(x) if x is not None else np.nan) if full_column in df else pd.Series(np.nan, index=df.index)
+    out = pd.DataFrame({'id': df['id'], 'ground_truth_edges': gt, 'full_edges': full}).dropna()
+    return out.astype({'full_edges': int}).reset_index(drop=True)
+
+def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
+    "Figure 7: distributions of ground-truth and full answer-subgraph sizes per split, as counts and shares."
+    sz = {k: subgraph_sizes(d, full_column) for k, d in {'train': train, 'test': test}.items()}
+    return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
+                      _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
+
+# %% ../nbs/10_dataset.ipynb #c072
+def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
+    "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
+    red = df[df['redundant'].fillna(False).astype(bool)]
+    if not len(red): return pd.DataFrame(dtype=int)
+    m = pd.crosstab(red['graph_isomorphism'], red['minimal_graph_isomorphism'])
+    m = m.loc[sorted(m.index, key=_type_order), sorted(m.columns, key=_type_order)]
+    m.index.name, m.columns.name = 'graph_isomorphism', 'minimal_graph_isomorphism'
+    return m

@@ -9,31 +9,20 @@ from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .core import artifact_dirs, built_by, code_fingerprint, data_dir, folder_lock, keyed_folder, mark_built, write_text_atomic
-from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_records, record_answers,
+from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_records, type_shape,
                              write_jsonl)
-from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
-from .kg import KnowledgeGraph, kg_fingerprint, parse_item
+from .kg import KnowledgeGraph, kg_fingerprint
 from .loaders import KG_REGISTRY, load_kg
 
 # %% auto #0
-__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'TEST_CATEGORIES', 'type_shape', 'is_complex_type',
-           'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths',
-           'ensure_dataset', 'Source', 'load_source', 'ArtifactContext', 'open_artifact', 'test_category',
-           'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
-           'size_distributions', 'minimal_type_matrix', 'read_filter_log', 'generation_table']
+__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'is_complex_type', 'choose_unseen_graph_types',
+           'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths', 'ensure_dataset', 'Source',
+           'load_source', 'ArtifactContext', 'open_artifact', 'read_filter_log', 'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c009
-def type_shape(name: str) -> dict:
-    "Edges, seeds, hops and whether a GTSQA type name branches below the answer (a nested intersection)."
-    t = tree_from_name(name, strict=False)
-    tree = answer_tree(t.edges, t.seeds, t.answer)
-    nested = any(len(tree.children[v]) >= 2 for v in tree.order[1:])
-    return dict(n_edges=tree.n_edges, n_seeds=len(t.seeds), n_hops=max(tree.depth.values()), nested=nested)
-
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
     "True for types the zero-shot split may reserve for test: nested intersections or at least `min_edges` edges."
     s = type_shape(name)
@@ -278,96 +267,7 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                 upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c045
-TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
-
-def test_category(test_type) -> str:
-    "The one Table 5 category (ugt, urt or id) of a test question's `test_type` list."
-    tt = list(test_type) if test_type is not None else []
-    for long, short in TEST_CATEGORIES.items():
-        if long in tt: return short
-    raise ValueError(f'not a test question: test_type={tt!r}')
-
-def _type_order(name: str):
-    d = DUTT_IDS.get(name)
-    if d: return (0, int(d.split('-')[1]), 0, '')
-    s = type_shape(name)
-    return (1, s['n_edges'], s['n_seeds'], name)
-
-def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
-    "Table 5: per isomorphism type, the Dutt id and train / test-ugt / test-urt / test-id counts and percentages."
-    cat = test['test_type'].map(test_category) if len(test) else pd.Series(dtype=str)
-    types = sorted(set(train['graph_isomorphism']) | set(test['graph_isomorphism']), key=_type_order)
-    rows = []
-    for t in types:
-        row = {'isomorphism_type': t, 'dutt_id': DUTT_IDS.get(t, 'N/A')}
-        n = int((train['graph_isomorphism'] == t).sum())
-        row.update(train_count=n, train_pct=round(100 * n / max(len(train), 1), 2))
-        for c in TEST_CATEGORIES.values():
-            n = int(((test['graph_isomorphism'] == t) & (cat == c)).sum()) if len(test) else 0
-            row.update({f'test_{c}_count': n, f'test_{c}_pct': round(100 * n / max(len(test), 1), 2)})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-# %% ../nbs/10b_datasources.ipynb #c048
-def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
-    "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
-    def count(df):
-        c = Counter()
-        for sg in df['answer_subgraph']:
-            for _, r, _ in sg or []: c[r] += 1
-        return c
-    tr, te = count(train), count(test)
-    rows = []
-    for r in set(tr) | set(te):
-        label, rid = parse_item(r)
-        rows.append(dict(relation_id=rid, relation=label, train_edges=tr[r], test_edges=te[r], total_edges=tr[r] + te[r],
-                         test_only=tr[r] == 0))
-    out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
-    return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
-
-# %% ../nbs/10b_datasources.ipynb #c051
-def _distribution(values: dict, column: str) -> pd.DataFrame:
-    rows = []
-    for split, v in values.items():
-        c = Counter(int(x) for x in v)
-        rows += [dict(quantity=column, value=k, split=split, count=n, share=n / max(len(v), 1)) for k, n in sorted(c.items())]
-    return pd.DataFrame(rows, columns=['quantity', 'value', 'split', 'count', 'share'])
-
-def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> pd.DataFrame:
-    "Figure 6: distributions of #seed entities, #hops and #answers per split."
-    splits = {'train': train, 'test': test}
-    seeds = {k: [len(s) for s in d['seed_entities']] for k, d in splits.items()}
-    hops = {k: list(d['n_hops']) for k, d in splits.items()}
-    answers = {k: [len(record_answers(r, answers_column)) for r in d.to_dict('records')] for k, d in splits.items()}
-    return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
-                     ignore_index=True)
-
-# %% ../nbs/10b_datasources.ipynb #c054
-def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
-    "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
-    gt = df['answer_subgraph'].map(len)
-    full = df[full_column].map(lambda x: len(x) if x is not None else np.nan) if full_column in df else pd.Series(np.nan, index=df.index)
-    out = pd.DataFrame({'id': df['id'], 'ground_truth_edges': gt, 'full_edges': full}).dropna()
-    return out.astype({'full_edges': int}).reset_index(drop=True)
-
-def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
-    "Figure 7: distributions of ground-truth and full answer-subgraph sizes per split, as counts and shares."
-    sz = {k: subgraph_sizes(d, full_column) for k, d in {'train': train, 'test': test}.items()}
-    return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
-                      _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
-
-# %% ../nbs/10b_datasources.ipynb #c057
-def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
-    "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
-    red = df[df['redundant'].fillna(False).astype(bool)]
-    if not len(red): return pd.DataFrame(dtype=int)
-    m = pd.crosstab(red['graph_isomorphism'], red['minimal_graph_isomorphism'])
-    m = m.loc[sorted(m.index, key=_type_order), sorted(m.columns, key=_type_order)]
-    m.index.name, m.columns.name = 'graph_isomorphism', 'minimal_graph_isomorphism'
-    return m
-
-# %% ../nbs/10b_datasources.ipynb #c060
+# %% ../nbs/10b_datasources.ipynb #c044
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'
