@@ -542,7 +542,7 @@ def gold_rank(x: torch.Tensor, gold_idx) -> int:
     return int(1 + ((x >= x[g].max()) & ~g).sum())
 
 def _category(rec, split) -> str:
-    from kgqa_nb.datasources import test_category
+    from kgqa_nb.dataset import test_category
     return 'train' if split == 'train' else test_category(rec['test_type'])
 
 # %% ../nbs/19_ultrag.ipynb #c063
