@@ -28,9 +28,10 @@ from .datasources import resolve_kg
 from .kgqagen import KGQAGEN_CODE_MODULES, KGQAGenConfig, proof_answer, run_kgqagen
 
 # %% auto #0
-__all__ = ['RECORD_VERSION', 'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'gold_names', 'published_gold_names',
-           'Table2Questions', 'table2_questions', 'triple_labels', 'ppr_retrieval', 'proof_triples',
-           'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'table2_runs', 'score_runs', 'Table2', 'kgqagen_table2']
+__all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table',
+           'dataset_statistics', 'gold_names', 'published_gold_names', 'Table2Questions', 'table2_questions',
+           'triple_labels', 'ppr_retrieval', 'proof_triples', 'trained_retrieval', 'proof_rooted', 'ultrag_rows',
+           'table2_runs', 'score_runs', 'Table2', 'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -67,6 +68,36 @@ def kgqagen_dataset(kg='toyworld',  # a KnowledgeGraph or a name `datasources.re
     return KGQAGenDataset(run_dir, graph, pd.DataFrame(read_jsonl(run_dir / 'records.jsonl')), summary['funnel'], summary, built_by(folder))
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c010
+def funnel_table(ds: KGQAGenDataset) -> pd.DataFrame:
+    "The generation funnel of a KGQAGen dataset: stage, count, share of all candidates, generator and reviser."
+    f, llm = ds.funnel, ds.summary['llm']
+    rows = [('candidates', f['candidates']), ('sufficient', f['sufficient']), ('valid first try', f['accepted_first_try']),
+            ('valid after revisions', f['accepted_after_revisions']), ('duplicates', f['duplicates']), ('records', f['records'])]
+    rows += [(f'discarded: {k}', v) for k, v in f['discarded'].items()]
+    funnel = pd.DataFrame(rows, columns=['stage', 'count'])
+    funnel['share'] = funnel['count'] / max(f['candidates'], 1)
+    funnel['generator'], funnel['reviser'] = llm['generator'], llm['reviser']
+    return funnel
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c013
+KGQAGEN_PAPER_SHARES = {('question length', '<=15 words'): 0.075, ('question length', '16-30 words'): 0.611,
+                        ('answer-set size', '1'): 0.845, ('answer-set size', '>=3'): 0.097}  # KGQAGen paper, Section 5
+
+def dataset_statistics(recs: pd.DataFrame) -> pd.DataFrame:
+    "Counts and shares of a KGQAGen dataset's records per statistic and bucket, beside the paper's shares."
+    length = pd.cut(recs.question.str.split().str.len(), [0, 15, 30, 10_000], labels=['<=15 words', '16-30 words', '>30 words'])
+    size = recs.all_answers_wikidata.map(len).map(lambda n: '1' if n == 1 else '2' if n == 2 else '>=3')
+    groups = {'question length': length.astype(str), 'answer-set size': size,
+              'hops': recs.n_hops.map(lambda h: 'untyped' if pd.isna(h) else str(int(h))),
+              'isomorphism type': recs.graph_isomorphism.fillna('untyped'), 'rounds': recs.rounds.astype(str),
+              'revisions': recs.revisions.astype(str)}
+    stats = pd.concat([s.value_counts().sort_index().rename_axis('bucket').reset_index(name='count').assign(statistic=name)
+                       for name, s in groups.items()], ignore_index=True)[['statistic', 'bucket', 'count']]
+    stats['share'] = stats['count'] / len(recs)
+    stats['paper_share'] = [KGQAGEN_PAPER_SHARES.get((a, b)) for a, b in zip(stats.statistic, stats.bucket)]
+    return stats
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c016
 def gold_names(kg: KnowledgeGraph, rec) -> list:
     "The gold answers of a record for `metrics.em_lasm_scores`: per answer its ID and its label."
     return [[a, kg.entity_labels[kg.entity_index[a]]] if a in kg.entity_index else [a] for a in rec['all_answers_wikidata']]
@@ -77,7 +108,7 @@ def published_gold_names(rec) -> list:
     ids = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
     return [[q, l] for q, l in zip(ids, labels)] if ids and len(ids) == len(labels) else [[l] for l in labels]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c013
+# %% ../nbs/22a_kgqagen_eval.ipynb #c019
 @dataclass
 class Table2Questions:
     "The questions Table 2 is computed on."
@@ -101,7 +132,7 @@ def table2_questions(source: str = 'generated',  # 'generated' or 'kgqagen-10k'
     if max_questions: q.rows = q.rows[:max_questions]
     return q
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c016
+# %% ../nbs/22a_kgqagen_eval.ipynb #c022
 def triple_labels(kg: KnowledgeGraph, t) -> tuple:
     "An ID triple as the text triple a reader sees."
     return (kg.entity_text(t[0]), kg.relation_text(t[1]), kg.entity_text(t[2]))
@@ -122,7 +153,7 @@ def proof_triples(q: Table2Questions) -> list:
     "Per question its supporting subgraph as text triples (the published proof, or the generated answer subgraph)."
     return [[tuple(t) for t in (r['proof'] if q.dataset is None else r['answer_subgraph'])] for r in q.rows]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c019
+# %% ../nbs/22a_kgqagen_eval.ipynb #c025
 def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records with a question graph and their graphs
                       study: dict,  # the `retriever_study` artifact's parameters under some profile (defaults filled in)
                       labels=('sp', 'gt'),  # label regimes (seed 0 of the study): sp, gt or sp:CONVENTION
@@ -144,7 +175,7 @@ def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records 
         epochs[arm] = len(meta['history'])
     return trained, f'{source}, train split of {n_train} questions', epochs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c022
+# %% ../nbs/22a_kgqagen_eval.ipynb #c028
 def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     "The record with `answer_node` on the gold answer its answer subgraph supports (`kgqagen.proof_answer`, as generated records already have it)."
     _, gold, sg = record_ids(rec)
@@ -154,7 +185,7 @@ def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     if alt not in held: return rec
     return {**rec, 'answer_node': format_item(kg.entity_labels[kg.entity_index[alt]], alt) if alt in kg.entity_index else alt}
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c025
+# %% ../nbs/22a_kgqagen_eval.ipynb #c031
 def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 ultrag_k: int = 30000) -> dict:  # SEPPR nodes kept per question
     "ULTRAG's predictions on `rows` with the oracle writer and ground-truth seeds: preds, status, seconds, taus, name, writer, rerooted."
@@ -172,7 +203,7 @@ def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 name=f"ULTRAG (oracle query writer, UltraQuery executor, {pipe.pruner.label}, ground-truth seeds, threshold arbitrator "
                      f"tau {taus[0]:g}/{taus[1]:g} fitted on the other half)")
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c028
+# %% ../nbs/22a_kgqagen_eval.ipynb #c034
 def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
                 retrievers: list,  # (name, {id: top-K triples as text}) per retriever
                 ultrag: dict | None = None, ultrag_idx=()) -> list:  # `ultrag_rows` and the positions of its questions
@@ -191,7 +222,7 @@ def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
     if ultrag: runs.append(('KG-RAG', ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
     return runs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c030
+# %% ../nbs/22a_kgqagen_eval.ipynb #c036
 TABLE2_METRICS = ('accuracy', 'hit@1', 'f1', 'precision', 'recall')
 
 def score_runs(q: Table2Questions, runs: list, judge: LasmJudge) -> tuple:
@@ -208,7 +239,7 @@ def score_runs(q: Table2Questions, runs: list, judge: LasmJudge) -> tuple:
                   for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
     return pd.DataFrame(table), pd.DataFrame(per_q)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c033
+# %% ../nbs/22a_kgqagen_eval.ipynb #c039
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -227,7 +258,7 @@ def _retrieval_notes(q, retrieved, trained, epochs, trained_from, top_k) -> list
             + [f'trained retriever ({arm} labels, seed 0, {epochs[arm]} epochs; {trained_from}): proof triples among the top {top_k}: {share(got):.1%} on average'
                for arm, got in trained.items()])
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c034
+# %% ../nbs/22a_kgqagen_eval.ipynb #c040
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
