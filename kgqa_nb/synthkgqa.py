@@ -16,15 +16,16 @@ from .core import CLIParser, UsageError, code_fingerprint, read_jsonl, write_tex
 from .kg import KnowledgeGraph
 from .loaders import load_kg
 from .sparql import OxigraphStore
-from .llm import LLMClient, LLMError, read_ledger
+from .llm import LLMClient, read_ledger
 from .sampling import SampledSubgraph, sample_seed_subgraph, subgraph_text
 from .generate import (ParseError, datapoint_prompt, aggregation_prompt, paraphrase_prompt,
                               parse_paraphrase_response)
 from .validate import FilterLog, Validation, reason_family, validate_response
 from .minimality import MinimalityError, minimality
 from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
-from .runs import (GenerationError, ManifestMismatch, OutcomeLog, RunRefused, StatusLine, client_pair, config_client,
-                          flag_usage_error, kg_identity, ledger_totals, make_manifest, open_run_folder, pending_batches, read_outcomes, resume_run, run_sessions)
+from .runs import (GenerationError, OutcomeLog, RunRefused, StatusLine, client_pair, config_client, flag_usage_error,
+                          kg_identity, ledger_totals, make_manifest, open_run_folder, pending_batches, resume_run, run_sessions,
+                          read_outcomes)  # read_outcomes: still importable from here, where it used to live
 
 # %% auto #0
 __all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
@@ -124,8 +125,8 @@ def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str
                        n_hops=d.get('n_hops'), graph_isomorphism=d.get('graph_isomorphism'))
     if d.get('kind') != 'entity': return rec, None  # minimality is defined for conjunctive tree queries only
     try: m = minimality(store, v.answer_subgraph, d['seed_entities'], d['answer_node'], v.all_answers, cache=min_cache)
-    except MinimalityError as e: return None, 'minimality:no_sufficient_subset'
-    except Exception as e: return None, f'minimality:error'
+    except MinimalityError: return None, 'minimality:no_sufficient_subset'
+    except Exception: return None, 'minimality:error'
     rec.update(redundant=m.redundant, minimal_graph_isomorphism=m.minimal_graph_isomorphism,
                minimal_seeds_and_queries=str(m.minimal_seeds_and_queries))
     return rec, None
