@@ -686,6 +686,5 @@ def kgrag_cli(argv=None) -> int:
     system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
                    n_hops=a.hops, top_k=a.top_k)
     t = system.answer(a.question, a.mode)
-    roles = 'offline roles (template decomposer, relation-phrase reader)' if a.backend == 'offline' else system.llm.describe()
-    print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles}')
+    print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles_label(system.llm)}')
     return 0
