@@ -29,7 +29,7 @@ __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_L
            'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages',
            'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
            'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag', 'summarise_ultrag', 'cost_per_query',
-           'ultrag_parser', 'check_ultrag_flags', 'ultrag_cli']
+           'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'ultrag_parser', 'check_ultrag_flags', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -602,6 +602,43 @@ def cost_per_query(df: pd.DataFrame,  # `evaluate_ultrag`'s table
     return pd.DataFrame([dict(n=len(df), **row)])
 
 # %% ../nbs/19_ultrag.ipynb #c074
+def subgraphrag_baseline(kg: KnowledgeGraph,
+                         records: pd.DataFrame,  # GTSQA-schema records with a `split` column (train and test)
+                         encoder,  # a `text.TextEncoder` (frozen)
+                         cache_dir,  # parent of the question-graph and study caches
+                         reader,  # a `readers` reader (`readers.make_reader`)
+                         k: int = 200,  # triples the reader is given (the ULTRAG paper: 200)
+                         epochs: int = 4,  # most training epochs
+                         graph_seed: int = 0,  # seed of the question-graph construction
+                         n_nodes: int = 500,  # entities of each question graph
+                         max_triples: int = 5000,  # most triples of each question graph
+                         threads: int | None = 1) -> pd.DataFrame:  # CPU threads for training
+    "Per test question: hits, answer recall and ground-truth recall of SubgraphRAG(k) (GT-trained retriever, seed 0) with `reader`."
+    from kgqa_nb.retriever_study import retriever_study, study_question_graphs
+    if k < 1 or epochs < 1 or n_nodes < 1 or max_triples < 1:
+        raise ValueError(f'k, epochs, n_nodes and max_triples must be at least 1, got {k}, {epochs}, {n_nodes}, {max_triples}')
+    qgs = study_question_graphs(kg, records, cache_dir, 'build', seed=graph_seed, n_nodes=n_nodes, max_triples=max_triples)
+    return retriever_study(kg, records, qgs, encoder, cache_dir, labels=['gt'], seeds=[0], references=(),
+                           train_cfg=dict(epochs=epochs, patience=2, val_metric='answer_recall@100'),
+                           reader=reader, reader_ks=[k], ks=sorted({10, 100, k}), threads=threads)
+
+# %% ../nbs/19_ultrag.ipynb #c078
+def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s table of the test questions
+                          baseline: pd.DataFrame,  # `subgraphrag_baseline`'s table of the same questions
+                          k: int = 200) -> pd.DataFrame:  # the baseline's K
+    "ULTRAG Hits beside SubgraphRAG(k) Hits, answer recall and GT recall (%), overall and per hop count."
+    cols = [f'hits@{k}', f'answer_recall@{k}', f'gt_recall@{k}']
+    both = ultrag_rows[['id', 'n_hops', 'hits']].astype({'id': str}).merge(baseline.astype({'id': str})[['id', *cols]], on='id', how='inner')
+    if len(both) != len(ultrag_rows): raise ValueError(f'{len(ultrag_rows) - len(both)} of {len(ultrag_rows)} ULTRAG questions have no SubgraphRAG row')
+    def agg(g): return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
+                                  'subgraphrag_answer_recall': 100 * g[cols[1]].mean(), 'subgraphrag_gt_recall': 100 * g[cols[2]].mean()})
+    vs = pd.concat([agg(both).to_frame().T.assign(group_by='all', group='all'),
+                    both.groupby('n_hops').apply(agg, include_groups=False).reset_index().rename(columns={'n_hops': 'group'}).assign(group_by='n_hops')],
+                   ignore_index=True)
+    return vs[['group_by', 'group'] + [c for c in vs.columns if c not in ('group_by', 'group')]].assign(
+        k=k, subgraphrag=f'SubgraphRAG retriever (GT labels, seed 0) top-{k}')
+
+# %% ../nbs/19_ultrag.ipynb #c081
 def ultrag_parser() -> CLIParser:
     "The command line of `kgqa ultrag`: the `ask` and `batch` modes and the options they share."
     ap = CLIParser(prog='kgqa ultrag', description='answer a question (ask) or a dataset split (batch) with the ULTRAG recipe')
@@ -634,7 +671,7 @@ def check_ultrag_flags(a):
     if a.mode == 'ask' and a.top < 1: raise UsageError(f'--top must be at least 1, got {a.top}')
     if a.mode == 'batch' and a.n < 0: raise UsageError(f'--n must be 0 (all) or more, got {a.n}')
 
-# %% ../nbs/19_ultrag.ipynb #c078
+# %% ../nbs/19_ultrag.ipynb #c085
 def _cli_pipeline(a, kg):
     from kgqa_nb.ultra import load_ultra
     from kgqa_nb.datasources import load_source
@@ -663,7 +700,7 @@ def _cli_ask(a, kg, pipe, seeds) -> int:
     print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
     return 0
 
-# %% ../nbs/19_ultrag.ipynb #c080
+# %% ../nbs/19_ultrag.ipynb #c087
 def ultrag_cli(argv=None) -> int:
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
     from kgqa_nb.datasources import resolve_kg, load_source
