@@ -99,13 +99,14 @@ def test_tokens_per_question_count_the_same_from_the_cache(tmp_path):
 
 
 def test_neural_executor_flops_follow_the_projections():
-    from kgqa_nb.ultra import load_ultra, ultra_flops
+    from kgqa_nb.ultra import load_ultra, ultra_flops, ultra_graph
     ex = NeuralExecutor(load_ultra('ultraquery'))
     pipe = Ultrag(TW, LLMQueryWriter(LLMClient('offline', cache=False), TW), ex, pruner=SEPPRPruner(k=300))
     SCRIPT['[scripted] one hop?'] = ['QUERY: Q900000006 -> P47']
     SCRIPT['[scripted] two hops?'] = ['QUERY: Q900000006 -> P47 -> P47']
     one, two = pipe.answer('[scripted] one hop?', ['Q900000006']), pipe.answer('[scripted] two hops?', ['Q900000006'])
-    per_projection = ultra_flops(ex._cache[next(iter(ex._cache))].graph, 1)['total']
+    pruned = SEPPRPruner(k=300).prune(TW, {'Q900000006': crisp_set(TW, ['Q900000006'])})  # the graph both questions ran on
+    per_projection = ultra_flops(ultra_graph(pruned.kg), 1)['total']
     assert one.flops == per_projection and two.flops == 2 * per_projection and one.subgraph_edges > 0
 
 
