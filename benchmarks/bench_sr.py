@@ -62,7 +62,6 @@ def bench_mode(tune: str, n: int, epochs: int) -> dict:
 
 
 def run(quick: bool = False) -> dict:
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     return dict(device='cpu', rows=[bench_mode(t, 8 if quick else 16, 1) for t in ('head', 'encoder')])
 
 

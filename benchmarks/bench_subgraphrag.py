@@ -56,7 +56,6 @@ def measure(E: int, dim: int = 384, device: str = 'cpu', steps: int = 5, repeats
 
 
 def run(quick: bool = False) -> dict:
-    torch.set_num_threads(max(torch.get_num_threads(), 1))
     sizes = [1_000, 5_000] if quick else [1_000, 5_000, 20_000]
     out = {'cpu': [measure(E, steps=2 if quick else 5, repeats=2 if quick else 3) for E in sizes]}
     if torch.cuda.is_available(): out['cuda'] = [measure(E, device='cuda') for E in sizes + [100_000]]

@@ -108,6 +108,7 @@ def sp_reader_calls(p, plan) -> list:
 def retriever_study_calls(p, plan) -> list:
     "Retriever study: one reader call per test question, run (3 reference retrievers + labels x seeds) and K."
     from kgqa_nb.retriever_study import REFERENCE_RETRIEVERS
+    if 'study' in p: p = full_params(load_manifest()[p['study']], check_profile(p['study_profile'])[p['study']])  # a notebook reading a study: its parameters
     out = generation_calls(p, plan)
     if p['reader'] == 'llm':
         ks = list(p['reader_ks'])

@@ -4,7 +4,7 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import hashlib, inspect, json, zlib
+import hashlib, inspect, json, time, zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from .core import (CLIParser, UsageError, artifact_dirs, built_by, code_fingerpr
 from .dataset import gtsqa_files, read_gtsqa_parquet
 from .datasources import load_source, open_artifact, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
+from .llm_local import REGISTRY_MODEL, registry_model_try
 from .metrics import RETRIEVAL_KS, answer_hit, one_sided_test
 from .paths import personalized_pagerank
 from .qgraphs import build_question_graphs, published_question_graphs
@@ -27,11 +28,12 @@ from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, T
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'READER_PARAMS', 'ppr_scores', 'random_scores',
-           'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'summarise_retrieval', 'is_validation',
-           'study_splits', 'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'study_code',
-           'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'attach_published_graphs',
-           'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params', 'check_at_least',
+__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores',
+           'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'summarise_retrieval',
+           'is_validation', 'study_splits', 'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever',
+           'study_code', 'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
+           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params',
+           'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_at_least',
            'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
@@ -279,6 +281,7 @@ class RetrieverStudy:
     study: pd.DataFrame  # one row per (retriever, labels, seed, test question)
     prov: dict  # keywords for core.write_table / core.save_figure (reader as the LLM, question writer as question_llm)
     folder: Path | None = None  # the study's keyed cache folder: its run tables and checkpoints
+    reader: object = None  # the reader whose hits the study holds
 
     def checkpoint(self, arm: str, seed: int = 0) -> Path:
         "The best checkpoint of the SubgraphRAG run trained on `arm` labels ('gt', 'sp' or 'sp:CONVENTION') with `seed`."
@@ -324,7 +327,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
                             train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
                             retriever_cfgs={'sr': sr_cfg}, reader=reader, reader_ks=reader_ks, threads=threads or None, device=device)
-    rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), {}, Path(study.attrs['folder']))
+    rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), {}, Path(study.attrs['folder']), reader)
     up = list(ctx.prov.get('upstream', []))
     up += [b for b in rs.upstream if b['folder'] not in {u.get('folder') for u in up}]
     rs.prov = {**ctx.prov, 'llm_backend': reader.describe(), 'question_llm': ctx.prov['llm_backend'], 'upstream': up}
@@ -337,7 +340,97 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c038
+# %% ../nbs/15c_retriever_study.ipynb #c037
+def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
+               params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
+               make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
+               out_dir: str = '', **recorded) -> RetrieverStudy:  # recorded: the reading notebook's own parameters
+    "A retriever study opened from its parameters: its reader built once, its runs read from the cache (or run once)."
+    reader = make_reader(params.get('reader', 'offline'), *(params.get(n, '') for n in READER_PARAMS))
+    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, **recorded)
+
+# %% ../nbs/15c_retriever_study.ipynb #c041
+def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
+                        k: int,  # triples kept per question
+                        seed: int = 0,  # the study run whose checkpoints are read
+                        encoder: TextEncoder | None = None) -> tuple:  # the study's encoder (None: the one its parameters name)
+    "(records, {arm: per question its top-k triples as labels}): the first test questions rescored by each arm's SubgraphRAG checkpoint."
+    kg, recs = rs.ctx.kg, rs.ctx.records
+    pos = np.flatnonzero((recs.split == 'test').to_numpy())[:n_questions]
+    read = recs.iloc[pos].to_dict('records')
+    enc = encoder or TextEncoder(rs.prov['params']['encoder'])
+    exs = prepare_examples(read, [rs.qgraphs[int(i)] for i in pos], enc)
+    feats = text_features(kg, enc, entities=exs.nodes)
+    text = lambda t: (kg.entity_text(t[0]), kg.relation_text(t[1]), kg.entity_text(t[2]))
+    out = {}
+    for arm in sorted(set(rs.study.labels[rs.study.retriever == 'subgraphrag'])):
+        model, _ = load_retriever(rs.checkpoint(arm, seed), dim=feats.dim, encoder=feats.encoder)
+        out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
+    return read, out
+
+# %% ../nbs/15c_retriever_study.ipynb #c043
+FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
+
+def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
+                k: int, role: str, reader: str, model: str = '', prompting: str = '',  # role: a FLOOR_ROLES key
+                seed: int = 0) -> tuple:
+    "(one row per arm, one row per arm and question) of a reader's hits on the rescored triples of a study run."
+    runs = rs.study[(rs.study.retriever == 'subgraphrag') & (rs.study.seed == seed)].set_index(['labels', 'id'])
+    ids = [str(r['id']) for r in read]
+    gold = [gold_answers(rs.ctx.kg, r) for r in read]
+    rows, per_q = [], []
+    for arm, replies in preds.items():
+        recall = [float(runs.loc[(arm, i), f'answer_recall@{k}']) for i in ids]
+        h = [bool(answer_hit([str(a) for a in p], sorted(g[0]), g[1])) for p, g in zip(replies, gold)]
+        rows.append(dict(retriever='subgraphrag', labels=arm, seed=seed, k=k, role=FLOOR_ROLES[role], reader=reader, model=model,
+                         prompting=prompting, n_questions=len(ids), hits=round(100 * float(np.mean(h)), 2),
+                         hits_from_triples=round(100 * float(np.mean([x and r > 0 for x, r in zip(h, recall)])), 2),
+                         answer_recall=round(100 * float(np.mean(recall)), 2)))
+        per_q += [dict(id=i, labels=arm, seed=seed, k=k, role=FLOOR_ROLES[role], reader=reader, hit=x, answer_recall=r,
+                       prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
+    return pd.DataFrame(rows), pd.DataFrame(per_q)
+
+# %% ../nbs/15c_retriever_study.ipynb #c046
+@dataclass
+class FloorRows:
+    "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
+    table: pd.DataFrame  # one row per (arm, reader); empty when the floor was left out
+    questions: pd.DataFrame  # one row per (arm, reader, question); empty when the floor was left out
+    prov: dict  # the floor row's record: model, prompting, replies by kind, usage; or the reason it was left out
+    oracle_questions: pd.DataFrame  # the oracle's per-question rows, always (the rescored triples checked against the study)
+    skipped: str = ''  # why the floor row was left out ('' when it is there)
+
+def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its rows stand beside the floor's
+                      few_shot,  # client -> a few-shot reader (`answer_many`, replies counted in `.status`)
+                      n_questions: int, k: int,  # first test questions read (0: no floor row); triples per prompt
+                      llm_cache, base_url: str = '', threads: int | None = None,  # the LLM cache folder; the server; its threads
+                      seed: int = 0) -> FloorRows:  # the study run whose checkpoints are read
+    "Table 4's floor row: the registry model reads each arm's top-k triples of the first test questions, beside the oracle."
+    read, top = rescore_top_triples(rs, n_questions or 3, k, seed)
+    texts = [r['question'] for r in read]
+    o_rows, o_q = reader_rows(rs, read, {a: oracle.answer_many(texts, t, read) for a, t in top.items()}, k, 'oracle',
+                              oracle.describe(), '', 'oracle query execution', seed)
+    done, why = None, 'floor_questions is 0'
+    if n_questions > 0:
+        def run(client):
+            fs, t0 = few_shot(client), time.perf_counter()
+            return fs, {a: fs.answer_many(texts, t, read) for a, t in top.items()}, client.usage_summary(), time.perf_counter() - t0
+        done, why = registry_model_try(run, llm_cache, base_url, threads=threads)
+    if done is None:
+        return FloorRows(o_rows.iloc[:0], o_q.iloc[:0], dict(label=REGISTRY_MODEL.describe(), skipped=why), o_q, why)
+    fs, preds, usage, seconds = done
+    f_rows, f_q = reader_rows(rs, read, preds, k, 'floor', REGISTRY_MODEL.describe(), REGISTRY_MODEL.name, REGISTRY_MODEL.prompting, seed)
+    both = lambda a, b: pd.concat([a, b], ignore_index=True).sort_values('labels', kind='stable', ignore_index=True)
+    sent = usage['calls'] - usage['cache_hits']  # completions a server answered in this run
+    prov = dict(label=REGISTRY_MODEL.describe(), model=REGISTRY_MODEL.record(), prompting=REGISTRY_MODEL.prompting,
+                retriever=f'subgraphrag seed {seed}, top {k} triples', arms=list(top), n_questions=len(read),
+                question_ids=[str(r['id']) for r in read], replies=dict(sorted(fs.status.items())),
+                usage={x: usage[x] for x in ('calls', 'cache_hits', 'prompt_tokens', 'completion_tokens')},
+                prompt_tokens_per_completion=round(usage['prompt_tokens'] / sent, 1) if sent else 'every reply from the cache',
+                seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
+    return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
+
+# %% ../nbs/15c_retriever_study.ipynb #c050
 def _data_args(ap: CLIParser):
     ap.add_argument('--kg', default='toyworld', help='KG name (a load_kg name) or data-dir folder')
     ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size')
@@ -362,7 +455,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c039
+# %% ../nbs/15c_retriever_study.ipynb #c051
 def train_retriever_cli(argv=None) -> int:
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     ap = CLIParser(prog='kgqa train-retriever', description=train_retriever_cli.__doc__)
@@ -383,7 +476,7 @@ def train_retriever_cli(argv=None) -> int:
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c040
+# %% ../nbs/15c_retriever_study.ipynb #c052
 def retrieve_cli(argv=None) -> int:
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     ap = CLIParser(prog='kgqa retrieve', description=retrieve_cli.__doc__)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from fastcore.basics import patch
 
 from .core import atomic_path, get_device, jsonable, params_key
 from .kg import KnowledgeGraph
@@ -185,6 +186,7 @@ class SRConfig:
     max_nodes: int = 1000  # a path reaching more entities is skipped
     val_metric: str | None = 'answer_recall@100'  # early stopping on validation; None: keep the last epoch
 
+# %% ../nbs/15b_sr.ipynb #c026
 class SRModel(nn.Module):
     "SR's siamese scorer and search: `example_scores(ex)` gives (E,) triple scores (-inf: not retrieved)."
     def __init__(self, encoder: TextEncoder,  # the sentence encoder (fine-tuned in 'encoder' mode, frozen in 'head' mode)
@@ -224,35 +226,46 @@ class SRModel(nn.Module):
     def load_state_dict(self, *a, **k):
         self._rel = None
         return super().load_state_dict(*a, **k)
-    def logits(self, queries: list, cands: list) -> list:
-        "cos / tau of each query against its candidate relation ids (in training only the batch's relations are embedded)."
-        q = self.embed(queries)
-        if self.training:  # embed the relations of this batch, with gradients
-            ids = np.unique(np.concatenate([np.asarray(c, np.int64) for c in cands]))
-            r, pos = self.embed([self.rel_texts[i] for i in ids]), lambda c: np.searchsorted(ids, np.asarray(c, np.int64))
-        else:  # every relation once per set of weights
-            if self._rel is None: self._rel = self.embed(self.rel_texts)
-            r, pos = self._rel, lambda c: np.asarray(c, np.int64)
-        return [(r[torch.as_tensor(pos(c), device=r.device)] @ q[i]) / self.cfg.tau for i, c in enumerate(cands)]
-    @torch.no_grad()
-    def step_scorer(self, question: str):
-        "A `beam_search` step_scores callable for one question."
-        def scores(batch):
-            qs = [query_text(question, [self.rel_texts[d] for d in seq]) for seq, _ in batch]
-            ls = self.logits(qs, [c for _, c in batch])
-            return [(F.log_softmax(l, 0) if self.cfg.path_score == 'logprob' else l).cpu().numpy() for l in ls]
-        return scores
-    @torch.no_grad()
-    def retrieve(self, ex: RetrievalExample) -> dict:
-        "seed -> kept (path, score) of one question."
-        if not ex.texts: raise RetrievalInputError('record_mismatch', f'question {ex.id!r}: no question text (build it with prepare_examples)')
-        self.eval(); g = RelGraph.from_example(ex, self.R); c = self.cfg; scorer = self.step_scorer(ex.texts[0])
-        return {int(s): beam_search(g, int(s), scorer, c.beam, c.n_paths, c.max_hop) for s in np.nonzero(ex.topic.numpy())[0]}
-    def example_scores(self, ex: RetrievalExample) -> np.ndarray:
-        "(E,) scores of one question's triples: the best kept path through each, -inf where none goes."
-        return paths_to_scores(RelGraph.from_example(ex, self.R), self.retrieve(ex), len(ex), self.cfg.max_nodes)
 
-# %% ../nbs/15b_sr.ipynb #c026
+# %% ../nbs/15b_sr.ipynb #c028
+@patch
+def logits(self: SRModel, queries: list, cands: list) -> list:
+    "cos / tau of each query against its candidate relation ids (in training only the batch's relations are embedded)."
+    q = self.embed(queries)
+    if self.training:  # embed the relations of this batch, with gradients
+        ids = np.unique(np.concatenate([np.asarray(c, np.int64) for c in cands]))
+        r, pos = self.embed([self.rel_texts[i] for i in ids]), lambda c: np.searchsorted(ids, np.asarray(c, np.int64))
+    else:  # every relation once per set of weights
+        if self._rel is None: self._rel = self.embed(self.rel_texts)
+        r, pos = self._rel, lambda c: np.asarray(c, np.int64)
+    return [(r[torch.as_tensor(pos(c), device=r.device)] @ q[i]) / self.cfg.tau for i, c in enumerate(cands)]
+
+# %% ../nbs/15b_sr.ipynb #c030
+@patch
+@torch.no_grad()
+def step_scorer(self: SRModel, question: str):
+    "A `beam_search` step_scores callable for one question."
+    def scores(batch):
+        qs = [query_text(question, [self.rel_texts[d] for d in seq]) for seq, _ in batch]
+        ls = self.logits(qs, [c for _, c in batch])
+        return [(F.log_softmax(l, 0) if self.cfg.path_score == 'logprob' else l).cpu().numpy() for l in ls]
+    return scores
+
+# %% ../nbs/15b_sr.ipynb #c032
+@patch
+@torch.no_grad()
+def retrieve(self: SRModel, ex: RetrievalExample) -> dict:
+    "seed -> kept (path, score) of one question."
+    if not ex.texts: raise RetrievalInputError('record_mismatch', f'question {ex.id!r}: no question text (build it with prepare_examples)')
+    self.eval(); g = RelGraph.from_example(ex, self.R); c = self.cfg; scorer = self.step_scorer(ex.texts[0])
+    return {int(s): beam_search(g, int(s), scorer, c.beam, c.n_paths, c.max_hop) for s in np.nonzero(ex.topic.numpy())[0]}
+
+@patch
+def example_scores(self: SRModel, ex: RetrievalExample) -> np.ndarray:
+    "(E,) scores of one question's triples: the best kept path through each, -inf where none goes."
+    return paths_to_scores(RelGraph.from_example(ex, self.R), self.retrieve(ex), len(ex), self.cfg.max_nodes)
+
+# %% ../nbs/15b_sr.ipynb #c034
 def save_sr(model: SRModel, path, **meta) -> Path:
     "Write the model's config, relation texts, weights and metadata atomically."
     with atomic_path(path) as tmp:
@@ -273,7 +286,7 @@ def load_sr(path, encoder: TextEncoder | None = None,  # the encoder to build on
     except RuntimeError as e: raise CheckpointMismatchError('state_dict', f'{path}: {str(e).splitlines()[0]}') from None
     return model.eval(), ck.get('meta', {})
 
-# %% ../nbs/15b_sr.ipynb #c028
+# %% ../nbs/15b_sr.ipynb #c036
 def _steps_of(examples, labels: str, R: int, max_paths: int) -> list:
     out = []
     for ex in examples:
@@ -331,7 +344,7 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
     if ckpt_dir: save_sr(model, Path(ckpt_dir) / 'best.pt', train=asdict(cfg), history=state['history'])
     return model, state['history']
 
-# %% ../nbs/15b_sr.ipynb #c036
+# %% ../nbs/15b_sr.ipynb #c044
 def study_train(kg: KnowledgeGraph, encoder: TextEncoder, train, val, feats, labels: str, seed: int, cfg: dict,
                 ckpt_dir=None, verbose: bool = False, threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SR training of one (labels, seed) arm: (model, history)."

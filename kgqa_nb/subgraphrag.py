@@ -203,6 +203,7 @@ def label_key(labels: str) -> str:
         raise RetrievalInputError('unknown_labels', f"labels {labels!r}: use 'gt', 'sp' or one of {[f'sp:{c}' for c in CONVENTIONS]}")
     return key
 
+# %% ../nbs/15_subgraphrag.ipynb #c029
 def _test_type(rec) -> str:
     tt = rec.get('test_type')
     tt = [] if tt is None else list(tt)
@@ -238,6 +239,7 @@ def question_texts(rec: dict) -> list:
     q, p = str(rec['question']), rec.get('paraphrased_question')
     return [q] + ([str(p)] if isinstance(p, str) and p.strip() and p.strip() != q.strip() else [])
 
+# %% ../nbs/15_subgraphrag.ipynb #c031
 class ExampleSet(Sequence):
     "Examples built from their question graphs when asked for: a dataset of any size stays on disk; ids and splits known up front."
     def __init__(self, recs: list, qgraphs, qvecs: list, idx=None, nodes=None):
@@ -274,7 +276,7 @@ def prepare_examples(records,  # GTSQA-schema records (list of dicts or a DataFr
     return ExampleSet(recs, qgraphs, [vecs[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
                       nodes=np.unique(np.concatenate(nodes)) if nodes else np.zeros(0, np.int64))
 
-# %% ../nbs/15_subgraphrag.ipynb #c031
+# %% ../nbs/15_subgraphrag.ipynb #c035
 def _inputs(ex: RetrievalExample, feats: TextFeatures, q_row: int = 0, device='cpu'):
     xs = (ex.q[q_row], torch.as_tensor(feats.entity_vectors(ex.nodes)), torch.as_tensor(feats.has_text[ex.nodes]),
           torch.as_tensor(feats.rel), ex.edge_index, ex.rel, ex.topic)
@@ -315,7 +317,7 @@ def example_metrics(scores,  # (E,) triple scores of one example; -inf marks a t
     if not gt[got].any(): m['gt_mrr'] = 0.0
     return dict(m, n_retrieved=n)
 
-# %% ../nbs/15_subgraphrag.ipynb #c034
+# %% ../nbs/15_subgraphrag.ipynb #c038
 @dataclass
 class TrainConfig:
     "Hyper-parameters of one retriever training run (all recorded in the checkpoint)."
@@ -347,7 +349,7 @@ def _run_key(cfg: TrainConfig, feats: TextFeatures, train, val) -> str:
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
     return params_key(dict(cfg=asdict(cfg), encoder=feats.encoder, dim=feats.dim, train=ids(train), val=ids(val)), 16)
 
-# %% ../nbs/15_subgraphrag.ipynb #c036
+# %% ../nbs/15_subgraphrag.ipynb #c040
 def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device):
     "The training loop of `train_retriever`, inside its thread setting."
     dev = get_device(device)
@@ -392,14 +394,14 @@ def train_retriever(train: list,  # RetrievalExamples to train on
     "Train (or resume) one retriever; returns (best model, history rows)."
     with torch_threads(threads): return _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c038
+# %% ../nbs/15_subgraphrag.ipynb #c042
 def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dict, ckpt_dir=None, verbose: bool = False,
                 threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SubgraphRAG training of one (labels, seed) arm: (model, history)."
     return train_retriever(train, val, feats, TrainConfig(**{**cfg, 'labels': labels, 'seed': int(seed)}), ckpt_dir,
                            verbose=verbose, threads=threads, device=device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c040
+# %% ../nbs/15_subgraphrag.ipynb #c044
 def two_hop_dataset(n: int = 60,  # questions
                     n_distractors: int = 40,  # random distractor triples per question
                     shortcut: bool = False,  # add a seed -shortcut-> answer triple to every question
