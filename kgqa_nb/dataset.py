@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import MalformedFileError, data_dir, jsonable, provenance, read_jsonl
+from .core import MalformedFileError, atomic_path, data_dir, jsonable, provenance, read_jsonl
 from .kg import format_item, normalize_label, parse_item
 from .validate import QueryShapeError, canonical_query
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
@@ -71,23 +71,19 @@ def normalize_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def write_jsonl(records, path) -> Path:
     "Write records (dicts or a DataFrame) as JSON lines, atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     rows = records.to_dict('records') if isinstance(records, pd.DataFrame) else list(records)
-    tmp = path.with_suffix(path.suffix + '.tmp')
-    with open(tmp, 'w') as f:
+    with atomic_path(path) as tmp, open(tmp, 'w') as f:
         for r in rows: f.write(json.dumps(jsonable(r), ensure_ascii=False) + '\n')
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 def read_records(path) -> pd.DataFrame:
     "A JSONL dataset as a frame in our schema (read by `core.read_jsonl`: a torn last line is dropped, a damaged line elsewhere warned about by number)."
     return normalize_frame(pd.DataFrame(read_jsonl(path)))
 
 def write_parquet(df: pd.DataFrame, path) -> Path:
-    "Write a dataset as parquet (the GTSQA release format)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    normalize_frame(df).to_parquet(path, index=False)
-    return path
+    "Write a dataset as parquet (the GTSQA release format), atomically."
+    with atomic_path(path) as tmp: normalize_frame(df).to_parquet(tmp, index=False)
+    return Path(path)
 
 def read_dataset(path) -> pd.DataFrame:
     "Read a GTSQA-schema dataset from .jsonl or .parquet (ours or the published GTSQA files)."
