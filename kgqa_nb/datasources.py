@@ -22,13 +22,13 @@ __all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'is_
            'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths', 'ensure_dataset', 'Source',
            'load_source', 'ArtifactContext', 'open_artifact', 'read_filter_log', 'generation_table']
 
-# %% ../nbs/10b_datasources.ipynb #c009
+# %% ../nbs/10b_datasources.ipynb #c008
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
     "True for types the zero-shot split may reserve for test: nested intersections or at least `min_edges` edges."
     s = type_shape(name)
     return s['nested'] or s['n_edges'] >= min_edges
 
-# %% ../nbs/10b_datasources.ipynb #c012
+# %% ../nbs/10b_datasources.ipynb #c011
 def choose_unseen_graph_types(df: pd.DataFrame,  # generated records (GTSQA schema)
                               min_questions: int = 45,  # minimal questions a reserved type needs (a full test cell)
                               max_share: float = 0.35,  # at most this share of all questions may fall in reserved types
@@ -43,7 +43,7 @@ def choose_unseen_graph_types(df: pd.DataFrame,  # generated records (GTSQA sche
         if used + n_all[t] <= max_share * len(df): chosen.append(t); used += n_all[t]
     return chosen
 
-# %% ../nbs/10b_datasources.ipynb #c015
+# %% ../nbs/10b_datasources.ipynb #c014
 GTSQA_SIZE = 32_099  # questions in GTSQA (Table 1)
 
 def split_config_for(n_records: int,  # size of the generated dataset
@@ -55,7 +55,7 @@ def split_config_for(n_records: int,  # size of the generated dataset
                        min_per_cell=max(3, round(45 * f)), seed=seed)
     return replace(base, **overrides)
 
-# %% ../nbs/10b_datasources.ipynb #c018
+# %% ../nbs/10b_datasources.ipynb #c017
 def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a path, or a folder name inside the data dir
     "The KG itself, loaded once from whatever names it; a clear error when it is not on this machine."
     if isinstance(kg, KnowledgeGraph): return kg
@@ -66,7 +66,7 @@ def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a p
     raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KG_REGISTRY)}) nor a folder under {data_dir()}: '
                             f'put it there in synth-kgqa or TSV layout (for GTSQA: ogbl-wikikg2 as {data_dir(name)})')
 
-# %% ../nbs/10b_datasources.ipynb #c023
+# %% ../nbs/10b_datasources.ipynb #c022
 GENERATION_PARAMS = ('kg', 'n_target', 'seed', 'backend', 'model', 'base_url', 'max_candidates')
 
 def generation_params(**kw) -> dict:
@@ -82,7 +82,7 @@ def _generate(folder: Path, gen: dict, kg: KnowledgeGraph, concurrency: int | No
     cfg = GenerationConfig(**{k: gen[k] for k in GENERATION_PARAMS}, **({'concurrency': concurrency} if concurrency else {}))
     return run_generation(folder, cfg, kg=kg, verbose=False)
 
-# %% ../nbs/10b_datasources.ipynb #c026
+# %% ../nbs/10b_datasources.ipynb #c025
 @dataclass(frozen=True)
 class DatasetPaths:
     "Files of a built dataset."
@@ -108,7 +108,7 @@ def _llm_description(summary: dict, gen: dict) -> str:
     if not g: return gen['backend'] + (f":{gen['model']}" if gen.get('model') else '')
     return g if p in (None, g) else f'{g} (paraphrases: {p})'
 
-# %% ../nbs/10b_datasources.ipynb #c027
+# %% ../nbs/10b_datasources.ipynb #c026
 def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, split: SplitConfig | None,
                  split_overrides: dict) -> DatasetPaths:
     "Cut the zero-shot split of a finished generation run and write train/test, split.json and the card."
@@ -137,7 +137,7 @@ def _write_split(gen_dir: Path, split_dir: Path, gen: dict, unseen_graph_types, 
     write_text_atomic(p.card, card)
     return p
 
-# %% ../nbs/10b_datasources.ipynb #c028
+# %% ../nbs/10b_datasources.ipynb #c027
 def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg` understands
                    n_target: int = 300,  # accepted datapoints to generate
                    seed: int = 0,  # run seed (sampling, split)
@@ -178,7 +178,7 @@ def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg
                 write_text_atomic(marker, json.dumps(dict(generation=gen, split=sp), indent=1, default=str) + '\n')
     return _dataset_paths(gen_dir, split_dir)
 
-# %% ../nbs/10b_datasources.ipynb #c036
+# %% ../nbs/10b_datasources.ipynb #c035
 @dataclass
 class Source:
     "Train and test splits of a GTSQA-schema dataset, with where they came from."
@@ -213,7 +213,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name=source)
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
-# %% ../nbs/10b_datasources.ipynb #c039
+# %% ../nbs/10b_datasources.ipynb #c038
 GENERATION_KEYS = ('n_target', 'backend', 'model', 'base_url', 'max_candidates')
 
 @dataclass
@@ -267,7 +267,7 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                 upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c044
+# %% ../nbs/10b_datasources.ipynb #c043
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'
