@@ -18,7 +18,7 @@ from .llm import LLMClient
 from .metrics import ANSWER_SCORES, LasmJudge, em_lasm_scores
 from .qgraphs import build_question_graphs
 from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, make_reader
-from .retriever_study import open_retriever_study, ppr_scores, study_params
+from .retriever_study import open_study, ppr_scores
 from .subgraphrag import label_key, load_retriever, prepare_example, prepare_examples, score_example, text_features, top_triples
 from .text import TextEncoder
 from .ultra import load_ultra
@@ -159,10 +159,8 @@ def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records 
                       labels=('sp', 'gt'),  # label regimes (seed 0 of the study): sp, gt or sp:CONVENTION
                       top_k: int = 100, out_dir: str = '') -> tuple:  # out_dir: where the study's cache lives
     "({label regime: {id: top-K triples as text}}, the training set in words, {regime: epochs})."
-    sp = dict(study)
-    reader = make_reader(sp['reader'], sp['reader_backend'], sp['reader_model'], sp['reader_base_url'])
-    sp.update(labels=[label_key(l) for l in labels], n_seeds=1, retrievers=['subgraphrag'], out_dir=out_dir)
-    rs = open_retriever_study('retriever_study', reader, **study_params(sp))
+    sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=1, retrievers=['subgraphrag'])
+    rs = open_study('retriever_study', sp, make_reader, out_dir)
     enc = TextEncoder(sp['encoder'])
     exs = prepare_examples(rows, qgs, enc)
     feats = text_features(q.graph, enc, entities=exs.nodes)
