@@ -13,7 +13,7 @@ from fastcore.basics import patch
 
 from .core import data_dir, project_dirs, user_cache_dir
 from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
-                              output_root, profile_file, read_profile, select_artifacts, shown_path, unmet_needs)
+                              output_root, profile_file, profile_name, read_profile, select_artifacts, shown_path, unmet_needs)
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'CallGroup', 'question_count',
@@ -335,11 +335,12 @@ def _scale(p: dict, plan: dict) -> float:
     seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
     return max(question_count(p, plan), 1) * max(int(seeds), 1)
 
-def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list):
-    "(seconds or None, source): the artifact's latest measured run, scaled linearly by questions x seeds."
+def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list,
+                     profile: str | None = None):  # the profile's name: its own latest run is preferred to a newer one of another
+    "(seconds or None, source): the artifact's latest measured run (under `profile` when there is one), scaled linearly by questions x seeds."
     runs = [r for r in prior if r['artifact'] == art.name]
     if not runs: return None, 'no earlier run of this artifact found (results/**/executed, the scratch folder)'
-    r = runs[-1]; old = full_params(art, r.get('params') or {})
+    r = ([r for r in runs if profile and r.get('profile') == profile] or runs)[-1]; old = full_params(art, r.get('params') or {})
     ratio = _scale(full_params(art, params), plan) / _scale(old, plan)
     where = f"its {r.get('profile', '?')} run of {str(r.get('created', ''))[:10]} ({fmt_seconds(r['seconds'])}, kg {old.get('kg', old.get('dataset', '-'))}"
     return r['seconds'] * ratio, where + (f', scaled x{ratio:.3g} by questions x seeds)' if abs(ratio - 1) > 1e-9 else ')')
@@ -351,7 +352,8 @@ def plan_artifact(art: Artifact,  # the artifact
                   cached: dict,  # (kind, model) -> cached replies not yet counted (consumed as groups use them)
                   shared: dict,  # work key -> the artifact that planned it first (filled as artifacts are planned)
                   prior: list,  # `prior_runs()`
-                  seconds_per_call: float) -> dict:  # wall seconds of one API call
+                  seconds_per_call: float,  # wall seconds of one API call
+                  profile: str | None = None) -> dict:  # the profile's name (`profile_name`), for the time estimate
     "Needs, LLM calls, tokens, cost and time of one artifact under a profile."
     from kgqa_nb.llm import api_cost
     needs = [need_status(n) for n in artifact_needs(art, params)]
@@ -372,7 +374,7 @@ def plan_artifact(art: Artifact,  # the artifact
         groups.append({**row, 'triples_per_prompt': g.triples, 'cache_hits': hits, 'api_calls': n, 'prompt_tokens': pt, 'completion_tokens': ct,
                        'cost_usd': round(api_cost(pt, ct, price), 4) if size and price else (0. if n == 0 else None),
                        'tokens_source': size_src, 'price': list(price) if price else None, 'price_source': price_src})
-    secs, secs_src = estimate_seconds(art, params, plan, prior)
+    secs, secs_src = estimate_seconds(art, params, plan, prior, profile)
     api_calls = sum(g['api_calls'] for g in groups)
     llm_s = api_calls * seconds_per_call / max(int(plan['concurrency']), 1)
     costs = [g['cost_usd'] for g in groups]
@@ -414,7 +416,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
     prior, shared, arts = prior_runs() if prior is None else prior, {}, []
     for n in names:
         if n in not_run: arts.append(dict(artifact=n, status='not run', reason=not_run[n], needs=[], llm=[], api_calls=0, cost_usd=0., seconds=0.)); continue
-        arts.append(plan_artifact(manifest[n], params[n], plan, measured, cached, shared, prior, spc))
+        arts.append(plan_artifact(manifest[n], params[n], plan, measured, cached, shared, prior, spc, profile_name(profile)))
     costs = [a['cost_usd'] for a in arts]
     total = dict(api_calls=sum(a['api_calls'] for a in arts), prompt_tokens=sum(a.get('prompt_tokens', 0) for a in arts),
                  completion_tokens=sum(a.get('completion_tokens', 0) for a in arts),

@@ -230,3 +230,13 @@ def test_git_changes_names_modified_tracked_files_only(tmp_path):
     (tmp_path / 'a.txt').write_text('2')
     assert git_changes(tmp_path) == ['a.txt'] and git_state(tmp_path)['dirty'] is True
     assert git_changes(tmp_path, skip=()) == ['a.txt', 'results/t.csv']
+
+
+def test_time_estimate_prefers_a_run_of_the_same_profile():
+    "A newer smoke run scaled up a thousandfold says less about a companion run than the companion's own last run."
+    art = pr.load_manifest()['kg_overview']
+    prior = [dict(artifact='kg_overview', seconds=100., profile='companion', created='2026-01-01', params={}),
+             dict(artifact='kg_overview', seconds=5., profile='smoke', created='2026-01-02', params={})]
+    assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior, 'companion')[0] == 100.
+    assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior, 'paper')[0] == 5.  # none of its own: the latest run
+    assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior)[0] == 5.
