@@ -1384,6 +1384,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'kgqa_nb.text.l2_normalize': ('text.html#l2_normalize', 'kgqa_nb/text.py'),
                               'kgqa_nb.text.resolve_encoder': ('text.html#resolve_encoder', 'kgqa_nb/text.py'),
                               'kgqa_nb.text.text_key': ('text.html#text_key', 'kgqa_nb/text.py')},
+            'kgqa_nb.toyvocab': {},
             'kgqa_nb.toyworld': { 'kgqa_nb.toyworld._World': ('toyworld.html#_world', 'kgqa_nb/toyworld.py'),
                                   'kgqa_nb.toyworld._World.__init__': ('toyworld.html#_world.__init__', 'kgqa_nb/toyworld.py'),
                                   'kgqa_nb.toyworld._World.add': ('toyworld.html#_world.add', 'kgqa_nb/toyworld.py'),

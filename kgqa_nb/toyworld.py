@@ -4,178 +4,19 @@
 
 # %% ../nbs/02_toyworld.ipynb #c002
 from __future__ import annotations
-import hashlib, string
+import string
 
 import numpy as np
 import pandas as pd
 
 from .kg import KnowledgeGraph
+from .toyvocab import (RELATIONS, INVERSE_OF, STRUCTURAL_RELATIONS, TOYWORLD_QID_BASE, CLASSES, GENDERS,
+                             GIVEN_M, GIVEN_F, FAMILY, FAMILY_PRE, FAMILY_SUF, PLACE_PRE, PLACE_MID, PLACE_SYL,
+                             CITY_SUF, COUNTRY_SUF, PROVINCE_SUF, ADJ, NOUN, VERB, SPORTS, FILM_GENRES, MUSIC_GENRES,
+                             INSTRUMENTS, WALKS, OCCUPATIONS)
 
 # %% auto #0
-__all__ = ['RELATIONS', 'INVERSE_OF', 'STRUCTURAL_RELATIONS', 'TOYWORLD_QID_BASE', 'CLASSES', 'GENDERS', 'GIVEN_M', 'GIVEN_F',
-           'FAMILY', 'FAMILY_PRE', 'FAMILY_SUF', 'PLACE_PRE', 'PLACE_MID', 'PLACE_SYL', 'CITY_SUF', 'COUNTRY_SUF',
-           'PROVINCE_SUF', 'ADJ', 'NOUN', 'VERB', 'SPORTS', 'FILM_GENRES', 'MUSIC_GENRES', 'INSTRUMENTS', 'WALKS',
-           'OCCUPATIONS', 'make_toyworld', 'missing_inverses']
-
-# %% ../nbs/02_toyworld.ipynb #c006
-RELATIONS = {  # PID -> (English label as on Wikidata, short description)
-    'P31': ('instance of', 'class of which the subject is a particular example'),
-    'P21': ('sex or gender', 'sex or gender identity of the person'),
-    'P27': ('country of citizenship', 'country that recognises the person as its citizen'),
-    'P19': ('place of birth', 'most specific known place where the person was born'),
-    'P20': ('place of death', 'most specific known place where the person died'),
-    'P22': ('father', 'male parent of the subject'),
-    'P25': ('mother', 'female parent of the subject'),
-    'P40': ('child', 'a son or daughter of the subject'),
-    'P26': ('spouse', 'the subject has the object as their husband or wife'),
-    'P3373': ('sibling', 'the subject and the object share at least one parent'),
-    'P106': ('occupation', 'occupation of a person'),
-    'P69': ('educated at', 'educational institution the person attended'),
-    'P108': ('employer', 'organisation the person works or worked for'),
-    'P166': ('award received', 'award or recognition received by the subject'),
-    'P1412': ('languages spoken, written or signed', 'language(s) the person uses'),
-    'P641': ('sport', 'sport that the subject participates in or belongs to'),
-    'P54': ('member of sports team', 'sports team or club the person plays or played for'),
-    'P286': ('head coach', 'coach in charge of the sports team'),
-    'P1344': ('participant in', 'event the subject took part in'),
-    'P710': ('participant', 'person or group that took part in the event'),
-    'P276': ('location', 'where the item is or took place'),
-    'P57': ('director', 'director of the film or work'),
-    'P161': ('cast member', 'actor or actress appearing in the work'),
-    'P58': ('screenwriter', 'person who wrote the script of the work'),
-    'P86': ('composer', 'person who wrote the music'),
-    'P272': ('production company', 'company that produced the film'),
-    'P136': ('genre', 'creative genre of the work or artist'),
-    'P495': ('country of origin', 'country where the work or group originated'),
-    'P364': ('original language of film or TV show', 'language in which the film was originally made'),
-    'P175': ('performer', 'artist who performs the work'),
-    'P264': ('record label', 'brand under which the recordings are published'),
-    'P463': ('member of', 'group or organisation the subject belongs to'),
-    'P527': ('has part(s)', 'part of which the subject is composed'),
-    'P361': ('part of', 'object of which the subject is a part'),
-    'P155': ('follows', 'immediately prior item in a series'),
-    'P156': ('followed by', 'immediately following item in a series'),
-    'P740': ('location of formation', 'place where the group was formed'),
-    'P1303': ('instrument', 'musical instrument the person plays'),
-    'P50': ('author', 'main creator of a written work'),
-    'P123': ('publisher', 'organisation that published the work'),
-    'P407': ('language of work or name', 'language of the work'),
-    'P800': ('notable work', 'notable work by the person'),
-    'P131': ('located in the administrative territorial entity', 'administrative area the item is located in'),
-    'P150': ('contains the administrative territorial entity', 'direct administrative subdivision of the area'),
-    'P17': ('country', 'sovereign state the item is in'),
-    'P36': ('capital', 'seat of government of the area'),
-    'P1376': ('capital of', 'area whose seat of government the place is'),
-    'P37': ('official language', 'language officially used in the area'),
-    'P47': ('shares border with', 'area that shares a land border with the subject'),
-    'P159': ('headquarters location', 'city where the organisation has its headquarters'),
-    'P112': ('founded by', 'founder of the organisation'),
-    'P127': ('owned by', 'owner of the subject'),
-    'P1830': ('owner of', 'entity owned by the subject'),
-    'P1027': ('conferred by', 'organisation that confers the award'),
-    'P184': ('doctoral advisor', 'person who supervised the doctorate of the subject'),
-    'P185': ('doctoral student', 'doctoral student supervised by the subject'),
-}
-
-# %% ../nbs/02_toyworld.ipynb #c008
-INVERSE_OF = {  # relation -> relations one of which holds in the reverse direction
-    'P22': ('P40',), 'P25': ('P40',), 'P40': ('P22', 'P25'), 'P26': ('P26',), 'P3373': ('P3373',), 'P47': ('P47',),
-    'P36': ('P1376',), 'P1376': ('P36',), 'P150': ('P131',), 'P527': ('P361', 'P463'), 'P361': ('P527',),
-    'P463': ('P527',), 'P155': ('P156',), 'P156': ('P155',), 'P1344': ('P710',), 'P710': ('P1344',),
-    'P184': ('P185',), 'P185': ('P184',), 'P127': ('P1830',), 'P1830': ('P127',),
-}
-STRUCTURAL_RELATIONS = ('P31', 'P17', 'P131', 'P150', 'P36', 'P1376')  # typing and administrative geography: never deleted
-
-# %% ../nbs/02_toyworld.ipynb #c011
-TOYWORLD_QID_BASE = 900_000_000  # generated entity i gets 'Q' + str(TOYWORLD_QID_BASE + 1 + i)
-
-CLASSES = {  # kind -> (real Wikidata QID, label, description)
-    'human': ('Q5', 'human', 'any member of Homo sapiens'),
-    'country': ('Q6256', 'country', 'distinct territorial body or political entity'),
-    'province': ('Q34876', 'province', 'administrative division of a country'),
-    'city': ('Q515', 'city', 'large human settlement'),
-    'language': ('Q34770', 'language', 'system of communication'),
-    'film': ('Q11424', 'film', 'sequence of images that give the impression of movement'),
-    'album': ('Q482994', 'album', 'collection of recorded music'),
-    'song': ('Q7366', 'song', 'musical composition for voice'),
-    'band': ('Q215380', 'musical group', 'musical ensemble which performs music'),
-    'label': ('Q18127', 'record label', 'brand and trademark of music recordings'),
-    'company': ('Q4830453', 'business', 'organisation that trades goods or services'),
-    'university': ('Q3918', 'university', 'academic institution for tertiary education and research'),
-    'award': ('Q618779', 'award', 'something given in recognition of an excellence'),
-    'book': ('Q7725634', 'literary work', 'written work of literature'),
-    'sport': ('Q349', 'sport', 'physical activity done competitively'),
-    'team': ('Q847017', 'sports club', 'organisation that plays a sport'),
-    'event': ('Q1656682', 'event', 'temporary and scheduled happening'),
-    'film_genre': ('Q201658', 'film genre', 'category of films'),
-    'music_genre': ('Q188451', 'music genre', 'category of music'),
-    'occupation': ('Q28640', 'profession', 'vocation founded upon specialised training'),
-    'instrument': ('Q34379', 'musical instrument', 'device created to make musical sounds'),
-}
-GENDERS = (('Q6581097', 'male', 'to be used in sex or gender (P21)'), ('Q6581072', 'female', 'to be used in sex or gender (P21)'))
-
-# %% ../nbs/02_toyworld.ipynb #c013
-_W = lambda s: s.split()
-GIVEN_M = _W('Adam Anton Arthur Bruno Carl Daniel David Edgar Elias Emil Erik Felix Frank Gabriel Georg Hans Henrik Hugo Isak '
-             'Jakob Jonas Julian Karl Leon Lucas Magnus Marco Martin Matteo Nikolai Oscar Otto Paul Peter Rafael Robert Samuel '
-             'Simon Stefan Theo Thomas Tobias Victor Walter Xavier Yusuf Aaron Benedikt Conrad Dmitri Emilio Fabian Gustav Ivan '
-             'Jasper Konrad Lars Milan Niels Oliver Pavel Quentin Rupert Sven Timo Vincent Andrei Bernard Cyril Dario Edmund '
-             'Florian Gregor Harald Ignatius Jan Kasimir Ludwig Mateo Noah Orlando Philip Roland Sebastian Tristan Ulrich')
-GIVEN_F = _W('Anna Clara Elena Sofia Maria Helena Ingrid Astrid Freya Lena Mira Nora Olivia Emma Alice Beatrice Camille Daria '
-             'Eva Greta Hanna Irene Julia Katrin Laura Marta Nadia Paula Rosa Sara Tessa Vera Yara Zofia Amelia Charlotte Elise '
-             'Fiona Hazel Isla Lucia Maya Petra Ruth Selma Thea Ursula Vivian Wilma Agnes Bianca Cora Dora Edith Flora Gloria '
-             'Iris Judith Livia Miriam Nina Ophelia Pia Rebecca Sylvia Tamara Valerie Adela Brigitte Celia Dagmar Esther '
-             'Frida Gabriela Hedda Ilse Johanna Klara Linnea Magda Noemi Oda Regina Sabine Teresa')
-FAMILY = _W('Adler Bauer Castillo Duarte Engel Fischer Horvath Ivanov Jansen Kovac Laurent Moreau Novak Okafor Petrov Quinn '
-            'Rossi Santos Tanaka Urban Varga Weber Young Zeller Abara Brennan Costa Dubois Eriksen Ferreira Garcia Haddad Ito '
-            'Keller Lopez Mendes Nakamura Olsen Park Reyes Schmidt Torres Vogel Wagner Yilmaz Berger Conti Dahl Esposito Falk '
-            'Graham Hoffmann Iversen Jovanovic Kaplan Lindqvist Marsh Nilsen Ortega Pereira Richter Sorensen Thorne Valdez')
-FAMILY_PRE = _W('Ash Berg Black Brook Dal Eck Fair Falk Gold Gran Hart Hol Kessel Lind Lang Mar Nord Oak Ros Sand Stein Thorn '
-                'Wald West Wil Win Alder Brand Cald Dun Eld Fern Hag Hil Kirk Mor Ray Sel Tal Vall Wren Bell Corn Dorn Ever Fin Hal')
-FAMILY_SUF = _W('berg mann son sen strom ford well wood worth ley ton stein feld hart field more holt mark dahl quist ing er '
-                'ell ridge brook hill lund gren')
-PLACE_PRE = _W('Ash Bel Bran Cal Cor Dun Eld Fal Gal Hal Ist Kar Kel Lan Lor Mar Mel Nor Ost Pel Ros Sal Tam Tor Val Ver Wes '
-               'Zan Ard Bor Cas Del Esk Fen Gor Hav Jor Kos Lin Mor Nav Ol Por Quen Rav Sev Tal Ul Var Wyn Alb Brev Cren Dra '
-               'Ebr Fro Gran Hel Ivar Lum')
-PLACE_MID = ['', '', '', '', 'a', 'e', 'i', 'o', 'an', 'en', 'er', 'il', 'or', 'un']
-PLACE_SYL = _W('ar ber dal en gar ka lin mor nes ros tan vel bri cor dan fel hor ith jan ket lon mar ner pol rin sar tol ven')
-CITY_SUF = _W('ford holm vik burg ton mere wick dale haven stad bury field mouth bridge gate by minster port moor ley ham well '
-              'rock sund heim ano ella ino ora esti')
-COUNTRY_SUF = (('ia', 'ian'), ('land', 'landic'), ('ova', 'ovan'), ('stan', 'stani'), ('mark', 'markish'), ('ar', 'ari'),
-               ('ica', 'ican'), ('ador', 'adorian'), ('esh', 'eshi'), ('onia', 'onian'), ('ea', 'ean'), ('inia', 'inian'))
-PROVINCE_SUF = _W('shire ovia aria eth and ene ava ol uria ania mont ris')
-ADJ = _W('Silent Golden Broken Hidden Last Long Quiet Red Blue Silver Crimson Distant Endless Forgotten Wild Lonely Bright Dark '
-         'Frozen Burning Secret Northern Southern Eastern Western Final First Little Great Lost Sweet Bitter Velvet Iron Paper '
-         'Glass Electric Midnight Summer Winter Autumn Falling Rising Hollow Restless Wandering Gentle Savage Invisible Tender '
-         'Violet Scarlet Copper Stone Open Empty Faithful Wicked Pale Salt')
-NOUN = _W('River Harbour Garden Mirror Road Night Morning Empire Station Window Letter Island Mountain Shadow Storm Horizon '
-          'Bridge House Heart Tide Forest City Kingdom Lantern Voyage Promise Secret Season Dream Fire Rain Sky Star Moon Sun '
-          'Ocean Valley Tower Castle Orchard Circus Carnival Frontier Border Train Ship Crown Sword Key Door Wall Field Meadow '
-          'Lighthouse Compass Harvest Echo Whisper Silence Thunder Wolf Fox Raven Falcon Horse Rose Lily Stranger Widow Soldier '
-          'Doctor Dancer Hunter Thief Sailor Painter King Queen Child Daughter Brother Sister')
-VERB = _W('Leave Call Hold Follow Forget Wake Save Touch Burn Chase Find Break Carry Light Trust Keep Miss Cross Remember Watch')
-
-# %% ../nbs/02_toyworld.ipynb #c015
-SPORTS = (('association football', 'association football player', True), ('basketball', 'basketball player', True),
-          ('ice hockey', 'ice hockey player', True), ('volleyball', 'volleyball player', True),
-          ('handball', 'handball player', True), ('rugby union', 'rugby union player', True), ('baseball', 'baseball player', True),
-          ('tennis', 'tennis player', False), ('athletics', 'athletics competitor', False), ('swimming', 'swimmer', False),
-          ('cycling', 'sport cyclist', False), ('chess', 'chess player', False))  # (sport, its player occupation, team sport)
-FILM_GENRES = ('drama film', 'comedy film', 'thriller film', 'science fiction film', 'horror film', 'documentary film',
-               'romance film', 'crime film', 'animated film', 'action film', 'fantasy film', 'western film')
-MUSIC_GENRES = ('rock music', 'pop music', 'jazz', 'folk music', 'electronic music', 'hip hop music', 'classical music',
-                'heavy metal', 'blues', 'country music', 'soul music', 'reggae')
-INSTRUMENTS = ('guitar', 'piano', 'violin', 'cello', 'bass guitar', 'drum kit', 'saxophone', 'trumpet', 'flute', 'clarinet')
-WALKS = {  # walk of life -> (share of people, occupations: the first is the most common)
-    'film': (0.20, ('actor', 'film director', 'screenwriter', 'film producer')),
-    'music': (0.18, ('singer', 'musician', 'composer', 'guitarist', 'pianist', 'record producer')),
-    'writing': (0.12, ('novelist', 'poet', 'journalist', 'essayist')),
-    'sport': (0.20, ()),  # the occupation follows from the sport
-    'science': (0.12, ('physicist', 'chemist', 'mathematician', 'biologist', 'economist', 'historian', 'university teacher')),
-    'business': (0.12, ('businessperson', 'engineer', 'architect', 'banker')),
-    'politics': (0.06, ('politician', 'lawyer', 'diplomat', 'judge')),
-}
-OCCUPATIONS = tuple(dict.fromkeys([o for _, os_ in WALKS.values() for o in os_] + [s[1] for s in SPORTS]))
+__all__ = ['make_toyworld', 'missing_inverses']
 
 # %% ../nbs/02_toyworld.ipynb #c018
 def _zipf(rng, n: int, a: float = 1.0) -> np.ndarray:
@@ -792,7 +633,7 @@ _TEAM_NAMES = {
     'rugby union': ('{city} RFC', '{city} Rugby Club'), 'volleyball': ('VC {city}', '{city} Volleyball Club'),
     'handball': ('{city} Handball Club', 'HC {city} Handball'),
 }
-_MASCOTS = _W('Wolves Falcons Ravens Bears Lions Eagles Sharks Comets Giants Foxes Hawks Knights Stallions Pirates Titans')
+_MASCOTS = 'Wolves Falcons Ravens Bears Lions Eagles Sharks Comets Giants Foxes Hawks Knights Stallions Pirates Titans'.split()
 
 def _sport(w: _World, geo: dict, ppl: dict, n_teams: int, n_events: int):
     "Sports, clubs, competitions; athletes' sports, clubs and participations; head coaches."

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kgqa_nb.kg import KnowledgeGraph, kg_fingerprint
-from kgqa_nb.toyworld import (INVERSE_OF, RELATIONS, STRUCTURAL_RELATIONS, make_toyworld,
+from kgqa_nb.toyvocab import INVERSE_OF, RELATIONS, STRUCTURAL_RELATIONS
+from kgqa_nb.toyworld import (make_toyworld,
                               missing_inverses)
 
 
