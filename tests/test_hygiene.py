@@ -33,6 +33,21 @@ def test_readme_lists_every_artifact():
     missing = [n for n, spec in man.items() if f'`{n}`' not in readme or spec['notebook'] not in readme]
     assert missing == [], f'README artifact table misses {missing}: run python tools/readme_table.py'
 
+def test_readme_artifact_table_is_the_generated_one():
+    "The README's artifact table is what tools/readme_table.py prints from the manifest (one-sentence titles), row for row."
+    import subprocess, sys
+    table = subprocess.run([sys.executable, 'tools/readme_table.py'], cwd=project_dirs.root, capture_output=True, text=True, check=True).stdout
+    readme = (project_dirs.root / 'README.md').read_text()
+    assert table.strip() in readme, 'README artifact table is stale: paste the output of python tools/readme_table.py'
+
+def test_readme_reads_in_short_lines_and_names_every_module():
+    "No README line (a table row is one line) over 300 characters; the layout table names every library module."
+    readme = (project_dirs.root / 'README.md').read_text()
+    long = [f'line {i}: {len(l)} characters' for i, l in enumerate(readme.splitlines(), 1) if len(l) > 300]
+    assert long == [], 'README lines over 300 characters (split the cell into one sentence and a note):\n' + '\n'.join(long)
+    modules = sorted(p.stem for p in (project_dirs.root / 'kgqa_nb').glob('*.py') if not p.stem.startswith('_'))
+    assert [m for m in modules if f'`{m}`' not in readme] == []
+
 def chapter_imports():
     "(module, its notebook, imported chapter, line, where) for every import of a kgqa_nb chapter, at any depth of the module."
     import ast, re

@@ -1,4 +1,4 @@
-"""Print the README's artifact table from params/manifest.yaml (paste it into README.md; a test checks they agree)."""
+"""Print the README's artifact table from params/manifest.yaml (each entry's one-sentence `title`; paste it into README.md; a test checks they agree)."""
 import yaml
 from pathlib import Path
 
@@ -13,9 +13,9 @@ def paper_of(name: str) -> str:
 def rows():
     man = yaml.safe_load((Path(__file__).resolve().parents[1] / 'params' / 'manifest.yaml').read_text())
     for name, spec in man.items():
-        outs = ', '.join(f'`{o}`' for o in spec['outputs'])
-        yield f"| `{name}` | {spec.get('description', '')} | {paper_of(name)} | `{spec['notebook']}` | {outs} |"
+        outs = ', '.join(f'`{Path(o).name}`' for o in spec['outputs'])
+        yield f"| `{name}` | {paper_of(name)} | {spec['title']} | `{spec['notebook']}` | {outs} |"
 
 if __name__ == '__main__':
-    print('| artifact | what | paper | notebook | outputs |\n|---|---|---|---|---|')
+    print('| artifact | paper | what | notebook | outputs (under `results/`, `figures/`) |\n|---|---|---|---|---|')
     print('\n'.join(rows()))
