@@ -216,10 +216,16 @@ def param_needs(params: dict) -> list:
         else: out.append(f'data:{v}')  # a folder of the data dir (e.g. wikikg2 in synth-kgqa layout)
     return out
 
+# %% ../nbs/40_profiles.ipynb #c030b
 def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold always)
                    params: dict) -> list:  # its parameters under the profile
-    "The manifest's needs plus those the parameters imply, without repeats."
-    return list(dict.fromkeys(list(art.needs) + param_needs(params)))
+    "The manifest's needs, those the parameters imply, and those of the study a reading notebook opens, without repeats."
+    out = list(art.needs) + param_needs(params)
+    if 'study_profile' in params or 'study' in params:  # a reading notebook: the study and its profile, defaults included
+        p, manifest = full_params(art, params), load_manifest()
+        if p['study'] not in manifest: raise ProfileError(f"study {p['study']!r} is not an artifact{nearest_hint(p['study'], manifest)}")
+        out += artifact_needs(manifest[p['study']], check_profile(p['study_profile'], manifest)[p['study']])
+    return list(dict.fromkeys(out))
 
 # %% ../nbs/40_profiles.ipynb #c032
 LLM_ENV = ('KGQA_LLM_API_KEY', 'OPENAI_API_KEY', 'KGQA_LLM_BASE_URL')  # any one of them lets an LLM role reach a model
