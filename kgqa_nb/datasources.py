@@ -20,7 +20,7 @@ from .loaders import KG_REGISTRY, load_kg
 # %% auto #0
 __all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'is_complex_type', 'choose_unseen_graph_types',
            'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths', 'ensure_dataset', 'Source',
-           'load_source', 'ArtifactContext', 'open_artifact', 'read_filter_log', 'generation_table']
+           'load_source', 'ArtifactContext', 'open_artifact', 'open_generation', 'read_filter_log', 'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c008
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
@@ -266,6 +266,17 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                 dataset=f'{src.paths.generation.name}/{src.paths.folder.name}' if src.paths else src.name,  # under datasets/
                 upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
+
+# %% ../nbs/10b_datasources.ipynb #c040b
+def open_generation(artifact: str,  # the reading artifact's name (params/manifest.yaml), recorded in every provenance file
+                    run: dict,  # the generation artifact's parameters: source, kg, n_target, seed, backend, model (its out_dir is ignored)
+                    source: str = 'generated',  # 'generated' reads what `run` names; 'gtsqa' the published GTSQA files instead
+                    out_dir: str = '',  # '' = the scratch folder; else a folder that gets results/ and figures/
+                    **recorded) -> ArtifactContext:  # also recorded (which artifact and profile gave `run`)
+    "`open_artifact` for a notebook that reads another artifact's generation run, or the published GTSQA files."
+    if source not in SOURCES: raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
+    if source == 'gtsqa': return open_artifact(artifact, source='gtsqa', out_dir=out_dir, **recorded)
+    return open_artifact(artifact, **{k: v for k, v in run.items() if k != 'out_dir'}, out_dir=out_dir, **recorded)
 
 # %% ../nbs/10b_datasources.ipynb #c043
 def read_filter_log(gen_dir) -> dict:

@@ -13,7 +13,8 @@ from fastcore.basics import patch
 
 from .core import data_dir, project_dirs, user_cache_dir
 from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
-                              output_root, profile_file, profile_name, read_profile, select_artifacts, shown_path, unmet_needs)
+                              output_root, profile_file, profile_name, read_profile, section_params,
+                              select_artifacts, shown_path, unmet_needs)
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'CallGroup', 'question_count',
@@ -91,6 +92,7 @@ def test_questions(p, plan) -> int:
 def generation_calls(p, plan) -> list:
     "SynthKGQA generation: one datapoint call per candidate (n / acceptance rate), one paraphrase call per accepted candidate."
     if p.get('source', 'generated') != 'generated': return []  # the KGQA-Gen notebooks have no source: they generate
+    if 'generation' in p: return generation_calls(section_params(p['generation'], p['generation_profile'], 'generation'), plan)  # reads another's run
     n, api = question_count(p, plan), _api(p['backend'], p['model'], p.get('base_url'))
     key = f"generation:{p['kg']}:{n}:{p['seed']}:{api['backend']}:{api['model']}"
     return [CallGroup('question writer', 'synthkgqa-datapoint', **api, calls=math.ceil(n / plan['acceptance_rate']), shared=key),

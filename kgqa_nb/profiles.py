@@ -13,11 +13,11 @@ import yaml
 from .core import data_dir, project_dirs
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'READS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
            'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path', 'read_profile',
            'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError', 'select_artifacts',
-           'profile_name', 'data_folders', 'param_needs', 'artifact_needs', 'unmet_needs', 'output_root',
-           'publish_dirs']
+           'profile_name', 'data_folders', 'param_needs', 'section_params', 'artifact_needs', 'unmet_needs',
+           'output_root', 'publish_dirs']
 
 # %% ../nbs/40_profiles.ipynb #c006
 @dataclass
@@ -217,14 +217,27 @@ def param_needs(params: dict) -> list:
     return out
 
 # %% ../nbs/40_profiles.ipynb #c030b
+READS = (  # (parameter naming the artifact a notebook reads, parameter naming the profile of its section, when it reads it)
+    ('study', 'study_profile', {}),  # the retriever study: Table 4, Figures 12 and 14
+    ('generation', 'generation_profile', {'source': {'generated'}}),  # the SynthKGQA generation run: Tables 1 and 5, Figures 5-8
+)
+
+def section_params(artifact: str,  # the artifact a notebook reads, by its manifest name
+                   profile: str,  # the profile whose section gives that artifact's parameters
+                   param: str = 'artifact') -> dict:  # the reading notebook's parameter that names it (for the error)
+    "An artifact's full parameters under a profile: the ones a notebook that reads its cached work opens it with."
+    manifest = load_manifest()
+    if artifact not in manifest: raise ProfileError(f"{param} {artifact!r} is not an artifact{nearest_hint(artifact, manifest)}")
+    return full_params(manifest[artifact], check_profile(profile, manifest)[artifact])
+
 def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold always)
                    params: dict) -> list:  # its parameters under the profile
-    "The manifest's needs, those the parameters imply, and those of the study a reading notebook opens, without repeats."
-    out = list(art.needs) + param_needs(params)
-    if 'study_profile' in params or 'study' in params:  # a reading notebook: the study and its profile, defaults included
-        p, manifest = full_params(art, params), load_manifest()
-        if p['study'] not in manifest: raise ProfileError(f"study {p['study']!r} is not an artifact{nearest_hint(p['study'], manifest)}")
-        out += artifact_needs(manifest[p['study']], check_profile(p['study_profile'], manifest)[p['study']])
+    "The manifest's needs, those the parameters imply, and those of the artifacts a reading notebook opens, without repeats."
+    out, p = list(art.needs) + param_needs(params), full_params(art, params)
+    for name, profile, when in READS:  # a reading notebook: the artifact and its profile, defaults included
+        if name in p and all(_matches(p.get(k), v) for k, v in when.items()):
+            read = section_params(p[name], p[profile], name)  # refuses an unknown artifact with the nearest name
+            out += artifact_needs(load_manifest()[p[name]], read)
     return list(dict.fromkeys(out))
 
 # %% ../nbs/40_profiles.ipynb #c032
