@@ -13,7 +13,7 @@ from fastcore.basics import patch
 
 from .core import data_dir, project_dirs, user_cache_dir
 from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
-                              output_root, profile_file, profile_name, read_profile, section_params,
+                              output_root, profile_file, profile_name, read_profile, read_params,
                               select_artifacts, shown_path, unmet_needs)
 
 # %% auto #0
@@ -92,7 +92,6 @@ def test_questions(p, plan) -> int:
 def generation_calls(p, plan) -> list:
     "SynthKGQA generation: one datapoint call per candidate (n / acceptance rate), one paraphrase call per accepted candidate."
     if p.get('source', 'generated') != 'generated': return []  # the KGQA-Gen notebooks have no source: they generate
-    if 'generation' in p: return generation_calls(section_params(p['generation'], p['generation_profile'], 'generation'), plan)  # reads another's run
     n, api = question_count(p, plan), _api(p['backend'], p['model'], p.get('base_url'))
     key = f"generation:{p['kg']}:{n}:{p['seed']}:{api['backend']}:{api['model']}"
     return [CallGroup('question writer', 'synthkgqa-datapoint', **api, calls=math.ceil(n / plan['acceptance_rate']), shared=key),
@@ -197,8 +196,8 @@ def api_groups(name: str,  # the artifact
 def artifact_calls(art: Artifact,  # the artifact
                    params: dict,  # its parameters under the profile (as `check_profile` gives them)
                    plan: dict) -> list:  # planning assumptions
-    "`api_groups` of an artifact under a profile: its notebook's defaults with the profile's values on top."
-    return api_groups(art.name, full_params(art, params), plan)
+    "`api_groups` of an artifact under a profile: its notebook's defaults with the profile's values on top (over those of what it reads)."
+    return api_groups(art.name, read_params(art, params), plan)
 
 # %% ../nbs/40a_plan.ipynb #c025
 _TRIPLE_LINE = re.compile(r'^\(.+\)\s*$', re.M)
@@ -342,8 +341,8 @@ def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list,
     "(seconds or None, source): the artifact's latest measured run (under `profile` when there is one), scaled linearly by questions x seeds."
     runs = [r for r in prior if r['artifact'] == art.name]
     if not runs: return None, 'no earlier run of this artifact found (results/**/executed, the scratch folder)'
-    r = ([r for r in runs if profile and r.get('profile') == profile] or runs)[-1]; old = full_params(art, r.get('params') or {})
-    ratio = _scale(full_params(art, params), plan) / _scale(old, plan)
+    r = ([r for r in runs if profile and r.get('profile') == profile] or runs)[-1]; old = read_params(art, r.get('params') or {})
+    ratio = _scale(read_params(art, params), plan) / _scale(old, plan)
     where = f"its {r.get('profile', '?')} run of {str(r.get('created', ''))[:10]} ({fmt_seconds(r['seconds'])}, kg {old.get('kg', old.get('dataset', '-'))}"
     return r['seconds'] * ratio, where + (f', scaled x{ratio:.3g} by questions x seeds)' if abs(ratio - 1) > 1e-9 else ')')
 

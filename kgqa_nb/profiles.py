@@ -16,8 +16,8 @@ from .core import data_dir, project_dirs
 __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'READS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
            'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path', 'read_profile',
            'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError', 'select_artifacts',
-           'profile_name', 'data_folders', 'param_needs', 'section_params', 'artifact_needs', 'unmet_needs',
-           'output_root', 'publish_dirs']
+           'profile_name', 'data_folders', 'param_needs', 'section_params', 'read_params', 'artifact_needs',
+           'unmet_needs', 'output_root', 'publish_dirs']
 
 # %% ../nbs/40_profiles.ipynb #c006
 @dataclass
@@ -220,24 +220,38 @@ def param_needs(params: dict) -> list:
 READS = (  # (parameter naming the artifact a notebook reads, parameter naming the profile of its section, when it reads it)
     ('study', 'study_profile', {}),  # the retriever study: Table 4, Figures 12 and 14
     ('generation', 'generation_profile', {'source': {'generated'}}),  # the SynthKGQA generation run: Tables 1 and 5, Figures 5-8
+    ('analysis', 'analysis_profile', {}),  # Table 6's questions and shortest-path analysis: Figures 9 and 4
 )
 
 def section_params(artifact: str,  # the artifact a notebook reads, by its manifest name
                    profile: str,  # the profile whose section gives that artifact's parameters
-                   param: str = 'artifact') -> dict:  # the reading notebook's parameter that names it (for the error)
-    "An artifact's full parameters under a profile: the ones a notebook that reads its cached work opens it with."
+                   param: str = 'artifact',  # the reading notebook's parameter that names it (for the error)
+                   **own) -> dict:  # the reading notebook's own values of some of them, on top
+    "An artifact's parameters under a profile (without `out_dir`), with a reading notebook's `own` values on top."
     manifest = load_manifest()
     if artifact not in manifest: raise ProfileError(f"{param} {artifact!r} is not an artifact{nearest_hint(artifact, manifest)}")
-    return full_params(manifest[artifact], check_profile(profile, manifest)[artifact])
+    p = full_params(manifest[artifact], check_profile(profile, manifest)[artifact])
+    return {**{k: v for k, v in p.items() if k != 'out_dir'}, **own}
+
+def _reads(p: dict):
+    "The (artifact parameter, profile parameter) of the `READS` pair a notebook's full parameters `p` follow, or None."
+    return next(((name, profile) for name, profile, when in READS
+                 if name in p and all(_matches(p.get(k), v) for k, v in when.items())), None)
+
+# %% ../nbs/40_profiles.ipynb #c030d
+def read_params(art: Artifact,  # the artifact
+                params: dict) -> dict:  # its parameters under the profile
+    "A notebook's full parameters, on top of those of the artifact it reads (`READS`) when it reads one."
+    p = full_params(art, params)
+    return section_params(p[r[0]], p[r[1]], r[0], **p) if (r := _reads(p)) else p
 
 def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold always)
                    params: dict) -> list:  # its parameters under the profile
-    "The manifest's needs, those the parameters imply, and those of the artifacts a reading notebook opens, without repeats."
+    "The manifest's needs, those the parameters imply, and those of the artifact a reading notebook opens, without repeats."
     out, p = list(art.needs) + param_needs(params), full_params(art, params)
-    for name, profile, when in READS:  # a reading notebook: the artifact and its profile, defaults included
-        if name in p and all(_matches(p.get(k), v) for k, v in when.items()):
-            read = section_params(p[name], p[profile], name)  # refuses an unknown artifact with the nearest name
-            out += artifact_needs(load_manifest()[p[name]], read)
+    if r := _reads(p):  # a reading notebook: the artifact and its profile, defaults included
+        read = section_params(p[r[0]], p[r[1]], r[0])  # refuses an unknown artifact with the nearest name
+        out += artifact_needs(load_manifest()[p[r[0]]], read)
     return list(dict.fromkeys(out))
 
 # %% ../nbs/40_profiles.ipynb #c032

@@ -78,7 +78,8 @@ def test_estimates_come_from_measured_records(bare_machine):
     (bare_machine / 'runs' / 'llm_calls.jsonl').write_text(''.join(
         json.dumps(dict(key=k, model='gpt-4o-mini-2024-07-18', offline=False, prompt_tokens=1, completion_tokens=1, cost_usd=0., seconds=s)) + '\n'
         for k, s in (('a', 2.0), ('b', 4.0))))
-    prof = profile(bare_machine, 'fig4_sp_reader:\n  n_questions: 50\n  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
+    prof = profile(bare_machine, f'table6_gt_vs_sp:\n  n_questions: 50\nfig4_sp_reader:\n  analysis_profile: {bare_machine / "p.yaml"}\n'  # Table 6's 50 questions
+                                 '  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
                                  'plan:\n  sp_triples: 10\n  concurrency: 2\n')
     plan = pl.plan_profile(prof, ['fig4_sp_reader'], roots=[bare_machine / 'runs'], prior=[])
     assert plan['measured_prompts']['kgqa-reader'] == dict(prompt=300, per_triple=10.0, completion=7, calls=3)
