@@ -452,6 +452,10 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     dropped['train_sharing_test_answer'] = int(clash.sum()) if len(rest) else 0
     train = rest[~clash].copy() if len(rest) else rest.copy()
     train['test_type'] = [['training']] * len(train)
+    # in distribution means seen in training: an id test question whose type has no train question left is not one
+    lost = (test['_cat'] == 'in_distribution') & ~test['graph_isomorphism'].isin(set(train['graph_isomorphism']))
+    dropped['in_distribution_type_not_in_train'] = int(lost.sum())
+    test = test[~lost]
     cells = test.groupby(['graph_isomorphism', '_cat']).size().rename('count').reset_index()
     unsatisfied = [f"cell ({r.graph_isomorphism}, {r._cat}) has {r['count']} < {cfg.min_per_cell} questions" for _, r in cells.iterrows() if r['count'] < cfg.min_per_cell]
     missing_ugt = sorted(set(cfg.unseen_graph_types) - set(test['graph_isomorphism']))
@@ -491,6 +495,9 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
     tr_rels = set().union(*[record_relations(r) for r in res.train.to_dict('records')]) if len(res.train) else set()
     if tr_rels & set(res.unseen_relations): bad.append('reserved relation type in train')
     if res.test['redundant'].fillna(False).astype(bool).any(): bad.append('non-minimal question in test')
+    seen = set(res.train['graph_isomorphism'])
+    if any(t == ['in_distribution'] and g not in seen for t, g in zip(res.test['test_type'], res.test['graph_isomorphism'])):
+        bad.append('an in-distribution test question has a type that no train question has')
     for r in res.test.to_dict('records'):
         want = {'unseen_graph_type'} if r['graph_isomorphism'] in res.unseen_graph_types else set()
         if record_relations(r) & set(res.unseen_relations): want.add('unseen_relation_type')
