@@ -72,10 +72,11 @@ def execute_artifact(art: Artifact,  # the artifact to run
     import papermill as pm
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
     try:
-        # the kernel's stderr (a long run's status lines, warnings) reaches the terminal; its stdout stays in the notebook
+        # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
+        # echo it a second time through its logger); its stdout stays in the notebook
         with open(os.devnull, 'w') as quiet, modified_env(KGQA_PROFILE=profile_name(profile)):
             pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
-                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=True, stdout_file=quiet, stderr_file=sys.stderr)
+                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=sys.stderr)
     except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
     finally:
         if executed.exists(): write_text_atomic(executed, portable(executed.read_text()))

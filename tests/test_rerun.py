@@ -241,3 +241,18 @@ def test_time_estimate_prefers_a_run_of_the_same_profile():
     assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior, 'companion')[0] == 100.
     assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior, 'paper')[0] == 5.  # none of its own: the latest run
     assert pl.estimate_seconds(art, {}, pl.PLAN_DEFAULTS, prior)[0] == 5.
+
+
+def test_a_notebook_status_line_reaches_stderr_once(tmp_path):
+    """A long run's status line (the kernel's stderr) is shown once, not once more through papermill's logger (a subprocess,
+    as `kgqa rerun` runs: pytest's own log capture would hide the second copy)."""
+    import subprocess, sys, nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('out_dir: str = ""  # output folder', metadata={'tags': ['parameters']}),
+                nbformat.v4.new_code_cell("import sys; print('kgqa generate: 3 candidates done', file=sys.stderr)")]
+    p = tmp_path / 'status.ipynb'; nbformat.write(nb, p)
+    code = ('import sys; from pathlib import Path; import kgqa_nb.rerun as rr; '
+            'rr.execute_artifact(rr.Artifact("status", Path(sys.argv[1])), Path(sys.argv[2]), dict(out_dir=sys.argv[3]), "smoke")')
+    res = subprocess.run([sys.executable, '-c', code, str(p), str(tmp_path / 'executed.ipynb'), str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.count('kgqa generate: 3 candidates done') == 1, res.stderr
