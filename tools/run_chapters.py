@@ -10,9 +10,10 @@ cells skipped when they carry a test flag of settings.ini (`tst_flags`) that is 
 dir (kgqa_nb.core.data_dir()) exists; `--flags` enables more (e.g. `--flags slow`). A skipped cell gets no output.
 The environment is fixed (KGQA_PROGRESS=0, PYTHONHASHSEED=0, TZ=UTC, IN_TEST=1) and outputs are made machine-independent:
 the data, checkpoint and cache folders become $KGQA_DATA, $KGQA_CKPTS and $KGQA_CACHE, the repository becomes '..' (the
-notebook's own working directory is nbs/), temporary folders become <tmp>, memory addresses 0x…, and progress bars and
-%time lines are dropped. Then the notebook is cleaned with nbdev_clean. A failing cell stops that notebook, which is left
-unchanged, and the tool exits with status 1 after the others.
+notebook's own working directory is nbs/), temporary folders become <tmp>, memory addresses 0x…, and progress bars,
+%time lines and a long run's status lines (`kgqa generate: N candidates done …`, printed only when a cache is cold) are
+dropped. Then the notebook is cleaned with nbdev_clean. A failing cell stops that notebook, which is left unchanged, and the
+tool exits with status 1 after the others.
 """
 import argparse, json, os, random, re, subprocess, sys
 from pathlib import Path
@@ -58,13 +59,18 @@ def normalise_text(s: str, reps) -> str:
     return ''.join(l for l in s.splitlines(keepends=True) if not re.match(r'(CPU times|Wall time):', l))
 
 
+STATUS_LINE = re.compile(r'kgqa [\w-]+: \d+ candidates done')  # `runs.StatusLine`'s lines on a non-terminal stderr
+
+
 def normalise_outputs(outputs: list, reps) -> list:
-    "A cell's outputs with progress bars dropped and every text normalised (images are left as they are)."
+    "A cell's outputs with progress bars and run status lines dropped and every text normalised (images are left as they are)."
     out = []
     for o in outputs:
         if o.get('output_type') == 'stream':
             text = ''.join(o['text']) if isinstance(o['text'], list) else o['text']
             if '\r' in text or re.search(r'\d+it/s|it/s\]', text): continue  # a progress bar
+            if o.get('name') == 'stderr':  # a long run's status lines: printed only when a cache was cold, so not part of the chapter
+                text = ''.join(l for l in text.splitlines(keepends=True) if not STATUS_LINE.match(l))
             text = normalise_text(text, reps)
             if not text: continue
             o = {**o, 'text': text.splitlines(keepends=True)}
