@@ -290,12 +290,14 @@ def folder_lock(folder,  # the folder to lock (created if missing)
         os.close(fd)  # closing the descriptor releases the lock
 
 # %% ../nbs/00_core.ipynb #c046
+_UMASK = os.umask(0o022); os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it, which races other threads
+
 @contextmanager
 def atomic_path(path):  # the file to (over)write
     "A unique temporary path beside `path`, renamed over `path` when the block ends without an error (removed otherwise)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp'); os.close(fd)
-    umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # the permissions a plain open() would give
+    os.chmod(tmp, 0o666 & ~_UMASK)  # the permissions a plain open() would give
     try:
         yield Path(tmp)
         os.replace(tmp, path)
