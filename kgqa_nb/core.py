@@ -23,9 +23,9 @@ __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS',
            'data_dir', 'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything',
            'get_device', 'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable',
            'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'artifact_dirs', 'write_table',
-           'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'folder_lock', 'atomic_path',
-           'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning',
-           'read_jsonl', 'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
+           'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'lock_holder', 'folder_lock',
+           'atomic_path', 'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError',
+           'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -267,24 +267,33 @@ class Timer:
 
 # %% ../nbs/00_core.ipynb #c043
 class LockTimeout(TimeoutError):
-    "Another process held a folder lock for longer than we were willing to wait."
+    "Another process held a folder lock for longer than we were willing to wait (`.holder` says which process)."
+    def __init__(self, msg: str, holder: str = ''): super().__init__(msg); self.holder = holder
+
+def lock_holder() -> str:
+    "Who this process is, as a lock file records it: pid, host, start of the hold and the command line."
+    cmd = ' '.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else 'python'
+    return f"pid {os.getpid()} on {platform.node()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')} ({cmd[:160]})"
 
 @contextmanager
 def folder_lock(folder,  # the folder to lock (created if missing)
                 timeout: float | None = None,  # seconds to wait for the lock; None waits for ever
-                poll: float = 0.2):  # seconds between attempts while waiting
-    "Hold an exclusive `fcntl.flock` on `<folder>/.lock` for the duration of the `with` block."
+                poll: float = 0.2,  # seconds between attempts while waiting
+                name: str = '.lock'):  # the lock file inside `folder` (separate names make independent locks)
+    "Hold an exclusive `fcntl.flock` on `<folder>/<name>` for the `with` block; the file says who holds it."
     import fcntl
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / '.lock', os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         t0 = time.monotonic()
         while True:
             try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
             except BlockingIOError:
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    raise LockTimeout(f'{folder} is locked by another build for more than {timeout} s') from None
+                if timeout is not None and time.monotonic() - t0 >= timeout:
+                    holder = (folder / name).read_text(errors='replace').strip() or 'another process'
+                    raise LockTimeout(f'{folder} is locked by another build ({holder}) for more than {timeout} s', holder) from None
                 time.sleep(poll)
+        os.ftruncate(fd, 0); os.pwrite(fd, (lock_holder() + '\n').encode(), 0)
         yield folder
     finally:
         os.close(fd)  # closing the descriptor releases the lock

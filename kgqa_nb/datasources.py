@@ -20,7 +20,8 @@ from .loaders import KG_REGISTRY, load_kg
 # %% auto #0
 __all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'is_complex_type', 'choose_unseen_graph_types',
            'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths', 'ensure_dataset', 'Source',
-           'load_source', 'ArtifactContext', 'open_artifact', 'open_generation', 'read_filter_log', 'generation_table']
+           'load_source', 'open_dataset_dir', 'dataset_kg', 'ArtifactContext', 'open_artifact', 'open_generation',
+           'read_filter_log', 'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c008
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
@@ -188,6 +189,9 @@ class Source:
     llm_backend: str  # the LLM that wrote the questions
     name: str  # 'generated' or 'gtsqa'
     paths: DatasetPaths | None = None  # for generated datasets
+    kg_spec: str | None = None  # what `resolve_kg` takes to load the KG (a dataset folder's manifest names it)
+    kg_identity: dict | None = None  # name, size and fingerprint of the KG the records were generated on
+    records: pd.DataFrame | None = None  # every record of a run folder, before the split drops any
 
     @property
     def all(self) -> pd.DataFrame: return pd.concat([self.train, self.test], ignore_index=True)
@@ -214,6 +218,63 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
 # %% ../nbs/10b_datasources.ipynb #c038
+def _run_folder_source(folder: Path, seed: int) -> Source:
+    "A `kgqa generate` / `kgqa kgqagen` run folder: its records, split in memory by the zero-shot rules."
+    ident = json.loads((folder / 'manifest.json').read_text()).get('identity') or {}
+    recs = read_records(folder / 'records.jsonl')
+    if not len(recs): raise ValueError(f'--dataset {folder}: records.jsonl holds no record (is the run finished?)')
+    cfg = split_config_for(len(recs), seed=seed)
+    res = build_split(recs, replace(cfg, unseen_graph_types=tuple(choose_unseen_graph_types(recs, min_questions=cfg.min_per_cell))))
+    summary = json.loads((folder / 'run_summary.json').read_text()) if (folder / 'run_summary.json').exists() else {}
+    llm = (summary.get('llm') or {}).get('generator') or (ident.get('config') or {}).get('backend', 'unknown')
+    kg_ident = ident.get('kg') or {}
+    return Source(res.train, res.test, kg=kg_ident.get('name', 'unknown KG'), llm_backend=llm, name=f'folder {folder.name}',
+                  kg_spec=(ident.get('config') or {}).get('kg'), kg_identity=kg_ident or None, records=recs)
+
+def _gtsqa_files_in(folder: Path) -> dict | None:
+    "split -> parquet file of the published GTSQA layout inside `folder` (itself, `gtsqa/` or `gtsqa/gtsqa/`), or None."
+    for base in (folder, folder / 'gtsqa', folder / 'gtsqa' / 'gtsqa'):
+        if (base / 'train.parquet').is_file() and (base / 'test.parquet').is_file():
+            return {s: base / f'{s}.parquet' for s in ('train', 'test')}
+    return None
+
+# %% ../nbs/10b_datasources.ipynb #c040
+def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a split folder (train.jsonl, test.jsonl) or the published GTSQA files
+                     seed: int = 0) -> Source:  # seed of the in-memory split of a run folder
+    "The train/test splits of a dataset folder, whatever wrote it: the one opener behind every `--dataset DIR`."
+    from kgqa_nb.dataset import read_gtsqa_parquet
+    folder = Path(path).expanduser()
+    if not folder.is_dir(): raise FileNotFoundError(f'--dataset {path}: ' + ('a file, not a folder' if folder.exists() else 'no such folder'))
+    if (folder / 'train.jsonl').is_file() and (folder / 'test.jsonl').is_file():
+        info = json.loads((folder / 'split.json').read_text()) if (folder / 'split.json').is_file() else {}
+        gen, run = info.get('generation') or {}, folder.parent / 'manifest.json'  # an `ensure_dataset` split sits in its run folder
+        ident = (json.loads(run.read_text()).get('identity') or {}) if run.is_file() else {}
+        return Source(read_records(folder / 'train.jsonl'), read_records(folder / 'test.jsonl'), kg=gen.get('kg', 'unknown KG'),
+                      llm_backend=gen.get('backend', 'unknown'), name=f'folder {folder.name}',
+                      kg_spec=(ident.get('config') or {}).get('kg') or gen.get('kg'), kg_identity=ident.get('kg'))
+    if (folder / 'records.jsonl').is_file() and (folder / 'manifest.json').is_file(): return _run_folder_source(folder, seed)
+    if files := _gtsqa_files_in(folder):
+        tr, te = (pd.DataFrame(list(read_gtsqa_parquet(files[s]))) for s in ('train', 'test'))
+        return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name='gtsqa')
+    raise FileNotFoundError(f'--dataset {path}: not a dataset folder (expected a kgqa generate / kgqa kgqagen run folder with '
+                            'manifest.json and records.jsonl, a split folder with train.jsonl and test.jsonl, or the published '
+                            'GTSQA train.parquet and test.parquet)')
+
+# %% ../nbs/10b_datasources.ipynb #c044
+def dataset_kg(src: Source,  # from `open_dataset_dir`
+               kg=None) -> KnowledgeGraph:  # the user's --kg; None uses the KG the folder names
+    "The KG a dataset folder's questions are answered on, checked against the fingerprint the folder recorded."
+    spec = kg or src.kg_spec
+    if not spec: raise ValueError(f'--dataset ({src.name}) does not name its KG: give --kg')
+    base = str(spec).split('(')[0]  # a registry KG's full name, e.g. toyworld(seed=0,...): its defaults, checked by fingerprint below
+    graph = resolve_kg(base if not kg and base != spec and base in KG_REGISTRY and not Path(spec).exists() else spec)
+    want = (src.kg_identity or {}).get('fingerprint')
+    if want and kg_fingerprint(graph) != want:
+        raise ValueError(f"--dataset ({src.name}) was generated on {src.kg_identity.get('name')}, not on {graph.name} "
+                         f'(KG fingerprints differ): give the --kg it was made on')
+    return graph
+
+# %% ../nbs/10b_datasources.ipynb #c047
 GENERATION_KEYS = ('n_target', 'backend', 'model', 'base_url', 'max_candidates')
 
 @dataclass
@@ -267,7 +328,7 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                 upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c040b
+# %% ../nbs/10b_datasources.ipynb #c051
 def open_generation(artifact: str,  # the reading artifact's name (params/manifest.yaml), recorded in every provenance file
                     run: dict,  # the generation artifact's parameters: source, kg, n_target, seed, backend, model (its out_dir is ignored)
                     source: str = 'generated',  # 'generated' reads what `run` names; 'gtsqa' the published GTSQA files instead
@@ -278,7 +339,7 @@ def open_generation(artifact: str,  # the reading artifact's name (params/manife
     if source == 'gtsqa': return open_artifact(artifact, source='gtsqa', out_dir=out_dir, **recorded)
     return open_artifact(artifact, **{k: v for k, v in run.items() if k != 'out_dir'}, out_dir=out_dir, **recorded)
 
-# %% ../nbs/10b_datasources.ipynb #c043
+# %% ../nbs/10b_datasources.ipynb #c055
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'

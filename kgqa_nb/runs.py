@@ -5,11 +5,12 @@
 # %% ../nbs/09b_runs.ipynb #c002
 from __future__ import annotations
 import json, os, re, sys, warnings
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .core import JsonlWarning, UsageError, git_state, package_versions, progress, read_jsonl, write_text_atomic
+from .core import JsonlWarning, LockTimeout, UsageError, folder_lock, git_state, package_versions, progress, read_jsonl, write_text_atomic
 from .kg import kg_fingerprint
 from .llm import LLMClient, read_ledger
 
@@ -57,6 +58,8 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
     mpath = out / 'manifest.json'
     if mpath.exists():
         old = json.loads(mpath.read_text())
+        if old.get('format') != manifest['format']:
+            raise ManifestMismatch(f"{out} holds a {old.get('format')} run, not a {manifest['format']} one: use a new --out folder")
         diffs = manifest_diff(old.get('identity'), manifest['identity'])
         if diffs: raise ManifestMismatch(f'{out} holds a different run ({"; ".join(diffs)}): use a new --out folder, '
                                          'or rerun with the original parameters')
@@ -79,11 +82,17 @@ def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last
 
 # %% ../nbs/09b_runs.ipynb #c023
 class OutcomeLog:
-    "Append-only JSONL of candidate outcomes: one os.write per line on an O_APPEND fd, fsync per batch."
+    "Append-only JSONL of candidate outcomes: one os.write per line on an O_APPEND fd, fsync per batch; holds the run folder's lock."
     def __init__(self, path):
-        self.path = Path(path)
-        self.done = read_outcomes(self.path)  # repairs a partial last line before we append
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.path, self.fd, self._lock = Path(path), None, ExitStack()
+        try: self._lock.enter_context(folder_lock(self.path.parent, timeout=0, name='.run.lock'))
+        except LockTimeout as e:
+            raise RunRefused(f'{self.path.parent} is in use by another run: {e.holder}; wait for it to finish, '
+                             'or use another --out') from None
+        try:
+            self.done = read_outcomes(self.path)  # repairs a partial last line before we append
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except BaseException: self._lock.close(); raise
     def append(self, outcomes: list):
         "Write each outcome as one line, then fsync."
         for o in outcomes:
@@ -92,12 +101,13 @@ class OutcomeLog:
             self.done[int(o['candidate_id'])] = o
         os.fsync(self.fd)
     def close(self):
-        "Close the file (the lines are already on disk)."
+        "Close the file (the lines are already on disk) and release the run folder."
         if self.fd is not None: os.close(self.fd); self.fd = None
+        self._lock.close()
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/09b_runs.ipynb #c028
+# %% ../nbs/09b_runs.ipynb #c030
 def client_pair(out,  # the run folder
                 first: LLMClient | None,  # the first model's client (None: made by `make_first`)
                 second: LLMClient | None,  # the second model's client (None: made by `make_second`)
@@ -115,13 +125,13 @@ def client_pair(out,  # the run folder
             raise ValueError(f"an LLM client writes its usage to {c.ledger}; the run's ledger is {ledger}: pass clients with ledger=None")
     return first, second
 
-# %% ../nbs/09b_runs.ipynb #c030
+# %% ../nbs/09b_runs.ipynb #c032
 def config_client(cfg,  # a run configuration with `backend`, `base_url` and `concurrency`
                   model: str | None, **kw) -> LLMClient:  # kw: further `LLMClient` arguments (cache_dir, ledger)
     "A client for `model` on the backend, server and concurrency of a run configuration."
     return LLMClient(model=model, backend=cfg.backend, base_url=cfg.base_url, concurrency=cfg.concurrency, **kw)
 
-# %% ../nbs/09b_runs.ipynb #c033
+# %% ../nbs/09b_runs.ipynb #c035
 def pending_batches(done: dict,  # candidate id -> outcome (read as it grows)
                     n: int,  # candidates 0..n-1
                     batch_size: int) -> Iterator[list]:
@@ -130,7 +140,7 @@ def pending_batches(done: dict,  # candidate id -> outcome (read as it grows)
         ids = [i for i in range(w, min(w + batch_size, n)) if i not in done]
         if ids: yield ids
 
-# %% ../nbs/09b_runs.ipynb #c036
+# %% ../nbs/09b_runs.ipynb #c038
 class StatusLine:
     "One progress line on stderr every `every` candidates done and at the end, when stderr is not a terminal."
     def __init__(self, every: int,  # candidates between two lines (0: none)
@@ -144,7 +154,7 @@ class StatusLine:
         self.next, self.shown = (len(done) // self.every + 1) * self.every, len(done)
         print(self.line(done, sel), file=sys.stderr, flush=True)
 
-# %% ../nbs/09b_runs.ipynb #c039
+# %% ../nbs/09b_runs.ipynb #c041
 def resume_run(log: OutcomeLog,  # the open outcome log (its `done` grows with each batch)
                batches: Iterator[list],  # candidate ids per batch, e.g. `pending_batches(log.done, ...)`
                process: Callable,  # ids -> (outcomes in candidate order, failed model calls)
@@ -170,7 +180,7 @@ def resume_run(log: OutcomeLog,  # the open outcome log (its `done` grows with e
     if status: status(log.done, sel, last=True)
     return sel, stop
 
-# %% ../nbs/09b_runs.ipynb #c043
+# %% ../nbs/09b_runs.ipynb #c045
 def run_sessions(summary_path,  # the run's `run_summary.json` (its `sessions` are kept)
                  **session) -> list:  # what this session did (seconds, candidates_processed, usage per client)
     "The sessions recorded in a run's summary so far, plus this one."
@@ -180,13 +190,13 @@ def run_sessions(summary_path,  # the run's `run_summary.json` (its `sessions` a
         except ValueError: sessions = []
     return sessions + [dict(finished=datetime.now(timezone.utc).isoformat(timespec='seconds'), **session)]
 
-# %% ../nbs/09b_runs.ipynb #c045
+# %% ../nbs/09b_runs.ipynb #c047
 def ledger_totals(ledger) -> dict:  # the run's usage ledger (llm_calls.jsonl)
     "The calls, tokens and cost of a run's usage ledger, as its summary records them."
     u = read_ledger(ledger)
     return dict(llm_calls=u['calls'], prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'], cost_usd=u['cost_usd'])
 
-# %% ../nbs/09b_runs.ipynb #c048
+# %% ../nbs/09b_runs.ipynb #c050
 def flag_usage_error(e: Exception,  # a configuration error naming fields
                      flags: dict) -> UsageError:  # field name -> the flag that sets it, e.g. {'n_target': '--n'}
     "A `core.UsageError` with the message of `e`, each field named as the command-line flag that sets it."
