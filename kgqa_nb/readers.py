@@ -4,19 +4,24 @@
 
 # %% ../nbs/16_readers.ipynb #c002
 from __future__ import annotations
-import os, re
+import math, os, re
 from collections import Counter
 from dataclasses import dataclass, field
+
+import numpy as np
+from fastcore.basics import patch
 
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, register_offline_model
 from .llm_local import REGISTRY_MODEL
 from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError
+from .text import TextEncoder
 
 # %% auto #0
 __all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'item_label',
            'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader',
+           'question_hops', 'relation_phrases', 'item_id', 'best_path_scores', 'TextPathReader', 'mentioned_entities',
            'compact_triple_lines', 'subgraphrag_messages', 'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader',
            'few_shot_prompt', 'parse_few_shot_answers', 'few_shot_status', 'FewShotReader', 'make_reader']
 
@@ -102,9 +107,113 @@ class QueryReader:
         return sorted({str(v) for v in vals if v is not None})
     def answer_many(self, questions, triples_lists, records) -> list:
         return [self.answer(q, t, r) for q, t, r in zip(questions, triples_lists, records)]
-    def describe(self) -> str: return 'oracle (query reader)'
+    def describe(self) -> str: return 'full-pattern recall (oracle)'
 
-# %% ../nbs/16_readers.ipynb #c022
+# %% ../nbs/16_readers.ipynb #c020
+_RELATIVE = r'\b(?:who|whom|whose|that|which|(?<!is )(?<!are )(?<!was )(?<!were )where)\b'  # "is where X died" names a relation
+_LEADING_WH = r'^\W*(?:\w+\W+){0,2}?(?:who|whom|whose|which|what|where|when|how)\b'
+_NESTED_OF = r'\bof (?:the|a|an) (?:[\w-]+ ){1,4}?of\b'  # "of the director of"
+_AUX_OF = r'^\W*(?:where|when|how)\W+(?:\w+\W+){0,2}?(?:the|a|an) (?:[\w-]+ ){1,4}?of\b'  # "Where was the director of"
+
+def question_hops(question: str) -> int:
+    "Longest seed-to-answer path the wording implies: 1 + relative clauses + nested 'of the X of' phrases."
+    q = question.strip()
+    body = re.sub(_LEADING_WH, ' ', q, count=1, flags=re.I).lower()
+    return 1 + len(re.findall(_RELATIVE, body)) + len(re.findall(_NESTED_OF, body)) + bool(re.match(_AUX_OF, q, flags=re.I))
+
+def relation_phrases(question: str, seed_labels=()) -> list:
+    "The question cut at 'and', commas, relative pronouns and seed mentions: the phrases that may name a relation."
+    text = question
+    for s in sorted(seed_labels, key=len, reverse=True): text = re.sub(re.escape(s), ' | ', text, flags=re.I)
+    parts = [p.strip() for p in re.split(r'\band\b|[,?|]|' + _RELATIVE, text, flags=re.I)]
+    return [p for p in parts if len(p) > 2] or [question.strip()]
+
+# %% ../nbs/16_readers.ipynb #c023
+def item_id(text: str) -> str:
+    "The ID of a `'Label (ID)'` item; a literal is its own ID."
+    try: return parse_item(text)[1]
+    except ValueError: return str(text)
+
+def best_path_scores(adj: dict,  # entity ID -> [(relation ID, +1 forward / -1 backward, neighbour ID)]
+                     seed: str, rel_score: dict,  # relation ID -> similarity to the question
+                     hops: int, step_cost: float) -> dict:
+    "Entity ID -> best score of a path of 1..`hops` steps from `seed` (no step straight back along the previous edge)."
+    best, layer = {}, {(seed, None): 0.0}
+    for _ in range(hops):
+        nxt = {}
+        for (node, last), sc in layer.items():
+            for r, d, o in adj.get(node, ()):
+                if o == seed or last == (r, -d): continue
+                s = sc + rel_score[r] - step_cost
+                if s > nxt.get((o, (r, d)), -math.inf): nxt[(o, (r, d))] = s
+        for (o, _), s in nxt.items(): best[o] = max(best.get(o, -math.inf), s)
+        layer = nxt
+    return best
+
+# %% ../nbs/16_readers.ipynb #c026
+@dataclass
+class TextPathReader:
+    "Offline (non-oracle) reader: follows the relations the question's text names from its seeds through the given triples."
+    encoder: object = None  # a `text.TextEncoder` (None: MiniLM, loaded on first use)
+    step_cost: float = 0.2  # each hop adds its relation's similarity minus this
+    max_hops: int | None = None  # None: `question_hops` of each question
+    _vectors: dict = field(default_factory=dict, repr=False)  # text -> unit vector, this reader's memo
+
+    def read(self, question: str, seeds, triples) -> list:
+        "Answer IDs from the question text, the seed entities ('Label (ID)') and the triples only."
+        tri = [tuple(map(str, t)) for t in triples]
+        if not tri or not seeds: return []
+        adj, rel_label = {}, {}
+        for h, r, t in tri:
+            hi, ri, ti = item_id(h), item_id(r), item_id(t); rel_label[ri] = item_label(r)
+            adj.setdefault(hi, []).append((ri, 1, ti)); adj.setdefault(ti, []).append((ri, -1, hi))
+        seed_ids = list(dict.fromkeys(item_id(s) for s in seeds))
+        rels = sorted(rel_label)
+        sim = self._vecs([rel_label[r] for r in rels]) @ self._vecs(relation_phrases(question, [item_label(s) for s in seeds])).T
+        rel_score = dict(zip(rels, sim.max(1).tolist()))
+        hops = self.max_hops or question_hops(question)
+        per_seed = [best_path_scores(adj, s, rel_score, hops, self.step_cost) for s in seed_ids]
+        cands = set().union(*per_seed) - set(seed_ids)
+        key = {e: (sum(e in b for b in per_seed), sum(b.get(e, 0.0) for b in per_seed)) for e in cands}
+        top = max(key.values(), default=None)
+        return sorted(e for e, k in key.items() if k[0] == top[0] and k[1] >= top[1] - 1e-6)
+
+# %% ../nbs/16_readers.ipynb #c028
+@patch
+def _vecs(self: TextPathReader, texts: list) -> np.ndarray:
+    "(len(texts), dim) unit vectors, each text encoded once per reader."
+    if self.encoder is None: self.encoder = TextEncoder()
+    new = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+    if new: self._vectors.update(zip(new, self.encoder.encode(new, progress_bar=False)))
+    return np.stack([self._vectors[t] for t in texts])
+
+def mentioned_entities(question: str, triples) -> list:
+    "Entities of the triples whose label occurs in the question (compared after `metrics.normalize_answer`)."
+    q, out = f' {normalize_answer(question)} ', {}
+    for h, _, t in triples:
+        for e in (str(h), str(t)):
+            lab = normalize_answer(item_label(e))
+            if lab and f' {lab} ' in q: out[e] = len(lab)
+    return [e for e in out if not any(e != o and normalize_answer(item_label(e)) in normalize_answer(item_label(o)) for o in out)]
+
+# %% ../nbs/16_readers.ipynb #c031
+@patch
+def answer(self: TextPathReader, question: str, triples, record=None) -> list:
+    "Answer IDs; from `record` only its `seed_entities` are read (none: the entities the question mentions)."
+    triples, seeds = list(triples), (record.get('seed_entities') if record is not None else None)
+    seeds = list(seeds) if seeds is not None else []
+    seeds = seeds or mentioned_entities(question, triples)
+    return self.read(question, seeds, triples)
+
+@patch
+def answer_many(self: TextPathReader, questions, triples_lists, records=None) -> list:
+    "Answers for many questions."
+    return [self.answer(q, t, r) for q, t, r in zip(questions, triples_lists, records or [None] * len(questions))]
+
+@patch
+def describe(self: TextPathReader) -> str: return 'offline (non-oracle): question-relation text similarity, paths from the seeds'
+
+# %% ../nbs/16_readers.ipynb #c038
 SUBGRAPHRAG_MARKER = '[kgqa subgraphrag reader]'
 
 def compact_triple_lines(triples, k: int | None = None) -> str:
@@ -134,7 +243,7 @@ def needs_double_check(reply: str) -> bool:
     "True when a reply has no usable `ans:` line (none, or only 'not available')."
     return not parse_answers(reply)
 
-# %% ../nbs/16_readers.ipynb #c025
+# %% ../nbs/16_readers.ipynb #c041
 @dataclass
 class SubgraphRAGReader:
     "SubgraphRAG's reader: worked example, compact triples, and the double-check turn."
@@ -159,7 +268,7 @@ def _offline_subgraphrag_reader(messages) -> str:
     hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
     return '\n'.join(f'ans: {a}' for a in dict.fromkeys(hits)) if hits else 'The triplets do not say.'
 
-# %% ../nbs/16_readers.ipynb #c028
+# %% ../nbs/16_readers.ipynb #c044
 LLM_ONLY_MARKER = '[kgqa llm-only]'
 
 @dataclass
@@ -177,7 +286,7 @@ class LLMOnlyReader:
 @register_offline_model('kgqa-llm-only', matches=lambda m: bool(m) and m[0].get('content', '').startswith(LLM_ONLY_MARKER))
 def _offline_llm_only(messages) -> str: return 'ans: not available'
 
-# %% ../nbs/16_readers.ipynb #c030
+# %% ../nbs/16_readers.ipynb #c046
 FEW_SHOT_HEADER = ('Each question below is answered using only the facts listed before it. An answer names an entity from '
                    'the facts; several answers are separated by "; "; "not available" means the facts do not answer it.')
 _FEW_SHOT_EXAMPLES = (
@@ -203,7 +312,7 @@ def parse_few_shot_answers(text: str) -> list:
     out = [a.strip().strip('.').strip() for a in first.split(';')]
     return [a for a in dict.fromkeys(out) if a and a.lower() not in ('not available', 'none', 'unknown')]
 
-# %% ../nbs/16_readers.ipynb #c033
+# %% ../nbs/16_readers.ipynb #c049
 def few_shot_status(text: str, finish_reason: str | None = None) -> str:
     "What a few-shot reply is: 'answer', 'not available', or a format failure ('empty', 'token limit', 'prompt echo')."
     first = (text or '').strip().split('\n')[0].strip()
@@ -234,7 +343,7 @@ class FewShotReader:
         label = REGISTRY_MODEL.describe() if self.client.model == REGISTRY_MODEL.name else f'few-shot completions with {self.client.model}'
         return f'{label} via {self.client.describe()}'
 
-# %% ../nbs/16_readers.ipynb #c035
+# %% ../nbs/16_readers.ipynb #c051
 @register_offline_model('kgqa-few-shot-reader', matches=lambda m: len(m) == 1 and m[0].get('content', '').startswith(FEW_SHOT_HEADER))
 def _offline_few_shot_reader(messages) -> str:
     last = messages[-1]['content'].split('\n\nFacts:\n')[-1]
@@ -243,15 +352,16 @@ def _offline_few_shot_reader(messages) -> str:
     hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
     return ' ' + ('; '.join(dict.fromkeys(hits)) or 'not available')
 
-# %% ../nbs/16_readers.ipynb #c038
-def make_reader(kind: str = 'offline',  # 'offline' (oracle query reader), 'llm' (SubgraphRAG prompt) or 'few-shot' (base LM, completions)
+# %% ../nbs/16_readers.ipynb #c054
+def make_reader(kind: str = 'offline',  # 'offline' (full-pattern recall, oracle), 'offline-text' (non-oracle), 'llm' (SubgraphRAG prompt) or 'few-shot' (base LM)
                 backend: str = 'offline',  # LLM backend for 'llm' and 'few-shot'
                 model: str | None = None,  # LLM model ('' or None: the backend default; for 'few-shot' on openai, the registry model)
                 base_url: str | None = None):  # OpenAI-compatible server ('' or None: the environment default)
     "A reader from notebook parameters."
     if kind == 'offline': return QueryReader()
+    if kind == 'offline-text': return TextPathReader()
     if kind == 'llm': return SubgraphRAGReader(LLMClient(backend, model or None, base_url or None))
     if kind == 'few-shot':
         if backend == 'openai': model = model or os.environ.get('KGQA_LLM_MODEL') or REGISTRY_MODEL.name
         return FewShotReader(LLMClient(backend, model or None, base_url or None, price_per_mtok=(0.0, 0.0, 0.0) if backend == 'openai' and model == REGISTRY_MODEL.name else None))
-    raise ValueError(f"reader must be 'offline', 'llm' or 'few-shot', not {kind!r}")
+    raise ValueError(f"reader must be 'offline', 'offline-text', 'llm' or 'few-shot', not {kind!r}")

@@ -1,9 +1,14 @@
 """Readers (chapter 16): the SubgraphRAG-prompt LLM reader and the LLM-only baseline against the local OpenAI-compatible
-stand-in server (the same code path as a real model), the double-check turn, and the oracle label of the query reader."""
+stand-in server (the same code path as a real model), the double-check turn, the oracle label of the query reader, and
+the offline non-oracle reader (TextPathReader), which must answer without ever receiving the gold query, answers or type."""
+import inspect
+from collections.abc import Mapping
+
 import pytest
 
 from kgqa_nb.llm import LLMClient, OfflineChatServer
-from kgqa_nb.readers import (DOUBLE_CHECK, LLMOnlyReader, QueryReader, SubgraphRAGReader, make_reader, subgraphrag_messages)
+from kgqa_nb.readers import (DOUBLE_CHECK, LLMOnlyReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader,
+                             subgraphrag_messages)
 
 T = [('Alien (Q103569)', 'director (P57)', 'Ridley Scott (Q56005)'),
      ('Ridley Scott (Q56005)', 'place of birth (P19)', 'South Shields (Q646)')]
@@ -39,6 +44,61 @@ def test_llm_only_reader_sends_no_triples():
 
 
 def test_reader_labels():
-    assert QueryReader().describe() == 'oracle (query reader)'
+    assert QueryReader().describe() == 'full-pattern recall (oracle)'
+    assert make_reader('offline').describe() == 'full-pattern recall (oracle)'  # the kind name keeps working
+    assert make_reader('offline-text').describe().startswith('offline (non-oracle)')
     assert make_reader('llm').describe().endswith('(SubgraphRAG prompt)')
-    with pytest.raises(ValueError, match="'offline', 'llm' or 'few-shot'"): make_reader('oracle')
+    with pytest.raises(ValueError, match="'offline', 'offline-text', 'llm' or 'few-shot'"): make_reader('oracle')
+
+
+# A record as a companion dataset holds it: the gold fields are what an oracle reads.
+GOLD = ('sparql_query', 'answer_node', 'answer_subgraph', 'all_answers_wikidata', 'all_answers_wikikg2',
+        'full_answer_subgraph_wikidata', 'full_answer_subgraph_wikikg2', 'n_hops', 'graph_isomorphism', 'test_type',
+        'minimal_graph_isomorphism', 'minimal_seeds_and_queries', 'redundant')
+INTERSECTION = [('Q1 (Q1)', 'occupation (P106)', 'writer (Q36180)'), ('Q1 (Q1)', 'place of birth (P19)', 'Rome (Q220)'),
+                ('Q2 (Q2)', 'occupation (P106)', 'writer (Q36180)'), ('Q2 (Q2)', 'place of birth (P19)', 'Paris (Q90)'),
+                ('Q3 (Q3)', 'occupation (P106)', 'painter (Q1028181)'), ('Q3 (Q3)', 'place of birth (P19)', 'Rome (Q220)'),
+                ('Q1 (Q1)', 'field of work (P101)', 'poetry (Q482)'), ('Q3 (Q3)', 'field of work (P101)', 'fresco (Q134194)')]
+CASES = [  # (question, seeds, triples, the answer a correct reading gives)
+    ('Where was the director of Alien born?', ['Alien (Q103569)'], T, ['Q646']),
+    ('Who directed Alien?', ['Alien (Q103569)'], T, ['Q56005']),
+    ('Who was born in Rome and works as writer?', ['Rome (Q220)', 'writer (Q36180)'], INTERSECTION, ['Q1']),
+    ('In which field does the person who was born in Rome and works as writer work?', ['Rome (Q220)', 'writer (Q36180)'],
+     INTERSECTION, ['Q482'])]
+
+
+class GoldGuard(Mapping):
+    """A record that fails the test the moment anyone reads a gold field from it."""
+    def __init__(self, rec): self._rec = rec
+    def __getitem__(self, k):
+        assert k not in GOLD, f'the non-oracle reader read the gold field {k!r}'
+        return self._rec[k]
+    def __iter__(self): return iter(k for k in self._rec if k not in GOLD)
+    def __len__(self): return sum(1 for _ in self)
+
+
+@pytest.fixture(scope='module')
+def reader(): return TextPathReader()
+
+
+@pytest.mark.parametrize('question,seeds,triples,want', CASES)
+def test_text_reader_answers_records_without_gold_fields(reader, question, seeds, triples, want):
+    stripped = dict(question=question, seed_entities=seeds)  # every gold field removed
+    assert reader.answer(question, triples, stripped) == want
+    full = dict(stripped, **{k: 'GOLD' for k in GOLD})
+    assert reader.answer(question, triples, GoldGuard(full)) == want  # a gold field read would fail the test
+
+
+def test_text_reader_core_takes_only_question_seeds_and_triples(reader):
+    assert list(inspect.signature(TextPathReader.read).parameters) == ['self', 'question', 'seeds', 'triples']
+    q, seeds, tri, want = CASES[3]
+    assert reader.read(q, seeds, tri) == want
+    assert reader.answer(q, tri) == want  # no record at all: the seeds are the entities the question mentions
+
+
+def test_text_reader_is_not_an_oracle(reader):
+    # with the evidence incomplete it answers what the triples allow (here the wrong entity), as an LLM reader would
+    assert reader.answer('Where was the director of Alien born?', T[:1]) == ['Q56005']
+    assert QueryReader().answer('Where was the director of Alien born?', T[:1],
+                                dict(sparql_query='SELECT ?answer WHERE { wd:Q103569 wdt:P57 ?d . ?d wdt:P19 ?answer . }')) == []
+    assert 'non-oracle' in reader.describe() and 'oracle' in QueryReader().describe()
