@@ -2,8 +2,9 @@
 
 Sections (each compares the accelerator against the CPU of the same machine, in the same process):
 - `ultra`: ULTRA 3g zero-shot on ILPC2022-small (`loaders.load_split`, `ultra.link_prediction_ranks`): MRR and Hits@1/3/10
-  of the first test queries on both devices (equal within 1e-4) and seconds per batch; in the real run also the whole test
-  set on the accelerator, checked against the committed CPU table (results/companion/ultra_ilpc2022_zero_shot.csv).
+  of the first test queries on both devices (equal within 1e-4), seconds per batch, and the share of one forward spent in
+  its message-passing layers (on CUDA those run the portable PyTorch path: is it the bottleneck?); in the real run also the
+  whole test set on the accelerator, checked against the committed CPU table (results/companion/ultra_ilpc2022_zero_shot.csv).
 - `ultrag`: ULTRAG's per-query latency (the paper: 0.10 s on one GH200): SEPPR pruning to k = 30,000 entities
   (`ultrag.SEPPRPruner`, numpy, so on the CPU whatever the device), building the executor's graph
   (`ultra.UltraQueryExecutor`) and UltraQuery's batched execution (`ultrag.execute_batched`), on 2-hop queries that need a
@@ -112,6 +113,27 @@ def companion_diff(acc: dict) -> float:
     return max(abs(acc[d][k] - float(t.loc[d, k])) for d in acc for k in acc[d])
 
 
+@torch.no_grad()
+def message_passing_share(model, g, queries, B: int, dev, reps: int = 3) -> dict:
+    """Median seconds of one ULTRA forward on B queries and of its 12 layers (message passing, then the layer's Linear and
+    LayerNorm) called alone, 6 on the relation graph and 6 on the entity graph, on random states of the forward's shapes:
+    a share near 1 says the forward is its message-passing layers (a noisy estimate: the layers are timed apart)."""
+    gen = torch.Generator().manual_seed(0)
+    def layer(conv, N, adj, rel):  # one layer's call: messages summed over `adj`, then the layer's combine
+        x = torch.randn(N, B, conv.dim, generator=gen).to(dev)
+        return lambda: conv(x, x, adj, rel.to(dev), model.chunk_size)
+    rl, el = model.relation_model.layers, model.entity_model.layers
+    f_rel = layer(rl[0], g.num_relations, g.rel_adj, rl[0].relation.weight.detach().cpu().unsqueeze(1).expand(-1, B, -1))
+    f_ent = layer(el[0], g.num_nodes, g.adj, torch.randn(g.num_relations, B, el[0].dim, generator=gen))
+    h, rq = torch.as_tensor(queries[:B, 0], device=dev), torch.as_tensor(queries[:B, 1], device=dev)
+    fns = dict(forward=lambda: model(g, h, rq), relation_layer=f_rel, entity_layer=f_ent)
+    for f in fns.values(): f()  # warm-up
+    sec = {k: float(np.median([timed(f, dev)[1] for _ in range(reps)])) for k, f in fns.items()}
+    layers = len(rl) * sec['relation_layer'] + len(el) * sec['entity_layer']
+    return dict(batch=B, forward_s=r(sec['forward'], 5), relation_layer_s=r(sec['relation_layer'], 5), entity_layer_s=r(sec['entity_layer'], 5),
+                layers_share_of_forward=r(layers / sec['forward'], 3))
+
+
 def section_ultra(dev, s: dict, work: Path) -> dict:
     "ULTRA 3g zero-shot on ILPC2022-small: the same queries on the CPU and the accelerator, metrics within 1e-4."
     from kgqa_nb.loaders import load_split
@@ -125,6 +147,7 @@ def section_ultra(dev, s: dict, work: Path) -> dict:
         ranks, spb = ultra_ranks(model, g, q, split.known, B, d)
         met[side] = metrics_of(ranks)
         out[side] = dict(device=str(d), seconds_per_batch=r(spb), ms_per_query=r(1000 * spb / B, 1), metrics=met[side],
+                         message_passing=message_passing_share(model, g, q, B, d),
                          ranks_differing=None if side == 'cpu' else int((ranks['both'] != cpu_ranks).sum()))
         if side == 'cpu': cpu_ranks = ranks['both']
     out['max_metric_diff'] = max_metric_diff(met['cpu'], met['accelerator'])
