@@ -318,7 +318,7 @@ def versions(dev) -> dict:
     cuda = dev.type == 'cuda'
     return dict(device=torch.cuda.get_device_name(dev) if cuda else 'cpu (dry run: the CPU stands in for the accelerator)',
                 device_type=dev.type, torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if cuda else None,
-                driver_capability='.'.join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None,
+                compute_capability='.'.join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None,
                 gpu_memory_gib=r(torch.cuda.get_device_properties(dev).total_memory / 2**30, 1) if cuda else None,
                 cpu_threads=torch.get_num_threads())
 
@@ -327,13 +327,13 @@ def table(rep: dict) -> str:
     "The short table printed at the end: one line per section, the accelerator's figure beside the CPU's."
     fig = dict(ultra=('seconds_per_batch', 's/batch'), ultrag=('total_s', 's/query'), subgraphrag=('questions_per_s', 'questions/s'),
                sr=('questions_per_s', 'questions/s'), text=('strings_per_s', 'strings/s'))
-    lines = [f'{"section":<12} {"ok":<4} {"accelerator":>12} {"cpu":>12}  {"unit":<12} checks']
+    lines = [f'{"section":<12} {"ok":<4} {"seconds":>8} {"accelerator":>12} {"cpu":>12}  {"unit":<12} checks']
     for name, sec in rep['sections'].items():
         k, unit = fig.get(name, (None, ''))
         acc, cpu = ((sec.get('accelerator') or {}).get(k), (sec.get('cpu') or {}).get(k)) if k else (None, None)
         show = lambda v: '' if v is None else f'{v:.4g}'
         checks = sec.get('error') or ', '.join(f'{c}={v}' for c, v in sec['checks'].items())
-        lines.append(f'{name:<12} {"yes" if sec["ok"] else "NO":<4} {show(acc):>12} {show(cpu):>12}  {unit:<12} {checks}')
+        lines.append(f'{name:<12} {"yes" if sec["ok"] else "NO":<4} {sec["seconds"]:>8.1f} {show(acc):>12} {show(cpu):>12}  {unit:<12} {checks}')
     return '\n'.join(lines)
 
 
@@ -341,9 +341,9 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--device', default='cuda', help='the accelerator: cuda, cuda:N, or cpu for the dry run')
     ap.add_argument('--tiny', action='store_true', help='tiny sizes: the dry run of the same code paths (a couple of minutes on a CPU)')
-    ap.add_argument('--only', nargs='*', choices=SECTIONS, help='sections to run (default: all)')
+    ap.add_argument('--only', nargs='*', choices=SECTIONS, help='sections to run (default: all; the report then holds only these)')
     ap.add_argument('--out', help='the JSON report (default: benchmarks/results/gpu.json for the real run, _smoke/gpu_check/ otherwise)')
-    ap.add_argument('--work', help='scratch folder, emptied first (default: _smoke/gpu_check/work[-tiny])')
+    ap.add_argument('--work', help='scratch folder, new or empty (default: _smoke/gpu_check/work[-tiny], emptied first)')
     return ap.parse_args(argv)
 
 
@@ -356,12 +356,15 @@ def main(argv=None) -> int:
         if dev.type not in ('cuda', 'cpu'): raise RuntimeError(f'device {a.device!r} is neither CUDA nor the CPU')
         if not real and out.resolve() == DEFAULT_OUT.resolve():
             raise RuntimeError(f'{DEFAULT_OUT.relative_to(project_dirs.root)} holds the real run only (on CUDA, without --tiny): give another --out')
+        if a.work and Path(a.work).exists() and any(Path(a.work).iterdir()):
+            raise RuntimeError(f'--work {a.work} is not empty: give a new or empty folder (the default one is emptied first)')
     except RuntimeError as e:
         hint = '; the dry run on this machine is --device cpu --tiny' if a.device.startswith('cuda') and not torch.cuda.is_available() else ''
         print(f'gpu_check: {e}{hint}', file=sys.stderr); return 2
     s = SIZES['tiny' if a.tiny else 'real']
     work = Path(a.work) if a.work else project_dirs.scratch / 'gpu_check' / f'work{"-tiny" if a.tiny else ""}'
-    shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
+    if not a.work: shutil.rmtree(work, ignore_errors=True)  # a fresh folder: no run cached by an earlier check is reused
+    work.mkdir(parents=True, exist_ok=True)
     with Timer() as t: sections = {n: run_section(n, dev, s, work) for n in (a.only or SECTIONS)}
     rep = dict(**versions(dev), tiny=a.tiny, seconds=r(t.s, 1), ok=all(x['ok'] for x in sections.values()), sizes=s, sections=sections,
                provenance=provenance(dict(device=a.device, tiny=a.tiny, only=a.only), benchmark='gpu_check'))

@@ -78,6 +78,14 @@ def test_dry_run_never_writes_the_real_report(tmp_path):
     assert not (tmp_path / 'work').exists()
 
 
+def test_refuses_a_work_folder_in_use(tmp_path):
+    "A --work folder holding files is refused in one line and left as it was (the default folder alone is emptied)."
+    (tmp_path / 'mine.txt').write_text('keep')
+    p = run_script('--device', 'cpu', '--tiny', '--out', str(tmp_path / 'gpu.json'), '--work', str(tmp_path), timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().count('\n') == 0 and 'is not empty' in p.stderr, p.stderr
+    assert (tmp_path / 'mine.txt').read_text() == 'keep' and not (tmp_path / 'gpu.json').exists()
+
+
 def test_refuses_cuda_without_a_gpu(tmp_path):
     "Asked for CUDA on a machine without it, the script says so in one line and exits 2."
     import torch
