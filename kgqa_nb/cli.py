@@ -14,7 +14,7 @@ __all__ = ['COMMANDS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'user_error_types
 COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | companion | paper)'),
     'generate': ('kgqa_nb.synthkgqa:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
-    'ultra-eval': ('kgqa_nb.ultra:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
+    'ultra-eval': ('kgqa_nb.ultra_eval:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
     'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
     'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
     'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         return cmd(argv[1:]) or 0
     except Exception as e:
         if os.environ.get('KGQA_DEBUG', '') not in ('', '0') or not isinstance(e, user_error_types()): raise
-        print(f'kgqa: {error_line(e)}', file=sys.stderr)
+        print(f'kgqa {argv[0]}: {error_line(e)}', file=sys.stderr)
         return 2
 
 # %% ../nbs/41_cli.ipynb #c012
@@ -84,11 +84,12 @@ def serve_offline_cli(argv=None) -> int:
     "Run the offline models as an OpenAI-compatible server until interrupted."
     from kgqa_nb.core import CLIParser
     ap = CLIParser(prog='kgqa serve-offline', description=serve_offline_cli.__doc__)
+    from kgqa_nb.llm import OfflineChatServer, add_server_options, server_options
     ap.add_argument('--port', type=port_number, default=8000, help='port on 127.0.0.1 (0 = any free port)')
+    add_server_options(ap)  # --rpm, --tpm, --latency: a rate-limited stand-in
     a = ap.parse_args(argv)
     for m in OFFLINE_MODEL_MODULES: importlib.import_module(m)
-    from kgqa_nb.llm import OfflineChatServer
-    server = OfflineChatServer(port=a.port)
+    server = OfflineChatServer(port=a.port, **server_options(a))
     try: server.start()
     except OSError as e:  # ServerStartError already says which port and why; other OSErrors get that context here
         if type(e).__name__ == 'ServerStartError': raise

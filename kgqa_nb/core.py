@@ -22,10 +22,11 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import 
 __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir',
            'data_dir', 'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything',
            'get_device', 'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable',
-           'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'artifact_dirs', 'write_table',
-           'write_provenance', 'save_figure', 'progress', 'Timer', 'LockTimeout', 'lock_holder', 'folder_lock',
-           'atomic_path', 'write_text_atomic', 'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError',
-           'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
+           'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'int_at_least', 'fraction_in',
+           'check_model_flag', 'progress', 'Timer', 'LockTimeout', 'lock_holder', 'folder_lock', 'atomic_path',
+           'write_text_atomic', 'check_output_file', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure',
+           'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl',
+           'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -220,52 +221,47 @@ class CLIParser(argparse.ArgumentParser):
     def error(self, message): raise UsageError(f'{message} (see `{self.prog} --help`)')
 
 # %% ../nbs/00_core.ipynb #c034
-def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
-    "The (results, figures) folders an artifact notebook writes to, created if missing."
-    base = Path(out_dir) if out_dir else project_dirs.scratch
-    res, fig = base / 'results', base / 'figures'
-    res.mkdir(parents=True, exist_ok=True); fig.mkdir(parents=True, exist_ok=True)
-    return res, fig
+def int_at_least(lowest: int):  # the smallest value allowed
+    "An argparse type: a whole number that is at least `lowest`."
+    def parse(s: str) -> int:
+        try: v = int(s)
+        except ValueError: raise argparse.ArgumentTypeError(f'expected a whole number, got {s!r}') from None
+        if v < lowest: raise argparse.ArgumentTypeError(f'must be at least {lowest}, got {v}')
+        return v
+    return parse
 
-def write_table(df,  # a pandas DataFrame
-                path,  # CSV path; the provenance goes beside it as `<name>.provenance.json`
-                **prov):  # passed to `provenance`
-    "Write a result table as CSV with its provenance record beside it."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
-    write_provenance(path, **prov)
-    return path
-
-def write_provenance(path, **prov):
-    "Write `<path>.provenance.json` (name without suffix) for a result or figure file."
-    path = Path(path)
-    p = path.with_name(path.stem + '.provenance.json')
-    p.write_text(json.dumps(provenance(output=path.name, **prov), indent=1) + '\n')
-    return p
-
-def save_figure(fig,  # a matplotlib Figure
-                path,  # PNG path; a PDF is written beside it
-                **prov):  # passed to `provenance`
-    "Save a figure as PNG and PDF, with a provenance record."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches='tight'); fig.savefig(path.with_suffix('.pdf'), bbox_inches='tight')
-    write_provenance(path, **prov)
-    return path
+def fraction_in(low: float, high: float,  # the open lower end and the closed upper end
+               ):
+    "An argparse type: a number in (low, high]."
+    def parse(s: str) -> float:
+        try: v = float(s)
+        except ValueError: raise argparse.ArgumentTypeError(f'expected a number, got {s!r}') from None
+        if not low < v <= high: raise argparse.ArgumentTypeError(f'must be in ({low:g}, {high:g}], got {v:g}')
+        return v
+    return parse
 
 # %% ../nbs/00_core.ipynb #c037
+def check_model_flag(backend: str,  # the --backend value
+                     model: str | None,  # the --model value
+                     flag: str = '--model'):  # the flag that names the model
+    "Raise `UsageError` when `--backend openai` has no model name (neither the flag nor KGQA_LLM_MODEL)."
+    if backend == 'openai' and not model and not os.environ.get('KGQA_LLM_MODEL'):
+        raise UsageError(f'--backend openai needs {flag} NAME (the model on the server), or KGQA_LLM_MODEL in the environment')
+
+# %% ../nbs/00_core.ipynb #c040
 def progress(it=None, **kw):
     "A tqdm progress bar that honours `KGQA_PROGRESS=0`."
     kw.setdefault('disable', os.environ.get('KGQA_PROGRESS', '1') == '0')
     kw.setdefault('dynamic_ncols', True)
     return tqdm(it, **kw)
 
-# %% ../nbs/00_core.ipynb #c040
+# %% ../nbs/00_core.ipynb #c043
 class Timer:
     "Context manager measuring wall time in seconds (`.s`)."
     def __enter__(self): self.t0 = time.perf_counter(); return self
     def __exit__(self, *a): self.s = time.perf_counter() - self.t0
 
-# %% ../nbs/00_core.ipynb #c043
+# %% ../nbs/00_core.ipynb #c046
 class LockTimeout(TimeoutError):
     "Another process held a folder lock for longer than we were willing to wait (`.holder` says which process)."
     def __init__(self, msg: str, holder: str = ''): super().__init__(msg); self.holder = holder
@@ -298,7 +294,7 @@ def folder_lock(folder,  # the folder to lock (created if missing)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
-# %% ../nbs/00_core.ipynb #c046
+# %% ../nbs/00_core.ipynb #c049
 _UMASK = os.umask(0o022); os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it, which races other threads
 
 @contextmanager
@@ -318,7 +314,52 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     with atomic_path(path) as tmp: tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
     return Path(path)
 
-# %% ../nbs/00_core.ipynb #c049
+# %% ../nbs/00_core.ipynb #c052
+def check_output_file(path,  # the file a command will write at its end
+                      flag: str = '--out'):  # the flag that named it, for the message
+    "Raise `UsageError` unless `path` can be written later: not a folder, under a folder (not a file) where a file can be created."
+    p = Path(path)
+    if p.is_dir(): raise UsageError(f'{flag} {path} is a folder; give a file name')
+    anc = next(a for a in [p.parent, *p.parent.parents] if a.exists() or a == a.parent)
+    if not anc.is_dir(): raise UsageError(f'{flag} {path}: {anc} is a file, not a folder')
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=p.parent, prefix=f'.{p.name}.', suffix='.probe'); os.close(fd); os.unlink(probe)
+    except OSError as e: raise UsageError(f'{flag} {path}: cannot write in {p.parent} ({e.strerror or e})') from None
+
+# %% ../nbs/00_core.ipynb #c055
+def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
+    "The (results, figures) folders an artifact notebook writes to, created if missing."
+    base = Path(out_dir) if out_dir else project_dirs.scratch
+    res, fig = base / 'results', base / 'figures'
+    res.mkdir(parents=True, exist_ok=True); fig.mkdir(parents=True, exist_ok=True)
+    return res, fig
+
+def write_table(df,  # a pandas DataFrame
+                path,  # CSV path; the provenance goes beside it as `<name>.provenance.json`
+                **prov):  # passed to `provenance`
+    "Write a result table as CSV with its provenance record beside it."
+    path = Path(path)
+    with atomic_path(path) as tmp: df.to_csv(tmp, index=False)  # a full disk or a kill leaves the old file (or none), never half a table
+    write_provenance(path, **prov)
+    return path
+
+def write_provenance(path, **prov):
+    "Write `<path>.provenance.json` (name without suffix) for a result or figure file."
+    path = Path(path)
+    p = path.with_name(path.stem + '.provenance.json')
+    return write_text_atomic(p, json.dumps(provenance(output=path.name, **prov), indent=1) + '\n')
+
+def save_figure(fig,  # a matplotlib Figure
+                path,  # PNG path; a PDF is written beside it
+                **prov):  # passed to `provenance`
+    "Save a figure as PNG and PDF, with a provenance record."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches='tight'); fig.savefig(path.with_suffix('.pdf'), bbox_inches='tight')
+    write_provenance(path, **prov)
+    return path
+
+# %% ../nbs/00_core.ipynb #c058
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
 except ImportError: fcntl = None
 
@@ -369,7 +410,7 @@ class JsonlCache:
             finally: os.close(fd)
             self._entries[record['key']] = self.slim(record)
 
-# %% ../nbs/00_core.ipynb #c052
+# %% ../nbs/00_core.ipynb #c061
 class CacheMissError(LookupError):
     "A request is not in a replay-only cache (`mode='replay'` never calls the model or the endpoint)."
 
@@ -401,7 +442,7 @@ class ReplayCache(JsonlCache):
         "Store a fresh answer (a dict with a 'key'), unless the cache is off."
         if self.mode != 'off': self.put(record)
 
-# %% ../nbs/00_core.ipynb #c055
+# %% ../nbs/00_core.ipynb #c064
 class MalformedFileError(ReasonError):
     "A data or log file that cannot be read: `.path` and `.line` say where (line numbers start at 1)."
     def __init__(self, path, line: int | None, detail: str):
@@ -439,7 +480,7 @@ def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
         out.append(rec)
     return out
 
-# %% ../nbs/00_core.ipynb #c058
+# %% ../nbs/00_core.ipynb #c067
 def params_key(params: dict,  # JSON-serialisable parameters
                n: int = 12) -> str:  # hex digits kept
     "A short, order-independent hash of a parameter dict."
@@ -458,7 +499,7 @@ def keyed_folder(base,  # parent folder
     if not pj.exists(): write_text_atomic(pj, json.dumps(jsonable(params), sort_keys=True, indent=1) + '\n')
     return folder
 
-# %% ../nbs/00_core.ipynb #c061
+# %% ../nbs/00_core.ipynb #c070
 def code_fingerprint(*modules: str) -> str:  # library module names, e.g. 'sampling', 'generate'
     "sha256 (12 hex digits) over the source of the named `kgqa_nb` modules, for cache keys that must follow the code."
     h = hashlib.sha256()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import CLIParser, ReasonError, UsageError, code_fingerprint, write_text_atomic
+from .core import CLIParser, ReasonError, UsageError, check_model_flag, code_fingerprint, write_text_atomic
 from .kg import KnowledgeGraph, parse_item
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
@@ -66,8 +66,8 @@ class KGQAGenConfig:
 
     def __post_init__(self):
         self.seeds = tuple(str(s) for s in (self.seeds or ()))
-        if self.max_candidates is None and isinstance(self.n_target, int):
-            self.max_candidates = len(self.seeds) if self.seeds else 5 * self.n_target
+        if self.max_candidates is None and isinstance(self.n_target, int):  # derived from a valid --n only (a bad --n is named alone)
+            self.max_candidates = len(self.seeds) if self.seeds else 5 * max(self.n_target, 1)
         if problems := kgqagen_config_problems(self):
             raise KGQAGenError('config', '; '.join(f'{f} must be {w}' for f, w in problems))
 
@@ -661,8 +661,10 @@ _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)}
 def read_seed_file(path) -> tuple:
     "Seed IDs from a text file, one per line ('#' comments and blank lines ignored)."
     p = Path(path)
-    if not p.is_file(): raise FileNotFoundError(f'seed file {p} does not exist')
-    return tuple(l.split('#')[0].strip() for l in p.read_text().splitlines() if l.split('#')[0].strip())
+    if not p.is_file(): raise FileNotFoundError(f'--seeds {p}: ' + ('a folder, not a file' if p.is_dir() else 'no such file'))
+    ids = tuple(l.split('#')[0].strip() for l in p.read_text().splitlines() if l.split('#')[0].strip())
+    if not ids: raise UsageError(f'--seeds {p} holds no seed ID (one per line; # starts a comment): leave --seeds out to sample seeds')
+    return ids
 
 def kgqagen_parser() -> CLIParser:
     "Arguments of `kgqa kgqagen`."
@@ -686,6 +688,7 @@ def kgqagen_parser() -> CLIParser:
 def kgqagen_cli(argv=None) -> int:
     "`kgqa kgqagen`: run or resume a KGQAGen run (0 when the dataset is written; errors raise)."
     a = kgqagen_parser().parse_args(argv)
+    check_model_flag(a.backend, a.model)
     try:
         cfg = KGQAGenConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                             model=a.model, reviser_model=a.reviser_model, base_url=a.base_url, initial_neighbours=a.initial_neighbours,

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import CLIParser, MalformedFileError, UsageError, data_dir
+from .core import CLIParser, MalformedFileError, check_model_flag, data_dir, int_at_least
 from .kg import KnowledgeGraph, UnknownIdError
 from .loaders import load_kg
 from .llm import LLMClient, LLMError, register_offline_model
@@ -183,8 +183,9 @@ class TripleRetriever:
     "Candidate triples up to N hops and their top-K by similarity to a query, vectors from the embedding store."
     def __init__(self, kg: KnowledgeGraph, encoder: TextEncoder,
                  store_root=None,  # parent folder of the embedding store (None: the user cache)
-                 direction: str = 'both'):  # BFS direction
-        self.kg, self.encoder, self.store_root, self.direction = kg, encoder, store_root, direction
+                 direction: str = 'both',  # BFS direction
+                 progress_bar: bool = False):  # show a bar while triples not yet in the store are embedded (the command line)
+        self.kg, self.encoder, self.store_root, self.direction, self.progress_bar = kg, encoder, store_root, direction, progress_bar
         self.metric = similarity_metric(encoder)
         self._cands, self._vecs = {}, {}
         self._X = self._have = None  # the in-memory matrix of triple vectors and which rows are filled
@@ -197,7 +198,8 @@ class TripleRetriever:
 
     def vectors(self, texts: list, role: str = 'passage') -> np.ndarray:
         "Vectors of texts through the store (normalised for cosine)."
-        return self.encoder.encode_cached(texts, role=role, root=self.store_root, normalize=self.metric == 'cosine', progress_bar=False)
+        return self.encoder.encode_cached(texts, role=role, root=self.store_root, normalize=self.metric == 'cosine',
+                                         progress_bar=None if self.progress_bar and role == 'passage' else False)  # None: a bar when over one chunk is new
 
     def triple_vectors(self, eids) -> np.ndarray:
         "Vectors of the triples `eids`: from the in-memory matrix when the KG's vectors fit `DENSE_VECTOR_BYTES`, else from the store."
@@ -656,8 +658,8 @@ def kgrag_parser() -> CLIParser:
     ap.add_argument('action', choices=['ask'], help='what to do')
     ap.add_argument('question', help='the question with its entity in brackets, e.g. "who directed [Inception]"')
     ap.add_argument('--mode', choices=MODES, default='kg-rag', help='the full system or one of the baselines')
-    ap.add_argument('--hops', type=int, default=2, help='N: candidate retrieval depth (the paper uses 3; the first N=3 run embeds up to ~35k triples per entity)')
-    ap.add_argument('--top-k', type=int, default=30, help='K: triples per sub-question')
+    ap.add_argument('--hops', type=int_at_least(1), default=2, help='N: candidate retrieval depth (the paper uses 3; the first N=3 run embeds up to ~35k triples per entity)')
+    ap.add_argument('--top-k', type=int_at_least(1), default=30, help='K: triples per sub-question')
     ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='sentence encoder (name or model folder)')
     ap.add_argument('--backend', choices=['offline', 'openai'], default='offline', help='offline roles or an OpenAI-compatible server')
     ap.add_argument('--model', default=None, help='model name on the server')
@@ -679,11 +681,10 @@ def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line print
 def kgrag_cli(argv=None) -> int:
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     a = kgrag_parser().parse_args(argv)
-    for flag, v in (('--hops', a.hops), ('--top-k', a.top_k)):
-        if v < 1: raise UsageError(f'{flag} must be 1 or more, got {v}')
+    check_model_flag(a.backend, a.model)
     topic = topic_entity(a.question)
     metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)
-    system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder)), LLMClient(a.backend, model=a.model, base_url=a.base_url),
+    system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder), progress_bar=True), LLMClient(a.backend, model=a.model, base_url=a.base_url),
                    n_hops=a.hops, top_k=a.top_k)
     t = system.answer(a.question, a.mode)
     print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles_label(system.llm)}')

@@ -17,8 +17,8 @@ from .plan import (SpendGuard, SpendMeter, check_budget, fmt_seconds, fmt_tokens
                           plan_profile, plan_settings, spent_since)
 
 # %% auto #0
-__all__ = ['publish_outputs', 'PublishError', 'check_publishable', 'resolve_params', 'execute_artifact', 'run_artifact',
-           'Heartbeat', 'run_guarded', 'rerun', 'rerun_cli']
+__all__ = ['publish_outputs', 'PublishError', 'check_publishable', 'resolve_params', 'notebook_error_line', 'failed_notebook',
+           'execute_artifact', 'run_artifact', 'Heartbeat', 'run_guarded', 'rerun', 'rerun_cli']
 
 # %% ../nbs/40b_rerun.ipynb #c005
 def publish_outputs(art: Artifact,  # the artifact that ran
@@ -64,22 +64,37 @@ def resolve_params(art: Artifact,  # the artifact to run
         if not accepts(declared[k], v): raise ProfileError(f'{art.name}.{k}: expected {declared[k].type}, got {v!r} ({type(v).__name__})')
     return {**check_profile(profile)[art.name], **(overrides or {}), 'out_dir': str(out_root)}
 
+def notebook_error_line(e: BaseException) -> str:
+    "The failing cell's own error of a papermill failure ('ValueError: ...' and its cell), else the exception's type and first line."
+    if getattr(e, 'ename', None):
+        return f"{e.ename}: {' '.join(str(e.evalue).split())}" + (f' (cell [{e.exec_count}])' if getattr(e, 'exec_count', None) else '')
+    first = next(iter(str(e).strip().splitlines()), '')
+    return f'{type(e).__name__}: {first}' if first else type(e).__name__
+
+def failed_notebook(name: str) -> Path:
+    "Where the executed notebook of a failed or interrupted run is kept: the scratch folder, never beside the published ones."
+    return project_dirs.scratch / 'failed' / f'{name}.ipynb'
+
 def execute_artifact(art: Artifact,  # the artifact to run
-                     executed: Path,  # where the executed notebook goes
+                     executed: Path,  # where the executed notebook goes (replaced only when the run finished)
                      params: dict,  # its parameters (`resolve_params`)
                      profile: str) -> None:  # profile name or YAML path
-    "Run the notebook with papermill in nbs/, its profile named in $KGQA_PROFILE; the executed notebook is written portably."
+    "Run the notebook with papermill in nbs/ into a temporary file, its profile in $KGQA_PROFILE; moved to `executed` when it finished."
     import papermill as pm
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
+    running = executed.with_name(f'.{executed.stem}.running-{os.getpid()}.ipynb')
     try:
         # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
         # echo it a second time through its logger); its stdout stays in the notebook
         with open(os.devnull, 'w') as quiet, modified_env(KGQA_PROFILE=profile_name(profile)):
-            pm.execute_notebook(str(art.notebook), str(executed), parameters=params, kernel_name='python3', language='python',
+            pm.execute_notebook(str(art.notebook), str(running), parameters=params, kernel_name='python3', language='python',
                                 cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=sys.stderr)
-    except Exception as e: raise ArtifactError(f'{art.name}: notebook failed ({type(e).__name__}); see {executed}\n{str(e)[-2000:]}') from None
-    finally:
-        if executed.exists(): write_text_atomic(executed, portable(executed.read_text()))
+    except BaseException as e:  # failed or interrupted: the previous executed notebook stays; this one goes to the scratch folder
+        kept = failed_notebook(art.name)
+        if running.exists(): write_text_atomic(kept, portable(running.read_text())); running.unlink()
+        if not isinstance(e, Exception): raise
+        raise ArtifactError(f'{art.name}: {notebook_error_line(e)}; executed notebook: {shown_path(kept)}') from None
+    write_text_atomic(executed, portable(running.read_text())); running.unlink()
 
 # %% ../nbs/40b_rerun.ipynb #c012
 def run_artifact(art: Artifact,  # the artifact to run
@@ -107,7 +122,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
     return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs], **({'llm_spent': spent} if meter else {}))
 
-# %% ../nbs/40b_rerun.ipynb #c016
+# %% ../nbs/40b_rerun.ipynb #c018
 class Heartbeat:
     "Context manager printing '<label>: still running (<elapsed>)' every `every` seconds until the block ends."
     def __init__(self, label: str,  # what is running, e.g. '[2/12] synthkgqa_dataset'
@@ -129,7 +144,7 @@ class Heartbeat:
 
     def __exit__(self, *a): self._stop.set(); self._thread.join()
 
-# %% ../nbs/40b_rerun.ipynb #c019
+# %% ../nbs/40b_rerun.ipynb #c021
 def run_guarded(art: Artifact,  # the artifact to run
                 profile: str,  # profile name or YAML path
                 guard: SpendGuard,  # the spend guard of this artifact
@@ -146,7 +161,7 @@ def run_guarded(art: Artifact,  # the artifact to run
         return dict(artifact=art.name, status='stopped', reason=f'measured LLM spend {fmt_usd(meter.cost_usd)} passed --max-cost {guard.max_cost:g}',
                     llm_spent=spent_since(start, meter.poll()))
 
-# %% ../nbs/40b_rerun.ipynb #c022
+# %% ../nbs/40b_rerun.ipynb #c024
 def rerun(profile: str = 'smoke',  # profile name or YAML path
           only=None,  # artifact names (default: all in the manifest)
           keep_going: bool = True,  # run the rest after a failure
@@ -188,7 +203,7 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
             break
     return records
 
-# %% ../nbs/40b_rerun.ipynb #c027
+# %% ../nbs/40b_rerun.ipynb #c029
 def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
     ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, CLIParser, UsageError, write_table
+from .core import ReasonError, CLIParser, UsageError, check_model_flag, check_output_file, fraction_in, int_at_least, write_table
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -22,14 +22,15 @@ from .paths import seppr, top_k_nodes
 from . import metrics
 
 # %% auto #0
-__all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE', 'crisp_set',
-           'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply', 'check_query',
-           'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer',
-           'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner',
-           'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages',
-           'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
-           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag', 'summarise_ultrag', 'cost_per_query',
-           'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'ultrag_parser', 'check_ultrag_flags', 'ultrag_cli']
+__all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE', 'OFFLINE_ASK',
+           'crisp_set', 'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply',
+           'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries',
+           'oracle_writer', 'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix',
+           'SEPPRPruner', 'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient',
+           'decider_messages', 'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator',
+           'ThresholdArbitrator', 'fit_tau', 'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag',
+           'summarise_ultrag', 'cost_per_query', 'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'GivenQueryWriter',
+           'display_query', 'ultrag_parser', 'check_ask_source', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -475,6 +476,7 @@ class UltragResult:
     rounds: int = 0
     error: str = ''  # a `WRITE_ERRORS` name, or ''
     message: str = ''
+    mentions: dict = field(default_factory=dict)  # placeholder leaf of `query` -> the mention the linker resolved
     subgraph_nodes: int = 0  # entities of the (last) pruned graph
     subgraph_edges: int = 0  # facts of the (last) pruned graph
     scores: object = None  # the (V,) fuzzy set (kept when `keep_scores`)
@@ -523,6 +525,7 @@ def answer(self: Ultrag, question: str,  # the natural-language question
         x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
         res.flops += getattr(self.executor, 'last_flops', 0)
         res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
+        res.mentions = dict(w.mentions)
         if timed('decide', self.decider.decide, x, question, self.kg): break
         history.append(top_members(x, self.kg, 10))
     if x is not None:
@@ -554,7 +557,7 @@ def evaluate_ultrag(pipe: Ultrag,  # the recipe
     from kgqa_nb.core import progress
     keep, pipe.keep_scores, rows = pipe.keep_scores, True, []
     try:
-        for rec in progress(records.to_dict('records'), disable=not show_progress, desc='ultrag'):
+        for rec in progress(records.to_dict('records'), desc='ultrag', **({} if show_progress else dict(disable=True))):
             seeds, gold, _ = record_ids(rec)
             res = pipe.answer(rec['question'], seeds if use_seeds else None)
             p, rcl, f1 = metrics.set_prf(res.answers, gold)
@@ -639,79 +642,139 @@ def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s tabl
         k=k, subgraphrag=f'SubgraphRAG retriever (GT labels, seed 0) top-{k}')
 
 # %% ../nbs/19_ultrag.ipynb #c081
+class GivenQueryWriter:
+    "Step 1 when the user writes the query (`--query`): parse and check it once; no LLM."
+    label = 'given by the user (--query)'
+    def __init__(self, text: str,  # the DSL query, e.g. 'Q42 -> P19'
+                 kg: KnowledgeGraph):  # the graph its relations and entities must be in
+        self.text, self.kg = text, kg
+    def write(self, question: str, seeds=None, history=()) -> WrittenQuery:
+        "The given query (the question is not read); an invalid one comes back with its reason."
+        out = WrittenQuery(reply=self.text)
+        try:
+            try: q = parse_query(self.text)
+            except DSLSyntaxError as e: raise QueryWriteError('syntax', str(e)) from None
+            check_query(q, self.kg, seeds or ())
+            out.query = q
+        except QueryWriteError as e: out.errors.append(e.reason); out.message = str(e)
+        return out
+
+# %% ../nbs/19_ultrag.ipynb #c085
+def display_query(text: str,  # canonical DSL text
+                  mentions: dict | None = None) -> str:  # placeholder ID -> mention
+    "The query for people: each placeholder leaf replaced by its mention in brackets."
+    for ph, m in (mentions or {}).items(): text = re.sub(rf'\b{re.escape(ph)}\b', f'[{m}]', text)
+    return text
+
+# %% ../nbs/19_ultrag.ipynb #c088
 def ultrag_parser() -> CLIParser:
     "The command line of `kgqa ultrag`: the `ask` and `batch` modes and the options they share."
     ap = CLIParser(prog='kgqa ultrag', description='answer a question (ask) or a dataset split (batch) with the ULTRAG recipe')
     sub = ap.add_subparsers(dest='mode', required=True)
-    ask, batch = sub.add_parser('ask', help='answer one question'), sub.add_parser('batch', help='answer a split of the generated dataset')
-    ask.add_argument('question')
+    ask, batch = sub.add_parser('ask', help='answer one question'), sub.add_parser('batch', help='answer a split of a dataset')
+    ask.add_argument('question', nargs='?', default='', help='the question (optional with --query or --id)')
+    ask.add_argument('--query', default='', help="a DSL query to run, e.g. 'Q42 -> P19' or 'AND(Q1 -> P2, Q3 -> P4 inv)'")
+    ask.add_argument('--id', default='', help='with --dataset: the ID of the question to answer (oracle writer)')
     ask.add_argument('--seeds', default='', help='comma-separated seed entity IDs; empty links the mentions the writer names')
-    ask.add_argument('--top', type=int, default=10, help='top entities to print (at least 1)')
+    ask.add_argument('--top', type=int_at_least(1), default=10, help='top entities to print')
     batch.add_argument('--split', choices=('train', 'test'), default='test', help='which split')
-    batch.add_argument('--n', type=int, default=0, help='first N questions only (0 = all)')
+    batch.add_argument('--n', type=int_at_least(0), default=0, help='first N questions only (0 = all)')
     batch.add_argument('--link', action='store_true', help='do not give the seeds: link the mentions')
-    batch.add_argument('--out', default='', help='write the per-question table to this CSV file')
+    batch.add_argument('--out', default='', help='write the per-question table to this CSV file (checked before the run)')
     for p in (ask, batch):
-        p.add_argument('--kg', default='toyworld', help='a kgqa_nb.loaders.load_kg name or a KG folder')
+        p.add_argument('--dataset', default='', help='a kgqa generate / kgqagen folder or the published GTSQA files (batch default: a generated toy dataset in the user cache)')
+        p.add_argument('--kg', default='', help="a load_kg name or a KG folder (default: the dataset's KG, else toyworld)")
         p.add_argument('--backend', choices=('offline', 'openai'), default='offline', help='offline = oracle writer and threshold arbitrator')
         p.add_argument('--model', default='', help='LLM model (openai backend)')
         p.add_argument('--base-url', default='', help='OpenAI-compatible server URL (openai backend)')
         p.add_argument('--executor', choices=('neural', 'symbolic'), default='neural', help='query executor')
         p.add_argument('--ckpt', default='ultraquery', help='ULTRA checkpoint of the neural executor')
-        p.add_argument('--logic', default='product', help='fuzzy AND: product, godel or lukasiewicz')
-        p.add_argument('--k', type=int, default=30_000, help='SEPPR nodes kept (0 = whole graph)')
-        p.add_argument('--tau', type=float, default=0.5, help='offline arbitrator: keep entities within tau of the best, in (0, 1]')
-        p.add_argument('--seed', type=int, default=0, help='generated dataset seed (oracle questions)')
+        p.add_argument('--logic', choices=('product', 'godel', 'lukasiewicz'), default='product', help='fuzzy AND of the neural executor')
+        p.add_argument('--k', type=int_at_least(0), default=30_000, help='SEPPR nodes kept (0 = whole graph)')
+        p.add_argument('--tau', type=fraction_in(0, 1), default=0.5, help='offline arbitrator: keep entities within tau of the best, in (0, 1]')
+        p.add_argument('--seed', type=int, default=0, help='split seed of a --dataset run folder; seed of the default generated dataset')
     return ap
 
-def check_ultrag_flags(a):
-    "Raise `UsageError` naming the first numeric flag of parsed `kgqa ultrag` arguments whose value is impossible."
-    if a.k < 0: raise UsageError(f'--k must be 0 (whole graph) or more, got {a.k}')
-    if not 0 < a.tau <= 1: raise UsageError(f'--tau must be in (0, 1], got {a.tau:g}')
-    if a.mode == 'ask' and a.top < 1: raise UsageError(f'--top must be at least 1, got {a.top}')
-    if a.mode == 'batch' and a.n < 0: raise UsageError(f'--n must be 0 (all) or more, got {a.n}')
+# %% ../nbs/19_ultrag.ipynb #c091
+OFFLINE_ASK = ("offline, no query writer can read an arbitrary question: give --query 'Q42 -> P19' (a DSL query over the KG's "
+               "entity and relation IDs, run by --executor), --dataset DIR --id N (a question of a kgqa generate / kgqagen "
+               "folder; the oracle writes its gold query), or --backend openai --base-url URL --model NAME (an LLM writes the query)")
 
-# %% ../nbs/19_ultrag.ipynb #c085
-def _cli_pipeline(a, kg):
+def check_ask_source(a):
+    "Raise `UsageError` when the parsed `ask` arguments name no way to write the query, or half of one."
+    if bool(a.dataset) != bool(a.id) and not (a.dataset and a.query):
+        raise UsageError('--id needs --dataset (the folder the question is in)' if a.id else '--dataset needs --id N (which question to answer)')
+    if not (a.query or a.id or a.question): raise UsageError('give a question, --query or --dataset DIR --id N')
+    if a.backend == 'offline' and not (a.query or a.id): raise UsageError(OFFLINE_ASK)
+
+# %% ../nbs/19_ultrag.ipynb #c094
+def _cli_source(a):
+    "(Source, KG) of the parsed arguments."
+    from kgqa_nb.core import user_cache_dir
+    from kgqa_nb.datasources import dataset_kg, load_source, open_dataset_dir, resolve_kg
+    if a.dataset:
+        src = open_dataset_dir(a.dataset, seed=a.seed)
+        return src, dataset_kg(src, a.kg or None)
+    kg = resolve_kg(a.kg or 'toyworld')
+    return (load_source('generated', kg=kg, seed=a.seed, root=user_cache_dir()) if a.mode == 'batch' else None), kg
+
+def _cli_record(src, qid: str) -> dict:
+    "The record with ID `qid` among every record of the dataset."
+    pool = src.records if src.records is not None else src.all
+    hit = pool[pool['id'].astype(str) == str(qid)]
+    if not len(hit): raise UsageError(f'--id {qid}: no question with that ID in --dataset ({len(pool)} questions, IDs {pool["id"].iloc[0]}..{pool["id"].iloc[-1]})')
+    return hit.iloc[0].to_dict()
+
+def _cli_seeds(a, kg, rec=None):
+    "Seed IDs: --seeds, else the record's seeds, else None (the linker resolves the writer's mentions)."
+    seeds = [s.strip() for s in a.seeds.split(',') if s.strip()] or (record_ids(rec)[0] if rec is not None else None)
+    bad = [s for s in seeds or () if s not in kg.entity_index]
+    if bad: raise UsageError(f'--seeds: IDs not in {kg.name}: {bad}')
+    return seeds
+
+# %% ../nbs/19_ultrag.ipynb #c096
+def _cli_pipeline(a, kg, records=None):  # records: what the oracle writer may answer
     from kgqa_nb.ultra import load_ultra
-    from kgqa_nb.datasources import load_source
-    if a.backend == 'offline':
-        writer = oracle_writer(kg, load_source('generated', kg=kg, seed=a.seed).all)
-        arbitrator = ThresholdArbitrator(a.tau)
-    else:
-        client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None)
-        writer, arbitrator = LLMQueryWriter(client, kg), LLMArbitrator(client)
+    client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None) if a.backend == 'openai' else None
+    if getattr(a, 'query', ''): writer = GivenQueryWriter(a.query, kg)
+    elif records is not None and client is None:
+        n = register_oracle_queries(records, kg)
+        if not n['ok']: raise UsageError(f'no question here has a gold query the DSL can express ({dict(n)}): give --query')
+        writer = oracle_writer(kg)
+    else: writer = LLMQueryWriter(client, kg)
+    arbitrator = LLMArbitrator(client) if client else ThresholdArbitrator(a.tau)
     executor = SymbolicStep() if a.executor == 'symbolic' else NeuralExecutor(load_ultra(a.ckpt), a.logic)
     return Ultrag(kg, writer, executor, pruner=SEPPRPruner(a.k), arbitrator=arbitrator)
 
-def _cli_seeds(a, kg):
-    seeds = [s.strip() for s in a.seeds.split(',') if s.strip()] or None
-    bad = [s for s in seeds or () if s not in kg.entity_index]
-    if bad: raise ValueError(f'--seeds: IDs not in {kg.name}: {bad}')
-    return seeds
-
-def _cli_ask(a, kg, pipe, seeds) -> int:
-    res = pipe.answer(a.question, seeds)
-    if res.error: raise QueryWriteError(res.error, f'no valid query for the question ({pipe.labels()["writer"]}): {res.message}')
+def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
+    res = pipe.answer(question, seeds)
+    if res.error: raise QueryWriteError(res.error, f'no valid query ({pipe.labels()["writer"]}): {res.message}')
     print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}')
-    print(f'query: {res.query}')
+    if question: print(f'question: {question}')
+    print(f'query: {display_query(res.query, res.mentions)}')
     for e, p in res.top[:a.top]:
-        print(f'  {p:.4f}  {kg.entity_labels[kg.entity(e)]} ({e}){"  <- answer" if e in res.answers else ""}')
+        mark = ('  <- answer' if e in res.answers else '') + ('  (gold, oracle)' if e in gold else '')
+        print(f'  {p:.4f}  {kg.entity_labels[kg.entity(e)]} ({e}){mark}')
     print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
     return 0
 
-# %% ../nbs/19_ultrag.ipynb #c087
+# %% ../nbs/19_ultrag.ipynb #c098
 def ultrag_cli(argv=None) -> int:
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
-    from kgqa_nb.datasources import resolve_kg, load_source
     a = ultrag_parser().parse_args(argv)
-    check_ultrag_flags(a)
-    kg = resolve_kg(a.kg)
-    seeds = _cli_seeds(a, kg) if a.mode == 'ask' else None
-    pipe = _cli_pipeline(a, kg)
-    if a.mode == 'ask': return _cli_ask(a, kg, pipe, seeds)
-    recs = getattr(load_source('generated', kg=kg, seed=a.seed), a.split)
+    check_model_flag(a.backend, a.model)
+    if a.mode == 'ask': check_ask_source(a)
+    if a.mode == 'batch' and a.out: check_output_file(a.out)
+    src, kg = _cli_source(a)
+    if a.mode == 'ask':
+        rec = _cli_record(src, a.id) if a.id else None
+        pipe = _cli_pipeline(a, kg, pd.DataFrame([rec]) if rec is not None else None)
+        gold = rec['all_answers_wikidata'] if rec is not None else ()
+        return _cli_ask(a, kg, pipe, rec['question'] if rec is not None else a.question, _cli_seeds(a, kg, rec), gold)
+    recs = getattr(src, a.split)
+    if not len(recs): raise UsageError(f'the {a.split} split of the dataset is empty ({len(src.train)} train, {len(src.test)} test questions)')
     recs = (recs.head(a.n) if a.n else recs).assign(split=a.split)
+    pipe = _cli_pipeline(a, kg, recs if a.backend == 'offline' else None)
     df = evaluate_ultrag(pipe, recs, use_seeds=not a.link, show_progress=True)
     print(summarise_ultrag(df).round(2).to_string(index=False))
     if a.out:

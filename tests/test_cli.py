@@ -1,4 +1,4 @@
-"""`kgqa` as a user meets it, in a subprocess: bad input ends with one line on stderr (`kgqa: <message>`) and exit code 2,
+"""`kgqa` as a user meets it, in a subprocess: bad input ends with one line on stderr (`kgqa <command>: <message>`) and exit code 2,
 never a traceback; profiles with typos are refused before any notebook runs; artifacts whose needs (under the profile's
 parameters) are unmet are skipped with the reason; a run prints its progress."""
 import os, re, socket, subprocess, sys
@@ -172,10 +172,10 @@ def _command_names():
 
 @pytest.mark.parametrize('cmd', _command_names())
 def test_every_command_reports_a_bad_flag_in_one_line(every_command, cmd):
-    "A flag the command does not know: exit code 2, nothing on stdout, exactly one `kgqa: ` line on stderr."
+    "A flag the command does not know: exit code 2, nothing on stdout, exactly one `kgqa CMD: ` line on stderr."
     r = every_command[f'{cmd} --no-such-flag']
     assert (r['rc'], r['stdout']) == (2, ''), r
-    assert len(r['stderr'].splitlines()) == 1 and r['stderr'].startswith('kgqa: '), r  # argparse may name a missing required flag first
+    assert len(r['stderr'].splitlines()) == 1 and r['stderr'].startswith(f'kgqa {cmd}: '), r  # argparse may name a missing required flag first
 
 
 @pytest.mark.parametrize('cmd', _command_names())

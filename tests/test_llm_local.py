@@ -301,13 +301,13 @@ def test_serve_llm_numeric_flags_are_checked_before_any_work(flag, value, line, 
     with pytest.raises(UsageError) as e: serve_llm_cli([flag, value])
     assert str(e.value) == line and capsys.readouterr() == ('', '')
     assert cli_main(['serve-llm', flag, value]) == 2
-    assert capsys.readouterr() == ('', f'kgqa: {line}\n')
+    assert capsys.readouterr() == ('', f'kgqa serve-llm: {line}\n')
 
 
 def test_serve_llm_bad_port_is_one_line_on_stderr(capsys):
     assert cli_main(['serve-llm', '--port', 'abc']) == 2
     out, err = capsys.readouterr()
-    assert out == '' and err == "kgqa: argument --port: a port is a number 0-65535, got 'abc' (see `kgqa serve-llm --help`)\n"
+    assert out == '' and err == "kgqa serve-llm: argument --port: a port is a number 0-65535, got 'abc' (see `kgqa serve-llm --help`)\n"
 
 
 def test_serve_llm_server_exit_is_raised_not_printed(monkeypatch, capsys):

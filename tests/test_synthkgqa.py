@@ -304,10 +304,10 @@ def test_status_lines_when_stderr_is_not_a_terminal(tmp_path):
 
 
 def test_command_errors_end_as_one_kgqa_line_with_status_2(reference, tmp_path):
-    "Through `kgqa`: an impossible flag and a folder of another run each end with one `kgqa: ...` line and exit status 2."
+    "Through `kgqa`: an impossible flag and a folder of another run each end with one `kgqa generate: ...` line and exit status 2."
     bad = subprocess.run(cli('--kg', 'toyworld', '--out', tmp_path / 'never', '--concurrency', '-2'), capture_output=True, text=True, cwd=ROOT)
     other = subprocess.run(cli('--kg', 'toyworld', '--n', N, '--out', reference, '--seed', '5'), capture_output=True, text=True, cwd=ROOT)
     for res, fragment in ((bad, '--concurrency must be an integer >= 1, got -2'), (other, 'config.seed: folder has 0, this run has 5')):
-        assert res.returncode == 2 and res.stderr.splitlines() == [res.stderr.strip()] and res.stderr.startswith('kgqa: '), res.stderr
+        assert res.returncode == 2 and res.stderr.splitlines() == [res.stderr.strip()] and res.stderr.startswith('kgqa generate: '), res.stderr
         assert fragment in res.stderr, res.stderr
     assert not (tmp_path / 'never').exists()

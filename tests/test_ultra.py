@@ -231,7 +231,7 @@ def test_ultra_eval_errors_are_one_line(tmp_path, capsys, monkeypatch, case, mat
     with pytest.raises((ValueError, OSError, KeyError), match=re.escape(match)): ultra_eval_cli(argv)  # the project's user-error types
     assert main(['ultra-eval', *argv]) == 2
     out, err = capsys.readouterr()
-    assert out == '' and err.startswith('kgqa: ') and err.count('\n') == 1 and match in err, (out, err)
+    assert out == '' and err.startswith('kgqa ultra-eval: ') and err.count('\n') == 1 and match in err, (out, err)
 
 
 def test_ultra_eval_command_line_process(tmp_path):

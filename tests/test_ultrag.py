@@ -188,50 +188,72 @@ def test_neural_answers_what_symbolic_cannot_after_deleted_facts(ultraquery):
 
 
 def test_cli_ask_and_batch(tmp_path, toy_source):
+    "A dataset question by --id (oracle, marked), and a split of the same folder, through --dataset."
+    folder = str(toy_source.paths.folder)
     rec = toy_source.test.iloc[0]
-    seeds = ','.join(record_ids(rec)[0])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert ultrag_cli(['ask', rec['question'], '--seeds', seeds, '--executor', 'symbolic', '--k', '500']) == 0
-        assert ultrag_cli(['batch', '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
+        assert ultrag_cli(['ask', '--dataset', folder, '--id', str(rec['id']), '--executor', 'symbolic', '--k', '500']) == 0
+        assert ultrag_cli(['batch', '--dataset', folder, '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
     text = out.getvalue()
-    assert f"query: {record_ids(rec)[0][0]}" in text or 'query: AND(' in text
-    assert '<- answer' in text and 'timings: write' in text
+    assert 'writer: oracle' in text and f"question: {rec['question']}" in text
+    assert '<- answer' in text and '(gold, oracle)' in text and 'timings: write' in text
     assert 'hits' in text and (tmp_path / 't.csv').exists()
     assert len(pd.read_csv(tmp_path / 't.csv')) == 5
 
 
-def test_cli_question_without_a_valid_query_raises_and_prints_nothing(capsys):
-    "A question the oracle does not know gets no valid query: an error for `kgqa` to report, no error text on stdout."
-    with pytest.raises(QueryWriteError, match='no valid query'):
-        ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--seeds', 'Q900000006', '--executor', 'symbolic', '--k', '500'])
-    assert capsys.readouterr().out == ''
+def test_cli_ask_runs_a_query_the_user_writes(capsys):
+    "Any question, offline: the user's DSL query is run by the executor; its answers are the symbolic ones."
+    assert ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--query', 'Q900000006 -> P47', '--executor', 'symbolic', '--k', '0']) == 0
+    out = capsys.readouterr().out
+    gold = set(TW.tail[(TW.head == TW.entity('Q900000006')) & (TW.rel == TW.relation_index['P47'])].tolist())
+    shown = {TW.entity(m) for m in re.findall(r'\((Q[0-9]+)\)  <- answer', out)}
+    assert 'writer: given by the user (--query)' in out and 'query: Q900000006 -> P47' in out
+    assert shown and shown <= gold
+
+
+def test_cli_question_without_a_query_is_refused_offline(capsys):
+    "Offline, an arbitrary question gets one line naming what works, not an offline-model error from inside the pipeline."
+    from kgqa_nb.cli import main
+    assert main(['ultrag', 'ask', 'Which countries share a border with Queniar?']) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.count('\n') == 1 and err.startswith('kgqa ultrag: offline, no query writer')
+    assert '--query' in err and '--dataset DIR --id N' in err and '--backend openai' in err
+
+
+def test_placeholders_are_printed_as_mentions():
+    from kgqa_nb.ultrag import display_query
+    assert display_query('AND(Q1 -> P86 inv, Q2 -> P155)', {'Q1': 'Autumn Key', 'Q2': 'Live'}) == 'AND([Autumn Key] -> P86 inv, [Live] -> P155)'
 
 
 @pytest.mark.parametrize('argv,match', [
-    (['ask', 'Who?', '--top', '-3'], '--top must be at least 1'),
-    (['ask', 'Who?', '--k', '-1'], '--k must be 0'),
-    (['batch', '--n', '-3'], '--n must be 0'),
-    (['batch', '--tau', '1.5'], '--tau must be in (0, 1]'),
-    (['batch', '--n', 'three'], "invalid int value: 'three'"),
-    (['ask', 'Who?', '--seeds', 'Q0', '--executor', 'symbolic', '--k', '500'], '--seeds: IDs not in toyworld'),
-    (['ask', 'Who?', '--kg', 'no-such-kg'], "KG 'no-such-kg' is neither"),
+    (['ask', 'Who?', '--top', '-3'], 'argument --top: must be at least 1'),
+    (['ask', 'Who?', '--k', '-1'], 'argument --k: must be at least 0'),
+    (['batch', '--n', '-3'], 'argument --n: must be at least 0'),
+    (['batch', '--tau', '1.5'], 'argument --tau: must be in (0, 1]'),
+    (['batch', '--n', 'three'], "expected a whole number, got 'three'"),
+    (['ask', '--query', 'Q900000006 -> P47', '--seeds', 'Q0', '--executor', 'symbolic', '--k', '500'], '--seeds: IDs not in toyworld'),
+    (['ask', '--query', 'Q900000006 -> P9999', '--executor', 'symbolic', '--k', '500'], 'unknown_relation'),
+    (['ask', '--query', 'Q1 -> P47', '--kg', 'no-such-kg'], "KG 'no-such-kg' is neither"),
+    (['ask', '--id', '3'], '--id needs --dataset'),
+    (['ask', '--query', 'Q1 -> P47', '--backend', 'openai'], '--backend openai needs --model'),
 ])
 def test_cli_bad_input_is_one_line_on_stderr_with_exit_2(capsys, monkeypatch, argv, match):
-    "Through `kgqa`'s one error path; numeric flags are refused before any KG is loaded."
+    "Through `kgqa`'s one error path; flags are refused before any KG is loaded."
     import kgqa_nb.datasources as ds
     from kgqa_nb.cli import main
-    if match.startswith('--') and 'seeds' not in match:
+    if match.startswith(('argument', '--id', '--backend')):
         monkeypatch.setattr(ds, 'resolve_kg', lambda *a, **k: pytest.fail('the KG was loaded before the flags were checked'))
+    monkeypatch.delenv('KGQA_LLM_MODEL', raising=False)
     assert main(['ultrag', *argv]) == 2
     out, err = capsys.readouterr()
-    assert out == '' and err.startswith('kgqa: ') and err.count('\n') == 1 and match in err, (out, err)
+    assert out == '' and err.startswith('kgqa ultrag: ') and err.count('\n') == 1 and match in err, (out, err)
 
 
 def test_cli_batch_n_takes_the_first_questions(tmp_path, toy_source):
     "`--n 3` answers exactly the first three test questions (a negative value is refused above, not read as 'all but the last')."
     with contextlib.redirect_stdout(io.StringIO()):
-        assert ultrag_cli(['batch', '--n', '3', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 'b.csv')]) == 0
+        assert ultrag_cli(['batch', '--dataset', str(toy_source.paths.folder), '--n', '3', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 'b.csv')]) == 0
     assert pd.read_csv(tmp_path / 'b.csv').id.astype(str).tolist() == toy_source.test.id.astype(str).head(3).tolist()
 
 
