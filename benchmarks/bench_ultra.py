@@ -14,8 +14,17 @@ Paths compared, all on the same model, graph and queries, each asserted to give 
   node row so that both compute the same sums.
 Times are medians of repeated calls after a warm-up, taken in the same process with the paths interleaved: wall seconds
 with the configured threads, and process CPU seconds with one thread (`one_thread_*`), which a busy shared machine
-disturbs least; only the ratios within one run compare."""
-import gc, os, time
+disturbs least; only the ratios within one run compare.
+
+`large_graph` (also `python benchmarks/bench_ultra.py --large-graph`, which writes
+benchmarks/results/ultra_large_graph.json): one forward pass at batch 16 on one thread on a 30,000-entity graph (the
+toy world at scale 7, seed 0, its 30,000 highest-degree entities: 252,139 triples), wall, user and system seconds from
+`resource.getrusage` around each call and the minor page faults (system time as a share of wall time, and of CPU time,
+which is what the wall share is on an idle machine: a loaded one stretches wall time), medians over interleaved repeats, for `ours` (the fused
+kernel with the forward pass's scratch tensors, `ultra.ForwardBuffers`), `fused_allocating` (the same kernel allocating
+every layer's tensors anew, as before the buffers; each such 120 MB tensor is a fresh mapping that the operating system
+zeroes page by page) and `portable`; ours must equal fused_allocating bit for bit."""
+import gc, os, resource, time
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +91,7 @@ def _original_forward(model, g, h, r, kernel):
             ei = torch.stack([adj.pair_dst[rows], adj.col]); o = (ei[0] * (adj.num_nodes + 1) + ei[1]).argsort()
             g.__dict__[key] = (ei[:, o].contiguous(), adj.pair_type[rows][o].contiguous(), adj.val[o].contiguous())
         return g.__dict__[key]
-    def forward(self, x, boundary, adj, relation, chunk_size=None):
+    def forward(self, x, boundary, adj, relation, chunk_size=None, buffers=None):  # the original kernel allocates as it did
         N, B, d = x.shape
         ei, et, w = edges(adj)
         xin = torch.cat([x.reshape(N, B * d), x.new_zeros(1, B * d)])  # an empty last row (see the module docstring)
@@ -174,9 +183,68 @@ def run(quick: bool = False) -> dict:
             if 'portable' in fns: row['portable_peak_mib'] = round(_peak(fns['portable'], dev), 1)
             out['rows'].append(row)
             print(row, flush=True)
+    if dev.type == 'cpu' and fused: out['large_graph'] = large_graph(model, quick); print(out['large_graph'], flush=True)
     return out
 
 
+def _usage(fn) -> dict:
+    "Wall, user and system seconds and minor page faults of one call of `fn()` (this process, getrusage)."
+    gc.collect()
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(); fn()
+    t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    return dict(wall=t1 - t0, user=r1.ru_utime - r0.ru_utime, sys=r1.ru_stime - r0.ru_stime, minor_faults=r1.ru_minflt - r0.ru_minflt)
+
+
+def _allocating_forward(model, g, h, r):
+    "The fused path without the forward pass's scratch tensors (every layer allocates anew), as before `ForwardBuffers`."
+    fb = ultra_mod.ForwardBuffers
+    ultra_mod.ForwardBuffers = lambda: None
+    try: return model(g, h, r)
+    finally: ultra_mod.ForwardBuffers = fb
+
+
+@torch.no_grad()
+def large_graph(model=None, quick: bool = False, batch_size: int = 16) -> dict:
+    "System time of a forward pass on a 30,000-entity graph with one thread: ours, fused_allocating and portable (medians)."
+    model = model or load_ultra('ultra_3g')
+    tw = make_toyworld(seed=0, scale=7.0, missing_fraction=0.0)
+    sub, _ = tw.induced_subgraph(np.argsort(-tw.degree(), kind='stable')[:30_000], name='toyworld[30000]')
+    g = ultra_graph(sub); g.adj; g.rel_adj
+    q = sub.triples[np.random.default_rng(0).choice(sub.num_triples, batch_size, replace=False)]
+    h, r = torch.as_tensor(q[:, 0]), torch.as_tensor(q[:, 1])
+    fns = dict(ours=lambda: model(g, h, r), fused_allocating=lambda: _allocating_forward(model, g, h, r),
+               portable=lambda: _portable_forward(model, g, h, r))
+    threads = torch.get_num_threads(); torch.set_num_threads(1)
+    try:
+        ref = {k: f() for k, f in fns.items()}  # also the warm-up call of each path
+        runs = {k: [] for k in fns}
+        for _ in range(1 if quick else 5):
+            for k, f in fns.items(): runs[k].append(_usage(f))
+    finally: torch.set_num_threads(threads)
+    if fused_kernel() is None: raise RuntimeError('the fused kernel is not built: nothing to compare')
+    med = {k: {m: float(np.median([u[m] for u in v])) for m in v[0]} for k, v in runs.items()}
+    row = dict(graph=sub.name, entities=sub.num_entities, edges=g.num_edges, batch_size=batch_size, threads=1, repeats=len(runs['ours']),
+               identical_to_fused_allocating=bool(torch.equal(ref['ours'], ref['fused_allocating'])),
+               max_abs_diff_vs_portable=float((ref['ours'] - ref['portable']).abs().max()))
+    for k, m in med.items():
+        row[k] = dict(wall_s=round(m['wall'], 3), user_s=round(m['user'], 3), sys_s=round(m['sys'], 3),
+                      sys_share_of_wall=round(m['sys'] / m['wall'], 3),
+                      sys_share_of_cpu=round(m['sys'] / (m['user'] + m['sys']), 3), minor_faults=int(m['minor_faults']))
+    row['speedup_vs_portable'] = dict(wall=round(med['portable']['wall'] / med['ours']['wall'], 2),
+                                      cpu=round(sum(med['portable'][x] for x in ('user', 'sys')) / sum(med['ours'][x] for x in ('user', 'sys')), 2))
+    row['speedup_vs_fused_allocating'] = dict(wall=round(med['fused_allocating']['wall'] / med['ours']['wall'], 2),
+                                              cpu=round(sum(med['fused_allocating'][x] for x in ('user', 'sys')) / sum(med['ours'][x] for x in ('user', 'sys')), 2))
+    return row
+
+
 if __name__ == '__main__':
-    import json
-    print(json.dumps(run(quick=True), indent=1))
+    import json, sys
+    if '--large-graph' in sys.argv:
+        from kgqa_nb.core import Timer, provenance
+        with Timer() as t: res = large_graph(quick='--quick' in sys.argv)
+        rec = dict(topic='ultra_large_graph', quick='--quick' in sys.argv, seconds=round(t.s, 1), results=res,
+                   provenance=provenance(dict(quick='--quick' in sys.argv), benchmark='ultra_large_graph'))
+        dest = Path(__file__).resolve().parent / 'results' / 'ultra_large_graph.json'
+        if not rec['quick']: dest.write_text(json.dumps(rec, indent=1) + '\n')
+        print(json.dumps(res, indent=1))
+    else: print(json.dumps(run(quick=True), indent=1))

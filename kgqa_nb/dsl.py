@@ -571,7 +571,7 @@ SPARQL_REFUSALS = {  # reason -> what it refuses; `sparql_to_query` raises Query
     'aggregate': 'COUNT, SUM, ... and GROUP BY / HAVING',
     'operator': 'FILTER, OPTIONAL, UNION, MINUS, BIND, VALUES, SERVICE, GRAPH, FROM, sub-queries and nested groups',
     'modifier': 'ORDER BY, LIMIT and OFFSET',
-    'property_path': 'property paths such as wdt:P31/wdt:P279*, ^wdt:P40, wdt:P131+',
+    'property_path': 'property paths beyond sequences (/) and inverses (^): wdt:P22|wdt:P25, wdt:P131+, wdt:P279*, wdt:P1?, !wdt:P1, ( … )',
     'blank_node': 'blank nodes: [ … ], _:b and RDF collections ( … )',
     'language_literal': 'language-tagged literals such as "Berlin"@de',
     'literal': 'other literals in a pattern: strings, numbers, dates, booleans',
@@ -599,7 +599,7 @@ class _SparqlReader:
     "Cursor over the tokens of one query (`sparql.sparql_tokens`, comments dropped)."
     def __init__(self, text: str):
         self.toks, self.i = [t for t in sparql_tokens(text) if t[0] != 'comment'], 0
-        self.prefixes, self.base, self.label_service = dict(_WDQS_PREFIXES), '', False
+        self.prefixes, self.base, self.label_service, self.n_paths = dict(_WDQS_PREFIXES), '', False, 0
     def peek(self, k=0): return self.toks[self.i + k] if self.i + k < len(self.toks) else (None, '')
     def word(self, k=0):
         kind, text = self.peek(k)
@@ -643,18 +643,39 @@ def node_term(self: _SparqlReader):
         _refuse('literal', f'literal {text}{self.peek()[1] if text in "+-" else ""}: the DSL has no literals')
     _refuse('sparql_syntax', f'unexpected {text!r} where a subject or object should be')
 
+_PATH_OPERATORS = {'|': 'an alternative (|)', '*': 'a repetition (*)', '+': 'a repetition (+)', '?': 'an optional step (?)',
+                   '!': 'a negated property set (!)', '(': 'a grouped path ( … )'}  # the operators that have no DSL chain
+
+@patch
+def path_tokens(self: _SparqlReader) -> list:
+    "Consume and return the tokens of a predicate: one property, or a whole property path."
+    out, depth, elt = [], 0, True  # elt: an element (property, ^, !, '(') is expected next
+    while self.peek()[0] is not None:
+        kind, text = self.peek()
+        if elt and text in ('^', '!', '('): depth += text == '('
+        elif elt and (kind in ('iri', 'pname', 'var') or (kind == 'name' and text == 'a')): elt = False
+        elif elt: break
+        elif text == ')' and depth: depth -= 1
+        elif text in ('/', '|'): elt = True
+        elif not (text in ('*', '+') or (kind == 'other' and text == '?')): break
+        out.append(self.next())
+    return out
+
 @patch
 def predicate_term(self: _SparqlReader):
-    "('var', '?p'), ('a',) or ('iri', IRI, text) of a predicate; a refusal for a property path."
-    kind, text = self.next()
-    if text in ('^', '!', '('): _refuse('property_path', f"property path starting {text!r} (inverse, negated or grouped path)")
-    if kind == 'var': term = ('var', '?' + text[1:])
-    elif kind == 'name' and text == 'a': term = ('a',)
-    elif kind in ('iri', 'pname'): term = ('iri', self.iri(kind, text), text)
-    else: _refuse('sparql_syntax', f'unexpected {text!r} where a predicate should be')
-    nxt = self.peek()[1]
-    if nxt in ('/', '|', '*', '+') or (self.peek()[0] == 'other' and nxt == '?'): _refuse('property_path', f'property path {text}{nxt}…')
-    return term
+    "('var', '?p'), ('a',), ('iri', IRI, text), or ('path', [(term, inverse)], text) for a sequence of (inverse) properties."
+    toks = self.path_tokens()
+    if not toks: _refuse('sparql_syntax', f"unexpected {self.peek()[1] or 'the end of the query'!r} where a predicate should be")
+    text = ''.join(t for _, t in toks)
+    ops = dict.fromkeys(_PATH_OPERATORS[t] for k, t in toks if t in _PATH_OPERATORS and k != 'var')
+    if ops: _refuse('property_path', f"property path {text} uses {', '.join(ops)}: only sequences (/) and inverses (^) of properties are chains of projections")
+    term = lambda k, t: ('var', '?' + t[1:]) if k == 'var' else ('a',) if k == 'name' else ('iri', self.iri(k, t), t)
+    if len(toks) == 1: return term(*toks[0])
+    steps, inverse = [], False
+    for k, t in toks:
+        if t == '^': inverse = True
+        elif t != '/': steps.append((term(k, t), inverse)); inverse = False
+    return ('path', steps, text)
 
 # %% ../nbs/17_dsl.ipynb #c080
 def _node(term):
@@ -731,7 +752,8 @@ def triples_block(self: _SparqlReader, out: list, selected: set):
     while True:
         p = self.predicate_term()
         while True:
-            out.append(_edge(s, p, self.node_term(), selected))
+            o = self.node_term()
+            out.extend(self.path_edges(s, p, o, selected) if p[0] == 'path' else [_edge(s, p, o, selected)])
             if self.peek()[1] != ',': break
             self.next()
         while self.peek()[1] == ';': self.next()
@@ -740,6 +762,14 @@ def triples_block(self: _SparqlReader, out: list, selected: set):
     elif self.peek()[0] is None: _refuse('sparql_syntax', "unclosed '{'")
     elif self.peek()[1] not in ('}', '{') and self.word() not in _OPERATORS:
         _refuse('sparql_syntax', f"expected '.' or '}}' after a triple pattern, found {self.peek()[1]!r}")
+
+@patch
+def path_edges(self: _SparqlReader, s, path, o, selected: set) -> list:
+    "The edges of `s path o` for a sequence of (inverse) properties, through a fresh variable per inner node."
+    self.n_paths += 1
+    steps = path[1]
+    nodes = [s, *(('var', f'?path{self.n_paths}.{i}') for i in range(1, len(steps))), o]  # '.' cannot occur in a SPARQL variable
+    return [_edge(b, p, a, selected) if inv else _edge(a, p, b, selected) for (p, inv), a, b in zip(steps, nodes, nodes[1:])]
 
 @patch
 def where_group(self: _SparqlReader, selected: set) -> list:

@@ -108,12 +108,8 @@ LP_SPLITS = {  # registered name -> folder inside the data dir
 def _split_file(folder: Path, stem: str):
     return next((folder / f'{stem}{ext}' for ext in ('.txt', '.tsv') if (folder / f'{stem}{ext}').is_file()), None)
 
-def _index_queries(kg: KnowledgeGraph, df: pd.DataFrame, path) -> np.ndarray:
-    r = df.r.map(kg.relation_index)
-    if r.isna().any():
-        i = int(r.isna().idxmax())
-        raise UnknownIdError(f'{path}:{i}: relation {df.r[i]!r} never occurs in the message-passing graph, so a link predictor cannot score it')
-    return np.stack([df.h.map(kg.entity_index), r, df.t.map(kg.entity_index)], 1).astype(np.int64)
+def _index_queries(kg: KnowledgeGraph, df: pd.DataFrame) -> np.ndarray:
+    return np.stack([df.h.map(kg.entity_index), df.r.map(kg.relation_index), df.t.map(kg.entity_index)], 1).astype(np.int64)
 
 def load_split(split: str,  # a registered name (`LP_SPLITS`) or a folder in one of the `LP_LAYOUTS`
                name: str | None = None,  # name of the split (default: the registered name or the folder's name)
@@ -130,7 +126,9 @@ def load_split(split: str,  # a registered name (`LP_SPLITS`) or a folder in one
     g, va, te = (read_triple_file(f) for f in files)
     qents = pd.unique(pd.concat([va.h, va.t, te.h, te.t]))
     kg = KnowledgeGraph.from_id_triples(g.reset_index(drop=True), extra_entities=qents, name=name)
-    return LinkPredictionSplit(kg, _index_queries(kg, va, files[1]), _index_queries(kg, te, files[2]), inductive=setting == 'inductive', name=name)
+    unseen = [r for r in pd.unique(pd.concat([va.r, te.r])) if r not in kg.relation_index]  # query relations without an edge
+    if unseen: kg = KnowledgeGraph(kg.head, kg.rel, kg.tail, kg.entity_ids, kg.relation_ids + unseen, name=name)
+    return LinkPredictionSplit(kg, _index_queries(kg, va), _index_queries(kg, te), inductive=setting == 'inductive', name=name)
 
 def load_ilpc2022(size: str = 'small', root=None) -> LinkPredictionSplit:
     "ILPC2022 inductive split ('small' or 'large'): the inference graph plus validation/test queries."

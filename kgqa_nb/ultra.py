@@ -17,18 +17,19 @@ from torch.nn import functional as F
 
 import pandas as pd
 
-from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress, write_table, CLIParser, UsageError
+from .core import ckpt_dir, user_cache_dir, sha256_file, download, get_device, progress
 from .kg import KnowledgeGraph
 from .loaders import LinkPredictionSplit, load_split
 from . import metrics
 
 # %% auto #0
-__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'KERNEL_MODES', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES', 'FUZZY_AND',
-           'UltraGraph', 'build_relation_graph', 'ultra_graph', 'RelationalAdjacency', 'relational_adjacency',
-           'csr_sum', 'kernel_mode', 'fused_kernel', 'use_fused', 'fused_relational_sum', 'GeneralizedRelationalConv',
-           'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops', 'appendix_a_flops', 'llm_prefill_flops',
-           'CheckpointError', 'checkpoint_path', 'ultra_state_dict', 'load_ultra', 'known_answers', 'filtered_ranks',
-           'ranking_metrics', 'link_prediction_ranks', 'evaluate_link_prediction', 'evaluate_split', 'ultra_eval_cli',
+__all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'KERNEL_MODES', 'ULTRA_CHECKPOINTS', 'ULTRA_CKPT_URL', 'KEY_PREFIXES',
+           'UNSEEN_RELATIONS', 'FUZZY_AND', 'UltraGraph', 'build_relation_graph', 'ultra_graph', 'RelationalAdjacency',
+           'relational_adjacency', 'csr_sum', 'kernel_mode', 'fused_kernel', 'use_fused', 'fused_relational_sum',
+           'ForwardBuffers', 'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops',
+           'appendix_a_flops', 'llm_prefill_flops', 'CheckpointError', 'checkpoint_path', 'ultra_state_dict',
+           'state_dict_mismatch', 'load_ultra', 'known_answers', 'filtered_ranks', 'ranking_metrics',
+           'link_prediction_ranks', 'evaluate_link_prediction', 'unseen_relation_queries', 'evaluate_split',
            'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
@@ -266,6 +267,19 @@ def fused_relational_sum(adj: RelationalAdjacency,  # the graph grouped by (targ
     return out
 
 # %% ../nbs/18_ultra.ipynb #c033
+class ForwardBuffers:
+    "Named scratch tensors reused by every layer of one forward pass (see above: no fresh 100 MB mapping per layer)."
+    def __init__(self): self.tensors = {}
+    def get(self, name: str,  # what the buffer holds, e.g. 'agg'
+            shape: tuple,  # its shape
+            like: torch.Tensor):  # dtype and device to match
+        "The buffer `name` of this shape, dtype and device (uninitialised), allocated only when none fits."
+        t = self.tensors.get(name)
+        if t is None or t.shape != tuple(shape) or t.dtype != like.dtype or t.device != like.device:
+            t = self.tensors[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return t
+
+# %% ../nbs/18_ultra.ipynb #c037
 class GeneralizedRelationalConv(nn.Module):
     "NBFNet layer: DistMult messages summed with the boundary, Linear on [old state, aggregate], LayerNorm, ReLU."
     def __init__(self, dim: int = 64,  # hidden size (input = output)
@@ -282,12 +296,16 @@ class GeneralizedRelationalConv(nn.Module):
                 boundary: torch.Tensor,  # (N, B, d) boundary condition, added as a self-message
                 adj: RelationalAdjacency,  # the graph, grouped by (target, type)
                 relation: torch.Tensor,  # (T, B, d) relation vectors per batch element
-                chunk_size: int = DEFAULT_CHUNK):  # max messages (pairs x batch) materialised at once (portable path)
+                chunk_size: int = DEFAULT_CHUNK,  # max messages (pairs x batch) materialised at once (portable path)
+                buffers: ForwardBuffers | None = None):  # scratch tensors shared by the layers (fused path only)
         "New node states (N, B, d)."
         N, B, d = x.shape
         xf, rf = x.reshape(N, B * d), relation.reshape(relation.shape[0], B * d)
+        if use_fused(x, boundary, relation):
+            agg = (boundary.reshape(N, B * d).clone(memory_format=torch.contiguous_format) if buffers is None
+                   else buffers.get('agg', (N, B * d), x).copy_(boundary.reshape(N, B * d)))
+            return self.combine(x, fused_relational_sum(adj, xf, rf, agg).view(N, B, d), buffers)
         agg = boundary.reshape(N, B * d).clone(memory_format=torch.contiguous_format)
-        if use_fused(x, boundary, relation): return self.combine(x, fused_relational_sum(adj, xf, rf, agg).view(N, B, d))
         step, P = max(1, chunk_size // B), len(adj.pair_dst)
         for s in range(0, P, step):
             e = min(P, s + step); lo, hi = int(adj.crow[s]), int(adj.crow[e])
@@ -299,11 +317,15 @@ class GeneralizedRelationalConv(nn.Module):
             agg += csr_sum(D, msg)  # pairs are sorted by target: a CSR sum into their targets
         return self.combine(x, agg.view(N, B, d))
 
-    def combine(self, x: torch.Tensor, agg: torch.Tensor):
-        "ReLU(LayerNorm(Linear([old state, aggregate])))."
-        return F.relu(self.layer_norm(self.linear(torch.cat([x, agg], -1))))
+    def combine(self, x: torch.Tensor, agg: torch.Tensor, buffers: ForwardBuffers | None = None):
+        "ReLU(LayerNorm(Linear([old state, aggregate]))), the concatenation and the Linear written into `buffers` when given."
+        if buffers is None: return F.relu(self.layer_norm(self.linear(torch.cat([x, agg], -1))))
+        N, B, d = x.shape
+        cat = torch.cat([x, agg], -1, out=buffers.get('cat', (N, B, 2 * d), x))
+        lin = torch.addmm(self.linear.bias, cat.view(N * B, 2 * d), self.linear.weight.t(), out=buffers.get('lin', (N * B, d), x))
+        return F.relu_(self.layer_norm(lin.view(N, B, d)))  # the new state: the one fresh tensor of the layer
 
-# %% ../nbs/18_ultra.ipynb #c037
+# %% ../nbs/18_ultra.ipynb #c041
 class RelNBFNet(nn.Module):
     "NBFNet over the relation graph: query-conditioned representations of all 2R relation types."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -324,7 +346,7 @@ class RelNBFNet(nn.Module):
             h = layer(h, boundary, graph.rel_adj, rel, chunk_size) + h
         return h.transpose(0, 1)
 
-# %% ../nbs/18_ultra.ipynb #c039
+# %% ../nbs/18_ultra.ipynb #c043
 class EntityNBFNet(nn.Module):
     "NBFNet over the fact graph, with per-layer projections of the conditioned relation vectors, and a score MLP."
     def __init__(self, dim: int = 64, num_layers: int = 6):
@@ -339,12 +361,24 @@ class EntityNBFNet(nn.Module):
                   query: torch.Tensor,  # (B, d) query vector
                   chunk_size: int = DEFAULT_CHUNK):
         "Logits (B, V) for every entity."
+        buffers = ForwardBuffers() if use_fused(init, rel_reprs) else None  # the fused path reuses its scratch tensors
         h = init
         for layer in self.layers:
             rel = layer.relation_projection(rel_reprs).transpose(0, 1)  # (2R, B, d)
-            h = layer(h, init, graph.adj, rel, chunk_size) + h
-        feat = torch.cat([h, query.unsqueeze(0).expand(h.shape[0], -1, -1)], -1)
-        return self.mlp(feat).squeeze(-1).t()
+            out = layer(h, init, graph.adj, rel, chunk_size, buffers)
+            h = out + h if buffers is None else out.add_(h)
+        if buffers is None: return self.mlp(torch.cat([h, query.unsqueeze(0).expand(h.shape[0], -1, -1)], -1)).squeeze(-1).t()
+        return self.score(h, query, buffers)
+
+    def score(self, h: torch.Tensor,  # (V, B, d) final states
+              query: torch.Tensor,  # (B, d)
+              buffers: ForwardBuffers):  # the forward pass's scratch tensors
+        "The score MLP on [h, q], written into the forward pass's buffers: logits (B, V)."
+        N, B, d = h.shape
+        feat = torch.cat([h, query.unsqueeze(0).expand(N, -1, -1)], -1, out=buffers.get('cat', (N, B, 2 * d), h))
+        l0, l2 = self.mlp[0], self.mlp[2]
+        hid = torch.addmm(l0.bias, feat.view(N * B, 2 * d), l0.weight.t(), out=buffers.get('mlp', (N * B, 2 * d), h)).relu_()
+        return F.linear(hid, l2.weight, l2.bias).view(N, B).t()
 
     def forward(self, graph: UltraGraph, rel_reprs: torch.Tensor,
                 h_index: torch.Tensor,  # (B,) head entities
@@ -358,7 +392,7 @@ class EntityNBFNet(nn.Module):
         init[h_index, ar] = query
         return self.propagate(graph, init, rel_reprs, query, chunk_size)
 
-# %% ../nbs/18_ultra.ipynb #c041
+# %% ../nbs/18_ultra.ipynb #c045
 class Ultra(nn.Module):
     "ULTRA: a relation NBFNet conditioned on the query relation feeding an entity NBFNet; parameter names match the checkpoints."
     def __init__(self, dim: int = 64, num_layers: int = 6,
@@ -385,7 +419,7 @@ class Ultra(nn.Module):
         if direction == 'head': return self(graph, anchor, relation + graph.num_relations // 2, rel_query=relation)
         raise ValueError(f"direction must be 'tail' or 'head', not {direction!r}")
 
-# %% ../nbs/18_ultra.ipynb #c045
+# %% ../nbs/18_ultra.ipynb #c049
 def _mp_flops(adj: RelationalAdjacency, B: int, d: int) -> int:
     "Sparse FLOPs of one `GeneralizedRelationalConv` message pass over `adj` for B queries."
     nnz, P = len(adj.col), len(adj.pair_dst)
@@ -413,7 +447,7 @@ def llm_prefill_flops(num_nodes: int, num_edges: int, active_params: float = 5.1
     "The paper's lower bound for an LLM reading the graph: 2 x active parameters per token, N + E + 1 tokens (Appendix A)."
     return 2 * active_params * (num_nodes + num_edges + 1)
 
-# %% ../nbs/18_ultra.ipynb #c049
+# %% ../nbs/18_ultra.ipynb #c053
 ULTRA_CHECKPOINTS = {  # name -> sha256 and the sum of all parameters (a cheap fingerprint of the loaded weights)
     'ultra_3g': dict(sha256='fdedc01b0045fc089d2ad5da08569466b7b221691fe978a18e91082bbb133c18', param_sum=314.0047),
     'ultra_4g': dict(sha256='48a046e708adf5632d87c30eacae01f5f51466b2301effdc2cb42358d22854e0', param_sum=271.6183),
@@ -426,7 +460,7 @@ KEY_PREFIXES = ('model.model.',)  # UltraQuery -> RelationProjection -> Ultra ne
 class CheckpointError(ValueError):
     "A checkpoint file that is not one of the known ULTRA checkpoints, or whose weights do not fit the model."
 
-# %% ../nbs/18_ultra.ipynb #c051
+# %% ../nbs/18_ultra.ipynb #c055
 def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
                     url: str | None = None):  # download source (default: the ULTRA GitHub repository)
     "Local path of a named checkpoint, downloading (sha256-verified) into the user cache when absent."
@@ -436,42 +470,56 @@ def checkpoint_path(name: str,  # one of ULTRA_CHECKPOINTS
     dest = user_cache_dir() / 'ckpts' / 'ultra' / f'{name}.pth'
     return download((url or ULTRA_CKPT_URL).format(name=name), dest, sha256=ULTRA_CHECKPOINTS[name]['sha256'])
 
-# %% ../nbs/18_ultra.ipynb #c054
+# %% ../nbs/18_ultra.ipynb #c058
+def _ckpt_hint(path: Path) -> str:
+    if path.stem in ULTRA_CHECKPOINTS: return f'delete it so that {path.stem} is downloaded again, or rename it if it is a checkpoint of your own'
+    return 'save it again, or give another file'
+
 def ultra_state_dict(path,  # a .pth file
-                     verify: bool = True):  # require the sha256 of a known checkpoint
+                     verify: bool = True):  # check the sha256 of a published checkpoint (other files have none to check)
     "The model state_dict of a checkpoint file, with UltraQuery's key prefix stripped."
     path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f'no checkpoint file {path}')
-    if verify:
-        digest = sha256_file(path)
-        known = {v['sha256']: k for k, v in ULTRA_CHECKPOINTS.items()}
-        if path.stem in ULTRA_CHECKPOINTS and digest != ULTRA_CHECKPOINTS[path.stem]['sha256']:
-            raise CheckpointError(f'{path} is corrupt or not the published {path.stem}: sha256 {digest} != {ULTRA_CHECKPOINTS[path.stem]["sha256"]}')
-        if digest not in known:
-            raise CheckpointError(f'{path} (sha256 {digest}) is not a known ULTRA checkpoint; pass verify=False to load it anyway')
+    if not path.is_file(): raise FileNotFoundError(f'no checkpoint file {path}' + (' (it is a folder)' if path.is_dir() else ''))
+    if path.stat().st_size == 0: raise CheckpointError(f'checkpoint {path} is empty (0 bytes): {_ckpt_hint(path)}')
+    if verify and path.stem in ULTRA_CHECKPOINTS and (digest := sha256_file(path)) != ULTRA_CHECKPOINTS[path.stem]['sha256']:
+        raise CheckpointError(f'{path} is corrupt or not the published {path.stem} (sha256 {digest[:12]}…, expected '
+                              f'{ULTRA_CHECKPOINTS[path.stem]["sha256"][:12]}…): {_ckpt_hint(path)}')
     try: ck = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e: raise CheckpointError(f'cannot read checkpoint {path}: {e}') from e
+    except Exception as e:
+        why = ' '.join(str(e).split())[:120] or type(e).__name__
+        raise CheckpointError(f'{path} is not a readable torch checkpoint, perhaps truncated or damaged ({why}): {_ckpt_hint(path)}') from None
     sd = ck.get('model', ck) if isinstance(ck, dict) else None
-    if not isinstance(sd, dict): raise CheckpointError(f'{path} holds no state_dict')
+    if not isinstance(sd, dict): raise CheckpointError(f'{path} holds no state_dict (a dict of tensors, or one under the key "model")')
     out = OrderedDict()
     for k, v in sd.items():
         for p in KEY_PREFIXES: k = k.removeprefix(p)
         out[k] = v
     return out
 
-# %% ../nbs/18_ultra.ipynb #c055
+# %% ../nbs/18_ultra.ipynb #c060
+def state_dict_mismatch(expected: dict,  # the model's state_dict
+                        got: dict):  # the checkpoint's
+    "The first difference in keys and shapes between two state_dicts, in words; None when every tensor fits."
+    for k, v in expected.items():
+        if k not in got: return f'tensor {k!r} is missing'
+        if not isinstance(got[k], torch.Tensor): return f'{k!r} is not a tensor'
+        if tuple(got[k].shape) != tuple(v.shape): return f'tensor {k!r} has shape {tuple(got[k].shape)}, the architecture needs {tuple(v.shape)}'
+    extra = next((k for k in got if k not in expected), None)
+    return None if extra is None else f'tensor {extra!r} is not part of the architecture'
+
+# %% ../nbs/18_ultra.ipynb #c062
 def load_ultra(name_or_path: str = 'ultra_3g',  # a name in ULTRA_CHECKPOINTS or a path to a .pth file
                device: str = 'cpu',  # 'auto', 'cpu', 'cuda', 'cuda:N'
-               verify: bool = True,  # require a known sha256
+               verify: bool = True,  # check the sha256 of a published checkpoint
                chunk_size: int = DEFAULT_CHUNK):  # max messages (edges x batch) materialised at once
-    "An `Ultra` model with published weights (strict key match), in eval mode on `device`."
+    "An `Ultra` model with a checkpoint's weights (published or your own; every tensor must fit), in eval mode on `device`."
     path = checkpoint_path(name_or_path) if name_or_path in ULTRA_CHECKPOINTS else Path(name_or_path)
-    model = Ultra(chunk_size=chunk_size)
-    try: model.load_state_dict(ultra_state_dict(path, verify=verify), strict=True)
-    except RuntimeError as e: raise CheckpointError(f'{path} does not fit the ULTRA architecture: {e}') from e
+    model, sd = Ultra(chunk_size=chunk_size), ultra_state_dict(path, verify=verify)
+    if (diff := state_dict_mismatch(model.state_dict(), sd)): raise CheckpointError(f'{path} does not fit the ULTRA architecture: {diff}')
+    model.load_state_dict(sd, strict=True)
     return model.to(get_device(device) if isinstance(device, str) else device).eval()
 
-# %% ../nbs/18_ultra.ipynb #c061
+# %% ../nbs/18_ultra.ipynb #c070
 def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all triples known true
                   anchors: np.ndarray,  # (n,) anchor entity per query
                   rels: np.ndarray,  # (n,) original relation per query
@@ -490,7 +538,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c064
+# %% ../nbs/18_ultra.ipynb #c073
 def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
                    target: torch.Tensor,  # (B,) index of the true answer
                    filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
@@ -501,21 +549,21 @@ def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
     cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
     return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
 
-# %% ../nbs/18_ultra.ipynb #c068
+# %% ../nbs/18_ultra.ipynb #c077
 def ranking_metrics(ranks) -> dict:
     "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
     r = torch.as_tensor(ranks).double().cpu().numpy()
     if r.size == 0: raise ValueError('no ranks to summarise')
     return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
 
-# %% ../nbs/18_ultra.ipynb #c071
+# %% ../nbs/18_ultra.ipynb #c080
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
                           filter_triples: np.ndarray,  # (m, 3) all triples known true (for filtering)
                           direction: str = 'tail',  # 'tail' or 'head'
                           batch_size: int = 16,  # queries per forward pass
-                          show_progress: bool = False) -> np.ndarray:
+                          show_progress: bool = False) -> np.ndarray:  # a progress bar over batches (KGQA_PROGRESS=0 hides it)
     "Filtered rank of every query's answer (the tail for 'tail', the head for 'head')."
     q = np.asarray(queries, dtype=np.int64).reshape(-1, 3)
     if len(q) and (q[:, [0, 2]].min() < 0 or q[:, [0, 2]].max() >= graph.num_nodes or q[:, 1].min() < 0 or q[:, 1].max() >= graph.num_relations // 2):
@@ -523,7 +571,8 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
     anchor_col, target_col = (0, 2) if direction == 'tail' else (2, 0)
     rows, cols = known_answers(filter_triples, q[:, anchor_col], q[:, 1], direction)
     dev, out = graph.device, []
-    for s in progress(range(0, len(q), batch_size), disable=not show_progress, desc=f'{direction} queries'):
+    bar = {} if show_progress else dict(disable=True)  # shown: tqdm over batches, unless KGQA_PROGRESS=0
+    for s in progress(range(0, len(q), batch_size), desc=f'{direction} queries', unit='batch', **bar):
         b = q[s:s + batch_size]
         sel = (rows >= s) & (rows < s + len(b))
         scores = model.predict(graph, torch.from_numpy(b[:, anchor_col]).to(dev), torch.from_numpy(b[:, 1]).to(dev), direction)
@@ -531,7 +580,7 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                                   torch.from_numpy(cols[sel]).to(dev)).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c073
+# %% ../nbs/18_ultra.ipynb #c082
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -542,56 +591,35 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
     return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c077
+# %% ../nbs/18_ultra.ipynb #c086
+def unseen_relation_queries(kg: KnowledgeGraph,  # the message-passing graph
+                            queries: np.ndarray):  # (n, 3) (h, r, t)
+    "Which queries ask about a relation with no edge in `kg` (a boolean mask): ULTRA sees it as an isolated relation node."
+    return np.bincount(kg.rel, minlength=kg.num_relations)[np.asarray(queries, np.int64).reshape(-1, 3)[:, 1]] == 0
+
+UNSEEN_RELATIONS = ('score', 'skip')  # what evaluate_split does with queries whose relation has no edge in the graph
+
 def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
                    split: LinkPredictionSplit,  # from `kg.load_split`
                    which: str = 'test',  # 'test' or 'valid' queries
                    max_queries: int = 0,  # evaluate the first N queries only (0 = all)
                    batch_size: int = 16,  # queries per forward pass
                    graph: UltraGraph | None = None,  # the split's UltraGraph, when already built on the model's device
-                   show_progress: bool = False) -> pd.DataFrame:
+                   show_progress: bool = False,  # a progress bar over batches (KGQA_PROGRESS=0 hides it)
+                   unseen_relations: str = 'score') -> pd.DataFrame:  # 'score' them as the original code does, or 'skip' them
     "Filtered MRR and Hits@1/3/10 of `model` on a split's queries: one row per direction (tail, head, both pooled)."
     if max_queries < 0 or batch_size < 1: raise ValueError(f'max_queries must be >= 0 and batch_size >= 1, not {max_queries} and {batch_size}')
+    if unseen_relations not in UNSEEN_RELATIONS: raise ValueError(f'unseen_relations must be one of {UNSEEN_RELATIONS}, not {unseen_relations!r}')
     q = split.queries(which)
     q = q[:max_queries] if max_queries else q
-    if not len(q): raise ValueError(f'split {split.name!r} has no {which} queries')
+    if unseen_relations == 'skip': q = q[~unseen_relation_queries(split.graph, q)]
+    if not len(q): raise ValueError(f'split {split.name!r} has no {which} queries' + (' with a relation of the graph' if unseen_relations == 'skip' else ''))
     if graph is None: graph = ultra_graph(split.graph, next(model.parameters()).device)
     res = evaluate_link_prediction(model, graph, q, split.known, batch_size, show_progress)
     return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
                          for d, m in res.items()])
 
-# %% ../nbs/18_ultra.ipynb #c082
-def ultra_eval_cli(argv=None) -> int:
-    "`kgqa ultra-eval`: zero-shot filtered MRR and Hits@1/3/10 of an ULTRA checkpoint on a link-prediction split."
-    from kgqa_nb.loaders import LP_SPLITS
-    ap = CLIParser(prog='kgqa ultra-eval', description=ultra_eval_cli.__doc__)
-    ap.add_argument('--split', required=True, help=f'a folder of train/valid/test or ILPC inference/inference_validation/inference_test triple files, or one of {", ".join(sorted(LP_SPLITS))}')
-    ap.add_argument('--ckpt', default='ultra_3g', help=f'checkpoint: {", ".join(ULTRA_CHECKPOINTS)}, or a .pth file')
-    ap.add_argument('--which', choices=('test', 'valid'), default='test', help='which queries to rank')
-    ap.add_argument('--batch-size', type=int, default=16, help='queries per forward pass')
-    ap.add_argument('--max-queries', type=int, default=0, help='rank only the first N queries (0 = all)')
-    ap.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')
-    ap.add_argument('--out', default='', help='write the table to this CSV file (provenance beside it)')
-    a = ap.parse_args(argv)
-    if a.batch_size < 1: raise UsageError(f'--batch-size must be at least 1, got {a.batch_size}')
-    if a.max_queries < 0: raise UsageError(f'--max-queries must be 0 (all) or more, got {a.max_queries}')
-    if a.ckpt not in ULTRA_CHECKPOINTS and not Path(a.ckpt).is_file():
-        raise CheckpointError(f'unknown checkpoint {a.ckpt!r}: use one of {sorted(ULTRA_CHECKPOINTS)} or the path of a .pth file')
-    if a.out and Path(a.out).is_dir(): raise ValueError(f'--out {a.out} is a folder: give the path of a .csv file')
-    try: dev = get_device(a.device)
-    except RuntimeError as e: raise ValueError(str(e)) from None  # CUDA asked for but absent: bad input, not a bug
-    split = load_split(a.split)
-    table = evaluate_split(load_ultra(a.ckpt, device=dev), split, a.which, a.max_queries, a.batch_size)
-    n_all = len(split.queries(a.which))
-    print(f'{Path(a.ckpt).stem} on {split!r}: {int(table.n_queries[0]):,} of {n_all:,} {a.which} queries')
-    print(table.to_string(index=False, float_format=lambda x: f'{x:.4f}'))
-    if a.out:
-        table.insert(0, 'split', split.name); table.insert(1, 'checkpoint', Path(a.ckpt).stem); table.insert(2, 'queries', a.which)
-        write_table(table, a.out, params=vars(a), kg=split.name, llm_backend=None, command='kgqa ultra-eval')
-        print(f'wrote {a.out}')
-    return 0
-
-# %% ../nbs/18_ultra.ipynb #c091
+# %% ../nbs/18_ultra.ipynb #c095
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -600,7 +628,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c092
+# %% ../nbs/18_ultra.ipynb #c096
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -626,7 +654,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c094
+# %% ../nbs/18_ultra.ipynb #c098
 from fastcore.basics import patch
 
 @patch
@@ -660,7 +688,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c100
+# %% ../nbs/18_ultra.ipynb #c104
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

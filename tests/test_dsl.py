@@ -324,6 +324,12 @@ SPARQL_OK = [
     ('SELECT ?a WHERE { ?a wdt:P1 wd:Q1 . ?a wdt:P1 wd:Q1 }', 'Q1 -> P1 inv'),  # a repeated pattern is one pattern
     ('SELECT ?item ?itemLabel WHERE { ?item wdt:P31 wd:Q5 . SERVICE wikibase:label { bd:serviceParam wikibase:language "en" . } }', 'Q5 -> P31 inv'),
     ('BASE <http://www.wikidata.org/entity/> SELECT $a WHERE { $a wdt:P17 <Q183> }', 'Q183 -> P17 inv'),
+    # issue 29 item 3: sequence and inverse paths are chains of projections
+    ('SELECT ?x WHERE { wd:Q1 wdt:P2/wdt:P3 ?x }', 'Q1 -> P2 -> P3'),
+    ('SELECT ?x WHERE { wd:Q1 ^wdt:P2 ?x }', 'Q1 -> P2 inv'),
+    ('SELECT ?x WHERE { ?x wdt:P31/wdt:P279 wd:Q515 }', 'Q515 -> P279 inv -> P31 inv'),
+    ('SELECT ?x WHERE { wd:Q1 wdt:P2/^wdt:P3/wdt:P4 ?x }', 'Q1 -> P2 -> P3 inv -> P4'),
+    ('SELECT ?x WHERE { ?x ^wdt:P40 wd:Q1 ; wdt:P19/wdt:P17 wd:Q2 }', 'AND(Q1 -> P40, Q2 -> P17 inv -> P19 inv)'),
 ]
 
 @pytest.mark.parametrize('sparql,dsl', SPARQL_OK)
@@ -369,10 +375,12 @@ SPARQL_BAD = [
     ('SELECT ?a WHERE { ?a wdt:P50 [ wdt:P27 wd:Q1 ] }', 'blank_node', 'blank node [ … ]'),
     ('SELECT ?a WHERE { ?a wdt:P50 _:b1 }', 'blank_node', 'blank node _:b1'),
     ('SELECT ?a WHERE { ?a wdt:P50 ( wd:Q1 wd:Q2 ) }', 'blank_node', 'RDF collection'),
-    # issue 9 item 7d: every path operator is a property path
-    *[(f'SELECT ?a WHERE {{ ?a {p} wd:Q1 }}', 'property_path', 'property path')
-      for p in ['wdt:P31/wdt:P279', 'wdt:P31/wdt:P279*', 'wdt:P131+', 'wdt:P131*', 'wdt:P22|wdt:P25', '^wdt:P40', 'wdt:P1?',
-                '!wdt:P1', '(wdt:P1/wdt:P2)']],
+    # issue 9 item 7d, issue 29 item 3: every path operator but / and ^ is refused, the message naming it and the whole path
+    *[(f'SELECT ?a WHERE {{ ?a {p} wd:Q1 }}', 'property_path', f'property path {p} uses {op}')
+      for p, op in [('wdt:P31/wdt:P279*', 'a repetition (*)'), ('wdt:P131+', 'a repetition (+)'), ('wdt:P131*', 'a repetition (*)'),
+                    ('wdt:P22|wdt:P25', 'an alternative (|)'), ('wdt:P1?', 'an optional step (?)'), ('!wdt:P1', 'a negated property set (!)'),
+                    ('(wdt:P1/wdt:P2)', 'a grouped path ( … )'), ('^wdt:P40/wdt:P22|wdt:P25', 'an alternative (|)'),
+                    ('wdt:P1/(wdt:P2|^wdt:P3)+', 'a grouped path ( … ), an alternative (|), a repetition (+)')]],
     # issue 9 item 7f: literal answers the text proves
     ('SELECT ?l WHERE { wd:Q1 rdfs:label ?l }', 'literal_answer', '?l is the object of rdfs:label'),
     ('SELECT ?d WHERE { wd:Q1 wdt:P569 ?d . FILTER(YEAR(?d) > 1900) }', 'literal_answer', 'treats ?d as a literal'),
@@ -483,6 +491,33 @@ def test_random_conjunctive_patterns_translate_exactly_or_are_refused(seed, patt
     prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
     want = {str(s['a'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
     assert set(SymbolicExecutor(kg).answers(q)) == want, (sparql, format_query(q))
+
+path_steps = st.lists(st.tuples(st.sampled_from(['P0', 'P1']), st.booleans()), min_size=1, max_size=3)
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from(['?a', '?b', 'wd:Q1', 'wd:Q2', 'wd:Q3']), path_steps,
+                                             st.sampled_from(['?a', '?b', 'wd:Q1', 'wd:Q2', 'wd:Q3'])), min_size=1, max_size=3))
+def test_sequence_and_inverse_paths_agree_with_sparql_on_random_graphs(seed, patterns):
+    "Issue 29 item 3: patterns whose predicates are paths of / and ^ translate to what Oxigraph returns, or are refused for their shape."
+    ox = pytest.importorskip('pyoxigraph')
+    path = lambda steps: '/'.join(('^' if inv else '') + f'wdt:{p}' for p, inv in steps)
+    sparql = 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} {path(ps)} {o} .' for s, ps, o in patterns) + ' }'
+    try: q = sparql_to_query(sparql)
+    except QueryConversionError as e:
+        assert e.reason in ('cyclic', 'disconnected', 'hanging_branch', 'projection'), str(e); return
+    kg = random_kg(seed, n_ent=6, n_rel=2, n_tri=18)
+    store = ox.Store()
+    store.load(''.join(kg.iter_ntriples(labels=False)).encode(), format=ox.RdfFormat.N_TRIPLES)
+    prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
+    want = {str(s['a'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
+    assert set(SymbolicExecutor(kg).answers(q)) == want, (sparql, format_query(q))
+
+def test_path_translations_are_not_vacuous():
+    "The random graphs above are dense enough that most two-step paths from an entity answer something."
+    ex = SymbolicExecutor(random_kg(0, n_ent=6, n_rel=2, n_tri=18))
+    paths = [f'{a}wdt:{p}/{b}wdt:{q}' for a in ('', '^') for b in ('', '^') for p in ('P0', 'P1') for q in ('P0', 'P1')]
+    answered = [bool(ex.answers(sparql_to_query(f'SELECT ?a WHERE {{ wd:Q{e} {path} ?a }}'))) for e in range(6) for path in paths]
+    assert sum(answered) >= len(answered) // 2, sum(answered)
 
 # ---------------------------------------------------------------- a corpus of Wikidata-style queries
 
