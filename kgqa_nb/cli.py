@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'user_error_types', 'error_line', 'main', 'port_number',
-           'serve_offline_cli']
+__all__ = ['COMMANDS', 'KGRAG_MODES', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser', 'kgrag_parser',
+           'user_error_types', 'error_line', 'main', 'port_number', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
@@ -25,6 +25,55 @@ COMMANDS = {
 }
 
 # %% ../nbs/41_cli.ipynb #c007
+def ultrag_parser():
+    "The flags of `kgqa ultrag`: the `ask` and `batch` modes and the options they share."
+    from kgqa_nb.core import CLIParser, fraction_in, int_at_least
+    ap = CLIParser(prog='kgqa ultrag', description='answer a question (ask) or a dataset split (batch) with the ULTRAG recipe')
+    sub = ap.add_subparsers(dest='mode', required=True)
+    ask, batch = sub.add_parser('ask', help='answer one question'), sub.add_parser('batch', help='answer a split of a dataset')
+    ask.add_argument('question', nargs='?', default='', help='the question (optional with --query or --id)')
+    ask.add_argument('--query', default='', help="a DSL query to run, e.g. 'Q42 -> P19' or 'AND(Q1 -> P2, Q3 -> P4 inv)'")
+    ask.add_argument('--id', default='', help='with --dataset: the ID of the question to answer (oracle writer)')
+    ask.add_argument('--seeds', default='', help='comma-separated seed entity IDs; empty links the mentions the writer names')
+    ask.add_argument('--top', type=int_at_least(1), default=10, help='top entities to print')
+    batch.add_argument('--split', choices=('train', 'test'), default='test', help='which split')
+    batch.add_argument('--n', type=int_at_least(0), default=0, help='first N questions only (0 = all)')
+    batch.add_argument('--link', action='store_true', help='do not give the seeds: link the mentions')
+    batch.add_argument('--out', default='', help='write the per-question table to this CSV file (checked before the run)')
+    for p in (ask, batch):
+        p.add_argument('--dataset', default='', help='a kgqa generate / kgqagen folder or the published GTSQA files (batch default: a generated toy dataset in the user cache)')
+        p.add_argument('--kg', default='', help="a load_kg name or a KG folder (default: the dataset's KG, else toyworld)")
+        p.add_argument('--backend', choices=('offline', 'openai'), default='offline', help='offline = oracle writer and threshold arbitrator')
+        p.add_argument('--model', default='', help='LLM model (openai backend)')
+        p.add_argument('--base-url', default='', help='OpenAI-compatible server URL (openai backend)')
+        p.add_argument('--executor', choices=('neural', 'symbolic'), default='neural', help='query executor')
+        p.add_argument('--ckpt', default='ultraquery', help='ULTRA checkpoint of the neural executor')
+        p.add_argument('--logic', choices=('product', 'godel', 'lukasiewicz'), default='product', help='fuzzy AND of the neural executor')
+        p.add_argument('--k', type=int_at_least(0), default=30_000, help='SEPPR nodes kept (0 = whole graph)')
+        p.add_argument('--tau', type=fraction_in(0, 1), default=0.5, help='offline arbitrator: keep entities within tau of the best, in (0, 1]')
+        p.add_argument('--seed', type=int, default=0, help='split seed of a --dataset run folder; seed of the default generated dataset')
+    return ap
+
+KGRAG_MODES = ('kg-rag', 'llm', 'llm+qd', 'llm+kg')  # `kgrag.MODES`, listed here so `--help` needs no import (a test keeps them equal)
+
+def kgrag_parser():
+    "The flags of `kgqa kgrag`: the question, the mode, N and K, the encoder and the LLM backend."
+    from kgqa_nb.core import CLIParser, int_at_least
+    ap = CLIParser(prog='kgqa kgrag', description='Decomposition, sub-answers and final answer of one MetaQA question.')
+    ap.add_argument('action', choices=['ask'], help='what to do')
+    ap.add_argument('question', help='the question with its entity in brackets, e.g. "who directed [Inception]"')
+    ap.add_argument('--mode', choices=KGRAG_MODES, default='kg-rag', help='the full system or one of the baselines')
+    ap.add_argument('--hops', type=int_at_least(1), default=2, help='N: candidate retrieval depth (the paper uses 3; the first N=3 run embeds up to ~35k triples per entity, with a progress bar)')
+    ap.add_argument('--top-k', type=int_at_least(1), default=30, help='K: triples per sub-question')
+    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='sentence encoder (name or model folder)')
+    ap.add_argument('--backend', choices=['offline', 'openai'], default='offline', help='offline roles or an OpenAI-compatible server')
+    ap.add_argument('--model', default=None, help='model name on the server')
+    ap.add_argument('--base-url', default=None, help='the server, e.g. http://127.0.0.1:8080/v1')
+    return ap
+
+PARSERS = {'ultrag': ultrag_parser, 'kgrag': kgrag_parser}  # command -> its parser here; its runner takes the parsed arguments
+
+# %% ../nbs/41_cli.ipynb #c011
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
     'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.runs:GenerationError',
@@ -48,7 +97,7 @@ def error_line(e: BaseException) -> str:
     else: msg = str(e) or type(e).__name__
     return ' '.join(msg.split())
 
-# %% ../nbs/41_cli.ipynb #c009
+# %% ../nbs/41_cli.ipynb #c013
 def main(argv=None) -> int:
     "Entry point of the `kgqa` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -61,15 +110,16 @@ def main(argv=None) -> int:
         print(f'kgqa: unknown command {argv[0]!r}; run `kgqa --help`', file=sys.stderr); return 2
     mod, fn = COMMANDS[argv[0]][0].split(':')
     try:
+        args = PARSERS[argv[0]]().parse_args(argv[1:]) if argv[0] in PARSERS else argv[1:]  # --help answers here, before any heavy import
         cmd = getattr(importlib.import_module(mod), fn, None)
         if cmd is None: raise ValueError(f'command {argv[0]!r} is not available in this version ({mod} has no {fn})')
-        return cmd(argv[1:]) or 0
+        return cmd(args) or 0
     except Exception as e:
         if os.environ.get('KGQA_DEBUG', '') not in ('', '0') or not isinstance(e, user_error_types()): raise
         print(f'kgqa {argv[0]}: {error_line(e)}', file=sys.stderr)
         return 2
 
-# %% ../nbs/41_cli.ipynb #c012
+# %% ../nbs/41_cli.ipynb #c021
 OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag', 'kgqa_nb.kgqagen')  # chapters that register offline models
 
 def port_number(s: str) -> int:  # the command-line text
@@ -97,5 +147,5 @@ def serve_offline_cli(argv=None) -> int:
     server.serve_forever()
     return 0
 
-# %% ../nbs/41_cli.ipynb #c014
+# %% ../nbs/41_cli.ipynb #c023
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # python -m kgqa_nb.cli (not when run as a notebook)

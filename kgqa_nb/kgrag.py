@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import CLIParser, MalformedFileError, check_model_flag, data_dir, int_at_least
+from .core import MalformedFileError, check_model_flag, data_dir
 from .kg import KnowledgeGraph, UnknownIdError
 from .loaders import load_kg
 from .llm import LLMClient, LLMError, register_offline_model
@@ -31,8 +31,7 @@ __all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DEC
            'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
            'relation_phrase_answer', 'offline_answer', 'substitute_answers', 'offline_reformulate',
            'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate_kgrag', 'gold_chain', 'step_hit',
-           'retrieval_diagnostics', 'sample_questions', 'metaqa_samples', 'roles_label', 'kgrag_parser', 'print_trace',
-           'kgrag_cli']
+           'retrieval_diagnostics', 'sample_questions', 'metaqa_samples', 'roles_label', 'print_trace', 'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -652,20 +651,6 @@ def roles_label(llm: LLMClient,
     return f'{rest}; sub-question answers: {reader}'
 
 # %% ../nbs/21_kgrag.ipynb #c082
-def kgrag_parser() -> CLIParser:
-    "The parser of `kgqa kgrag`: the question, the mode, N and K, the encoder and the LLM backend."
-    ap = CLIParser(prog='kgqa kgrag', description='Decomposition, sub-answers and final answer of one MetaQA question.')
-    ap.add_argument('action', choices=['ask'], help='what to do')
-    ap.add_argument('question', help='the question with its entity in brackets, e.g. "who directed [Inception]"')
-    ap.add_argument('--mode', choices=MODES, default='kg-rag', help='the full system or one of the baselines')
-    ap.add_argument('--hops', type=int_at_least(1), default=2, help='N: candidate retrieval depth (the paper uses 3; the first N=3 run embeds up to ~35k triples per entity)')
-    ap.add_argument('--top-k', type=int_at_least(1), default=30, help='K: triples per sub-question')
-    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='sentence encoder (name or model folder)')
-    ap.add_argument('--backend', choices=['offline', 'openai'], default='offline', help='offline roles or an OpenAI-compatible server')
-    ap.add_argument('--model', default=None, help='model name on the server')
-    ap.add_argument('--base-url', default=None, help='the server, e.g. http://127.0.0.1:8080/v1')
-    return ap
-
 def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line printed above it
     "Print a KG-RAG trace for a reader: the reasoning, each sub-question with its first triples and answer, the final answer."
     print(header)
@@ -678,9 +663,8 @@ def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line print
     if t['issues']: print(f'issues: {", ".join(t["issues"])}')
 
 # %% ../nbs/21_kgrag.ipynb #c086
-def kgrag_cli(argv=None) -> int:
+def kgrag_cli(a) -> int:  # the arguments `kgqa kgrag` parsed (`cli.kgrag_parser`)
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
-    a = kgrag_parser().parse_args(argv)
     check_model_flag(a.backend, a.model)
     topic = topic_entity(a.question)
     metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, CLIParser, UsageError, check_model_flag, check_output_file, fraction_in, int_at_least, write_table
+from .core import ReasonError, UsageError, check_model_flag, check_output_file, write_table
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -30,7 +30,7 @@ __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_L
            'decider_messages', 'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator',
            'ThresholdArbitrator', 'fit_tau', 'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag',
            'summarise_ultrag', 'cost_per_query', 'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'GivenQueryWriter',
-           'display_query', 'ultrag_parser', 'check_ask_source', 'ultrag_cli']
+           'display_query', 'check_ask_source', 'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -666,36 +666,7 @@ def display_query(text: str,  # canonical DSL text
     for ph, m in (mentions or {}).items(): text = re.sub(rf'\b{re.escape(ph)}\b', f'[{m}]', text)
     return text
 
-# %% ../nbs/19_ultrag.ipynb #c088
-def ultrag_parser() -> CLIParser:
-    "The command line of `kgqa ultrag`: the `ask` and `batch` modes and the options they share."
-    ap = CLIParser(prog='kgqa ultrag', description='answer a question (ask) or a dataset split (batch) with the ULTRAG recipe')
-    sub = ap.add_subparsers(dest='mode', required=True)
-    ask, batch = sub.add_parser('ask', help='answer one question'), sub.add_parser('batch', help='answer a split of a dataset')
-    ask.add_argument('question', nargs='?', default='', help='the question (optional with --query or --id)')
-    ask.add_argument('--query', default='', help="a DSL query to run, e.g. 'Q42 -> P19' or 'AND(Q1 -> P2, Q3 -> P4 inv)'")
-    ask.add_argument('--id', default='', help='with --dataset: the ID of the question to answer (oracle writer)')
-    ask.add_argument('--seeds', default='', help='comma-separated seed entity IDs; empty links the mentions the writer names')
-    ask.add_argument('--top', type=int_at_least(1), default=10, help='top entities to print')
-    batch.add_argument('--split', choices=('train', 'test'), default='test', help='which split')
-    batch.add_argument('--n', type=int_at_least(0), default=0, help='first N questions only (0 = all)')
-    batch.add_argument('--link', action='store_true', help='do not give the seeds: link the mentions')
-    batch.add_argument('--out', default='', help='write the per-question table to this CSV file (checked before the run)')
-    for p in (ask, batch):
-        p.add_argument('--dataset', default='', help='a kgqa generate / kgqagen folder or the published GTSQA files (batch default: a generated toy dataset in the user cache)')
-        p.add_argument('--kg', default='', help="a load_kg name or a KG folder (default: the dataset's KG, else toyworld)")
-        p.add_argument('--backend', choices=('offline', 'openai'), default='offline', help='offline = oracle writer and threshold arbitrator')
-        p.add_argument('--model', default='', help='LLM model (openai backend)')
-        p.add_argument('--base-url', default='', help='OpenAI-compatible server URL (openai backend)')
-        p.add_argument('--executor', choices=('neural', 'symbolic'), default='neural', help='query executor')
-        p.add_argument('--ckpt', default='ultraquery', help='ULTRA checkpoint of the neural executor')
-        p.add_argument('--logic', choices=('product', 'godel', 'lukasiewicz'), default='product', help='fuzzy AND of the neural executor')
-        p.add_argument('--k', type=int_at_least(0), default=30_000, help='SEPPR nodes kept (0 = whole graph)')
-        p.add_argument('--tau', type=fraction_in(0, 1), default=0.5, help='offline arbitrator: keep entities within tau of the best, in (0, 1]')
-        p.add_argument('--seed', type=int, default=0, help='split seed of a --dataset run folder; seed of the default generated dataset')
-    return ap
-
-# %% ../nbs/19_ultrag.ipynb #c091
+# %% ../nbs/19_ultrag.ipynb #c089
 OFFLINE_ASK = ("offline, no query writer can read an arbitrary question: give --query 'Q42 -> P19' (a DSL query over the KG's "
                "entity and relation IDs, run by --executor), --dataset DIR --id N (a question of a kgqa generate / kgqagen "
                "folder; the oracle writes its gold query), or --backend openai --base-url URL --model NAME (an LLM writes the query)")
@@ -707,7 +678,7 @@ def check_ask_source(a):
     if not (a.query or a.id or a.question): raise UsageError('give a question, --query or --dataset DIR --id N')
     if a.backend == 'offline' and not (a.query or a.id): raise UsageError(OFFLINE_ASK)
 
-# %% ../nbs/19_ultrag.ipynb #c094
+# %% ../nbs/19_ultrag.ipynb #c092
 def _cli_source(a):
     "(Source, KG) of the parsed arguments."
     from kgqa_nb.core import user_cache_dir
@@ -732,7 +703,7 @@ def _cli_seeds(a, kg, rec=None):
     if bad: raise UsageError(f'--seeds: IDs not in {kg.name}: {bad}')
     return seeds
 
-# %% ../nbs/19_ultrag.ipynb #c096
+# %% ../nbs/19_ultrag.ipynb #c094
 def _cli_pipeline(a, kg, records=None):  # records: what the oracle writer may answer
     from kgqa_nb.ultra import load_ultra
     client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None) if a.backend == 'openai' else None
@@ -758,10 +729,9 @@ def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
     print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
     return 0
 
-# %% ../nbs/19_ultrag.ipynb #c098
-def ultrag_cli(argv=None) -> int:
+# %% ../nbs/19_ultrag.ipynb #c096
+def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
-    a = ultrag_parser().parse_args(argv)
     check_model_flag(a.backend, a.model)
     if a.mode == 'ask': check_ask_source(a)
     if a.mode == 'batch' and a.out: check_output_file(a.out)

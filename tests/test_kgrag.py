@@ -212,15 +212,17 @@ def test_a_reader_answers_the_subquestions_from_the_same_triples(tmp_path):
 
 
 def test_cli_bad_question_raises_one_line_and_prints_nothing(capsys):
-    with pytest.raises(ValueError, match='brackets, found 0'): kgrag_cli(['ask', 'who directed Inception'])
+    from kgqa_nb.cli import kgrag_parser
+    with pytest.raises(ValueError, match='brackets, found 0'): kgrag_cli(kgrag_parser().parse_args(['ask', 'who directed Inception']))
     assert capsys.readouterr() == ('', '')  # the command prints no error itself: `kgqa` does, once
 
 
 @pytest.mark.parametrize('flag', ['--hops', '--top-k'])
 def test_cli_numeric_flags_are_checked_before_any_work(flag, monkeypatch):
+    from kgqa_nb.cli import kgrag_parser
     def no_work(*a, **k): raise AssertionError('the KG was loaded before the flags were checked')
     monkeypatch.setattr(kgrag, 'load_kg', no_work)
-    with pytest.raises(UsageError) as e: kgrag_cli(['ask', 'who directed [Inception]', flag, '0'])
+    with pytest.raises(UsageError) as e: kgrag_parser().parse_args(['ask', 'who directed [Inception]', flag, '0'])
     assert str(e.value).startswith(f'argument {flag}: must be at least 1, got 0')
 
 

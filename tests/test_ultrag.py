@@ -12,7 +12,8 @@ from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
 from kgqa_nb.dsl import parse_query, SymbolicExecutor
 from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,
                             SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate_ultrag, summarise_ultrag,
-                            fit_tau, edge_capped_prefix, ultrag_cli, crisp_set, QueryWriteError, check_query)
+                            fit_tau, edge_capped_prefix, crisp_set, QueryWriteError, check_query)
+from kgqa_nb.cli import main as kgqa
 
 TW = load_kg('toyworld')
 SCRIPT = {}  # question -> replies, one per attempt
@@ -193,8 +194,8 @@ def test_cli_ask_and_batch(tmp_path, toy_source):
     rec = toy_source.test.iloc[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert ultrag_cli(['ask', '--dataset', folder, '--id', str(rec['id']), '--executor', 'symbolic', '--k', '500']) == 0
-        assert ultrag_cli(['batch', '--dataset', folder, '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
+        assert kgqa(['ultrag', 'ask', '--dataset', folder, '--id', str(rec['id']), '--executor', 'symbolic', '--k', '500']) == 0
+        assert kgqa(['ultrag', 'batch', '--dataset', folder, '--split', 'test', '--n', '5', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 't.csv')]) == 0
     text = out.getvalue()
     assert 'writer: oracle' in text and f"question: {rec['question']}" in text
     assert '<- answer' in text and '(gold, oracle)' in text and 'timings: write' in text
@@ -204,7 +205,7 @@ def test_cli_ask_and_batch(tmp_path, toy_source):
 
 def test_cli_ask_runs_a_query_the_user_writes(capsys):
     "Any question, offline: the user's DSL query is run by the executor; its answers are the symbolic ones."
-    assert ultrag_cli(['ask', 'Which countries share a border with Queniar?', '--query', 'Q900000006 -> P47', '--executor', 'symbolic', '--k', '0']) == 0
+    assert kgqa(['ultrag', 'ask', 'Which countries share a border with Queniar?', '--query', 'Q900000006 -> P47', '--executor', 'symbolic', '--k', '0']) == 0
     out = capsys.readouterr().out
     gold = set(TW.tail[(TW.head == TW.entity('Q900000006')) & (TW.rel == TW.relation_index['P47'])].tolist())
     shown = {TW.entity(m) for m in re.findall(r'\((Q[0-9]+)\)  <- answer', out)}
@@ -253,7 +254,7 @@ def test_cli_bad_input_is_one_line_on_stderr_with_exit_2(capsys, monkeypatch, ar
 def test_cli_batch_n_takes_the_first_questions(tmp_path, toy_source):
     "`--n 3` answers exactly the first three test questions (a negative value is refused above, not read as 'all but the last')."
     with contextlib.redirect_stdout(io.StringIO()):
-        assert ultrag_cli(['batch', '--dataset', str(toy_source.paths.folder), '--n', '3', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 'b.csv')]) == 0
+        assert kgqa(['ultrag', 'batch', '--dataset', str(toy_source.paths.folder), '--n', '3', '--executor', 'symbolic', '--k', '500', '--out', str(tmp_path / 'b.csv')]) == 0
     assert pd.read_csv(tmp_path / 'b.csv').id.astype(str).tolist() == toy_source.test.id.astype(str).head(3).tolist()
 
 
