@@ -30,7 +30,7 @@ from .runs import (GenerationError, OutcomeLog, RunRefused, StatusLine, client_p
 # %% auto #0
 __all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
            'code_version', 'run_manifest', 'process_batch', 'Selection', 'select_records', 'early_stop_reason',
-           'run_generation', 'finalize_run', 'generate_parser', 'generate_cli']
+           'run_generation', 'apply_filters', 'finalize_run', 'generate_parser', 'generate_cli']
 
 # %% ../nbs/10a_synthkgqa.ipynb #c006
 class ConfigError(ValueError):
@@ -51,8 +51,8 @@ class GenerationConfig:
     paraphrase_model: str | None = None  # paraphraser model (default: the generator model)
     base_url: str | None = None  # OpenAI-compatible server URL
     k_choices: tuple = (1, 2, 3, 4)  # number of triples k asked for, drawn uniformly per candidate
-    max_nodes: int = 10  # Algorithm 1: node limit of the seed subgraph
-    max_edges: int = 30  # Algorithm 1: edge limit of the seed subgraph
+    max_nodes: int = 20  # Algorithm 1: node limit of the seed subgraph (about 30 triples on CoDEx-M)
+    max_edges: int = 50  # Algorithm 1: edge limit of the seed subgraph
     max_answers: int = 10  # validation: most answers a question may have
     query_timeout: float = 10.0  # validation: seconds per SPARQL query
     aggregation_fraction: float = 0.0  # share of candidates asked for COUNT / FILTER NOT EXISTS questions (Appendix A.5)
@@ -138,10 +138,11 @@ def code_version() -> str:
     "Fingerprint (`core.code_fingerprint`) of the modules that decide a candidate's outcome."
     return code_fingerprint(*CODE_MODULES)
 
-def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient) -> dict:
+def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient,
+                 filters=()) -> dict:  # the run's post-acceptance filters (their `describe()` joins the identity)
     "The manifest of a SynthKGQA run: `identity` (compared on resume) and `info` (recorded only)."
     identity = dict(config=cfg.identity(), kg=kg_identity(kg), llm=dict(generator=gen.describe(), paraphraser=para.describe()),
-                    code=code_version())
+                    code=code_version(), **({'filters': [f.describe() for f in filters]} if filters else {}))
     return make_manifest('kgqa_nb.synthkgqa/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
 # %% ../nbs/10a_synthkgqa.ipynb #c031
@@ -229,14 +230,15 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
                    para: LLMClient | None = None,  # paraphraser client
                    cache_dir=None,  # LLM cache folder (default: out_dir/llm_cache)
                    verbose: bool = True,  # print the result line
-                   status_every: int = 100) -> dict:  # candidates between two status lines on a non-terminal stderr (0: none)
+                   status_every: int = 100,  # candidates between two status lines on a non-terminal stderr (0: none)
+                   filters=()) -> dict:  # post-acceptance filters, applied in order to the records (see `apply_filters`)
     "Generate (or resume) a SynthKGQA run in `out_dir`; returns the run summary."
     t0 = time.perf_counter()
     kg = kg if kg is not None else load_kg(cfg.kg)
     out = Path(out_dir)
     gen, para = client_pair(out, gen, para, partial(config_client, cfg, cfg.model),
                             lambda first, **kw: config_client(cfg, cfg.paraphrase_model or first.model, **kw), cache_dir)
-    out = open_run_folder(out, run_manifest(cfg, kg, gen, para))
+    out = open_run_folder(out, run_manifest(cfg, kg, gen, para, filters))
     _refuse_shrinking(out, cfg)
     store = store if store is not None else OxigraphStore.from_kg(kg, isolation='thread')
     ctx, keys = _Ctx(kg, store, cfg, gen, para), {}
@@ -248,7 +250,7 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
                                StatusLine(status_every, lambda done, sel: _status_text(done, sel, gen.ledger)))
         done = dict(log.done)
     summary = finalize_run(out, cfg, kg, gen, para, done, seconds=time.perf_counter() - t0, processed=len(done) - n_before,
-                           stopped=f'early stop: {stop}' if stop else None)
+                           stopped=f'early stop: {stop}' if stop else None, filters=filters)
     if verbose: print(f"{summary['records']} records from {summary['candidates']} candidates "
                       f"(acceptance {summary['acceptance_rate']:.1%}) in {out}")
     _raise_if_empty(summary, stop, out, gen)
@@ -273,37 +275,51 @@ def _raise_if_empty(summary: dict, stop: str | None, out: Path, gen: LLMClient):
         raise GenerationError(f"no record: all {summary['candidates']} candidates were rejected ({top}); see {out / 'filter_log.json'}")
 
 # %% ../nbs/10a_synthkgqa.ipynb #c044
+def apply_filters(records: list, filters, out: Path) -> tuple:
+    "(records every filter kept, one funnel stage per filter, card sections); each filter's log goes to out/filter_<stage>.jsonl."
+    stages, sections = [], []
+    for f in filters:
+        kept, log = f(records)
+        write_text_atomic(out / f'filter_{f.stage}.jsonl', ''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in log))
+        stages.append(dict(stage=f.stage, records=len(kept), removed=len(records) - len(kept), by=f.describe()))
+        if hasattr(f, 'card_section'): sections.append(f.card_section(records, kept, log))
+        records = kept
+    return records, stages, sections
+
+# %% ../nbs/10a_synthkgqa.ipynb #c047
 def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient,
-                 done: dict, seconds: float, processed: int, stopped: str | None = None) -> dict:
+                 done: dict, seconds: float, processed: int, stopped: str | None = None, filters=()) -> dict:
     "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
     sel = select_records(done, cfg.n_target)
-    write_jsonl(sel.records, out / 'records.jsonl')
-    flog = sel.funnel
+    records, stages, sections = apply_filters(sel.records, filters, out)
+    write_jsonl(records, out / 'records.jsonl')
+    flog, staged = sel.funnel, ({'stages': stages} if filters else {})
     dups = [dict(candidate=i, repeats=j, key=k) for i, (j, k) in sorted(sel.duplicates.items())]
-    write_text_atomic(out / 'filter_log.json', json.dumps(dict(flog.to_dict(), duplicates=dups), indent=1) + '\n')
+    write_text_atomic(out / 'filter_log.json', json.dumps(dict(flog.to_dict(), duplicates=dups, **staged), indent=1) + '\n')
     spath = out / 'run_summary.json'
     sessions = run_sessions(spath, seconds=round(seconds, 2), candidates_processed=processed,
                             generator=gen.usage_summary(), paraphraser=para.usage_summary())
     usage = read_ledger(gen.ledger)
     stopped = stopped or ('n_target reached' if len(sel.records) >= cfg.n_target else 'max_candidates used up')
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), paraphraser=para.describe()),
-                   candidates=flog.total, accepted=flog.accepted, records=len(sel.records), acceptance_rate=flog.acceptance_rate,
+                   candidates=flog.total, accepted=flog.accepted, records=len(records), acceptance_rate=flog.acceptance_rate, **staged,
                    duplicates=len(dups), candidates_processed=len(done), candidates_after_last_record=sel.beyond,
                    stopped=stopped, rejected=dict(flog.rejected.most_common()),
                    **ledger_totals(gen.ledger), usage_by_model=usage['by_model'], usage_ledger=gen.ledger.name,
                    cache_hits=sum(s[r].get('cache_hits') or 0 for s in sessions for r in ('generator', 'paraphraser')),
                    seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
     write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
-    if sel.records:
-        funnel = {'candidates': flog.total, 'accepted (= records)': flog.accepted, 'acceptance rate': f'{flog.acceptance_rate:.1%}',
+    if records:
+        funnel = {'candidates': flog.total, 'accepted' + ('' if filters else ' (= records)'): flog.accepted, 'acceptance rate': f'{flog.acceptance_rate:.1%}',
                   **{f'rejected: {k}': v for k, v in flog.rejected.most_common()},
+                  **{f"{s['stage']} (= records)" if i == len(stages) - 1 else s['stage']: f"{s['records']} ({s['removed']} removed by {s['by']})" for i, s in enumerate(stages)},
                   'processed after the last record (not in this dataset; a larger --n reuses them)': sel.beyond}
-        card = dataset_card(f'SynthKGQA on {kg.name}', {'all': pd.DataFrame(sel.records)}, kg.name, gen.describe(), acceptance=funnel,
-                            notes='Split not built yet (`test_type` is empty); see chapter 10.', duplicates=len(dups))
+        card = dataset_card(f'SynthKGQA on {kg.name}', {'all': pd.DataFrame(records)}, kg.name, gen.describe(), acceptance=funnel,
+                            notes='\n\n'.join(['Split not built yet (`test_type` is empty); see chapter 10.', *sections]), duplicates=len(dups))
         write_text_atomic(out / 'dataset_card.md', card)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c054
+# %% ../nbs/10a_synthkgqa.ipynb #c059
 _FLAGS = {f.name: '--' + f.name.replace('_', '-') for f in fields(GenerationConfig)} | {'n_target': '--n', 'query_timeout': '--timeout', 'k_choices': '--k'}
 
 def _int_list(text: str) -> tuple:
@@ -327,22 +343,28 @@ def generate_parser() -> CLIParser:
     p.add_argument('--batch-size', type=int, default=d.batch_size)
     p.add_argument('--k', type=_int_list, default=d.k_choices, help='comma-separated triple counts k to ask for')
     p.add_argument('--max-answers', type=int, default=d.max_answers)
+    p.add_argument('--max-nodes', type=int, default=d.max_nodes, help='Algorithm 1: node limit of each seed subgraph')
+    p.add_argument('--max-edges', type=int, default=d.max_edges, help='Algorithm 1: edge limit of each seed subgraph')
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     p.add_argument('--aggregation-fraction', type=float, default=d.aggregation_fraction)
     p.add_argument('--early-stop', type=int, default=d.early_stop, help='stop when the first N candidates all fail for the same reason (0: never)')
     p.add_argument('--cache-dir', default=None, help='LLM cache folder (default: OUT/llm_cache)')
     return p
 
-# %% ../nbs/10a_synthkgqa.ipynb #c056
-def generate_cli(argv=None) -> int:
+# %% ../nbs/10a_synthkgqa.ipynb #c061
+def generate_cli(argv=None,
+                 parser: CLIParser | None = None,  # default `generate_parser()`; a later chapter's adds its filters' flags
+                 make_filters=None) -> int:  # (parsed args, KG) -> the run's filters, called before any work; None: no filters
     "`kgqa generate`: run or resume a generation run (0 when the dataset is written; errors raise)."
-    a = generate_parser().parse_args(argv)
+    a = (parser or generate_parser()).parse_args(argv)
     try:
         cfg = GenerationConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                                model=a.model, paraphrase_model=a.paraphrase_model, base_url=a.base_url, k_choices=a.k,
-                               max_answers=a.max_answers, query_timeout=a.timeout, aggregation_fraction=a.aggregation_fraction,
+                               max_answers=a.max_answers, max_nodes=a.max_nodes, max_edges=a.max_edges, query_timeout=a.timeout,
+                               aggregation_fraction=a.aggregation_fraction,
                                batch_size=a.batch_size, concurrency=a.concurrency, early_stop=a.early_stop)
     except ConfigError as e: raise flag_usage_error(e, _FLAGS) from None
     if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
-    run_generation(a.out, cfg, cache_dir=a.cache_dir)
+    kg = load_kg(cfg.kg)
+    run_generation(a.out, cfg, kg=kg, cache_dir=a.cache_dir, filters=make_filters(a, kg) if make_filters else ())
     return 0

@@ -149,14 +149,17 @@ import warnings
 from kgqa_nb.llm import chat_completion
 
 
+SMALL_SAMPLES = ['--max-nodes', '10', '--max-edges', '30']  # Algorithm 1 sizes of the run the issue reported
+
+
 def _norm_q(q): return re.sub(r'[\s?.!]+$', '', ' '.join(q.split()).casefold())
 
 
 @pytest.fixture(scope='module')
 def run200(tmp_path_factory):
-    "The run in which the issue found a duplicate pair (toyworld, --n 200: 'Who performed Western City?' twice)."
+    "The run in which the issue found a duplicate pair (toyworld, --n 200 with the seed subgraphs of that time: 'Who performed Western City?' twice)."
     out = tmp_path_factory.mktemp('run200')
-    assert generate_cli(['--kg', 'toyworld', '--n', '200', '--out', str(out)]) == 0
+    assert generate_cli(['--kg', 'toyworld', '--n', '200', '--out', str(out), *SMALL_SAMPLES]) == 0
     return out
 
 
@@ -192,9 +195,9 @@ def test_extended_run_dedups_against_records_accepted_before(run200, tmp_path):
     out = tmp_path / 'ext'
     first = json.loads((run200 / 'filter_log.json').read_text())['duplicates'][0]
     n_small = 1 + sum(1 for r in records(run200) if r['id'] <= first['repeats'])  # the original is kept, its repeat not reached
-    assert generate_cli(['--kg', 'toyworld', '--n', str(n_small), '--out', str(out), '--batch-size', '8']) == 0
+    assert generate_cli(['--kg', 'toyworld', '--n', str(n_small), '--out', str(out), '--batch-size', '8', *SMALL_SAMPLES]) == 0
     assert first['candidate'] not in {r['id'] for r in records(out)}
-    assert generate_cli(['--kg', 'toyworld', '--n', '200', '--out', str(out), '--batch-size', '8']) == 0
+    assert generate_cli(['--kg', 'toyworld', '--n', '200', '--out', str(out), '--batch-size', '8', *SMALL_SAMPLES]) == 0
     assert (out / 'records.jsonl').read_bytes() == (run200 / 'records.jsonl').read_bytes()
 
 
