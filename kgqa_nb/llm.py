@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_llm.ipynb #c002
 from __future__ import annotations
-import hashlib, http.server, inspect, json, math, os, random, re, threading, time
+import hashlib, http.server, inspect, json, math, os, random, re, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,17 +14,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fastcore.basics import patch
 
-from .core import CACHE_MODES, ReplayCache, progress, read_jsonl, user_cache_dir
+from .core import CACHE_MODES, ReplayCache, progress, read_jsonl, user_cache_dir, write_text_atomic
 from .sparql import bind_http_server, check_port, transient_status, unreachable_reason
 
 try: import fcntl  # advisory locks, so that ledger lines from several processes never interleave (POSIX)
 except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
-           'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost',
-           'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages',
-           'ResponseCache', 'chat_completion', 'text_completion', 'OfflineChatServer', 'LLMClient', 'read_ledger']
+__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'BATCH_DISCOUNT', 'BATCH_TERMINAL', 'LLMError', 'OfflineModelError',
+           'ChatResult', 'check_messages', 'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens',
+           'model_price', 'api_cost', 'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply',
+           'triples_lookup_messages', 'ResponseCache', 'parse_reset', 'rate_limit_info', 'TokenBucket', 'RateGate',
+           'chat_completion', 'text_completion', 'OfflineChatServer', 'add_server_options', 'server_options',
+           'LLMClient', 'read_ledger']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
@@ -44,6 +46,7 @@ class ChatResult:
     key: str  # sha256 of the canonical request: the cache key
     attempts: int = 0  # HTTP attempts this reply took (0 for cache hits and offline replies)
     finish_reason: str | None = None  # 'stop', 'length', ... as the server reported
+    waited_s: float = 0.0  # seconds this call waited at the rate gate (retries' backoff not included)
 
 # %% ../nbs/04_llm.ipynb #c011
 _ROLES = ('system', 'developer', 'user', 'assistant', 'tool')
@@ -183,6 +186,131 @@ class ResponseCache(ReplayCache):
         super().__init__(path, mode, slim=_slim)
 
 # %% ../nbs/04_llm.ipynb #c032
+_DURATION = re.compile(r'(\d+(?:\.\d+)?)(ms|h|m|s)')
+
+def parse_reset(value) -> float | None:
+    "Seconds in a rate-limit reset header: '1s', '6m0s', '20ms', a number of seconds, or an RFC 3339 time; None if unreadable."
+    if value is None: return None
+    v = str(value).strip()
+    try: return max(0.0, float(v))
+    except ValueError: pass
+    parts = _DURATION.findall(v)
+    if parts and ''.join(a + u for a, u in parts) == v: return sum(float(a) * {'ms': 1e-3, 's': 1, 'm': 60, 'h': 3600}[u] for a, u in parts)
+    try: return max(0.0, (datetime.fromisoformat(v.replace('Z', '+00:00')) - datetime.now(timezone.utc)).total_seconds())
+    except ValueError: return None
+
+def rate_limit_info(headers) -> dict:
+    "The limits a reply's headers state: `{limit,remaining,reset}_{requests,tokens}` (OpenAI or Anthropic names); {} when none."
+    out = {}
+    for what in ('requests', 'tokens'):
+        for field in ('limit', 'remaining', 'reset'):
+            v = headers.get(f'x-ratelimit-{field}-{what}') or headers.get(f'anthropic-ratelimit-{what}-{field}')
+            if v is None: continue
+            if field == 'reset': val = parse_reset(v)
+            else:
+                try: val = int(float(v))
+                except ValueError: val = None
+            if val is not None: out[f'{field}_{what}'] = val
+    return out
+
+# %% ../nbs/04_llm.ipynb #c036
+class TokenBucket:
+    "A limit of `per_minute` units, refilled continuously, holding at most `burst_s` seconds' worth (at least one unit)."
+    def __init__(self, per_minute: float,  # the stated limit
+                 burst_s: float = 1.0,  # seconds of the limit the bucket holds: how large a burst may be
+                 clock: Callable = time.monotonic):  # the time source (a fake one in examples)
+        if per_minute <= 0 or burst_s <= 0: raise ValueError(f'a rate limit needs per_minute > 0 and burst_s > 0, got {per_minute}, {burst_s}')
+        self.per_minute, self.rate, self.clock = per_minute, per_minute / 60, clock
+        self.capacity = max(1.0, self.rate * burst_s); self.level, self.t = self.capacity, clock()
+
+    def take(self, n: float = 1.0) -> float:
+        "Take `n` units: 0.0 when they were there, else (taking nothing) the seconds until they will be."
+        now = self.clock(); self.level = min(self.capacity, self.level + (now - self.t) * self.rate); self.t = now
+        n = min(n, self.capacity)  # a request larger than the bucket waits for a full one
+        if self.level >= n: self.level -= n; return 0.0
+        return (n - self.level) / self.rate
+
+    def headers(self, what: str) -> list:  # 'requests' or 'tokens'
+        "The OpenAI rate-limit headers stating this bucket's limit, what remains and when it is full again."
+        reset = (self.capacity - self.level) / self.rate
+        return [(f'x-ratelimit-limit-{what}', str(int(self.per_minute))), (f'x-ratelimit-remaining-{what}', str(int(self.level))),
+                (f'x-ratelimit-reset-{what}', f'{reset:.3f}s')]
+
+# %% ../nbs/04_llm.ipynb #c039
+def _stderr_line(msg: str): print(msg, file=sys.stderr, flush=True)
+
+class RateGate:
+    "How many calls may be in flight and how soon the next may start, learned from the server's replies."
+    def __init__(self, concurrency: int = 8,  # calls in flight while the server states no limit
+                 max_concurrency: int = 512,  # the user's cap, whatever limit the server states
+                 say: Callable | None = None,  # one-line announcer of waits (default: stderr)
+                 announce_s: float = 1.0):  # pauses at least this long are announced one by one
+        self.base, self.cap, self.limit, self.announce_s = concurrency, max(max_concurrency, 1), concurrency, announce_s
+        self.say = say or _stderr_line
+        self.inflight = self.peak = self.throttled = self.waits = self._ok = 0
+        self.next_start, self.held_s, self._held_to, self.rpm, self.tpm, self.latency, self.tokens = 0.0, 0.0, 0.0, None, None, None, None
+        self._cv = threading.Condition()
+
+    def interval(self) -> float:
+        "Seconds between starts that keep within the stated limits (0 while none is known)."
+        iv = 60 / self.rpm if self.rpm else 0.
+        if self.tpm and self.tokens: iv = max(iv, 60 * self.tokens / self.tpm)
+        return iv / 0.98  # 2 % below the limit: clocks and the network are not exact
+
+    def acquire(self) -> float:
+        "Wait for a free slot and the next start time; the seconds waited."
+        t0 = time.monotonic()
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                if self.inflight < self.limit and now >= self.next_start: break
+                if self.inflight < self.limit:  # held by the rate, not by a slot: count the wall time once, whoever waits
+                    self.held_s += max(0., self.next_start - max(now, self._held_to)); self._held_to = max(self._held_to, self.next_start)
+                self._cv.wait(None if self.inflight >= self.limit else self.next_start - now)
+            self.inflight += 1; self.peak = max(self.peak, self.inflight)
+            self.next_start = max(self.next_start, now) + self.interval()
+            waited = now - t0; self.waits += waited > 1e-3
+        return waited
+
+    def pause(self, seconds: float, why: str, announce: bool = True):
+        "Hold every start for `seconds` (announced when long)."
+        with self._cv: self.next_start = max(self.next_start, time.monotonic() + seconds)
+        if announce and seconds >= self.announce_s: self.say(f'kgqa llm: waiting {seconds:.1f} s: {why}')
+
+    def stats(self) -> dict:
+        "Limits learned, calls in flight (now allowed, at most), 429s, starts that waited, and the wall time starts were held by the rate."
+        return dict(rpm=self.rpm, tpm=self.tpm, concurrency=self.limit, peak_inflight=self.peak, throttled=self.throttled,
+                    waits=self.waits, held_s=round(self.held_s, 3))
+
+# %% ../nbs/04_llm.ipynb #c040
+@patch
+def release(self: RateGate, seconds: float | None = None,  # the answered call's latency (None: no answer)
+            tokens: int = 0,  # its prompt + completion tokens
+            headers=None,  # the reply's headers, if any
+            throttled: bool = False):  # the reply was a 429
+    "Free the slot and learn from the reply: stated limits, latency, tokens, a 429."
+    info, pause = (rate_limit_info(headers) if headers is not None else {}), None
+    with self._cv:
+        self.inflight -= 1
+        self.rpm = info.get('limit_requests') or self.rpm; self.tpm = info.get('limit_tokens') or self.tpm
+        if seconds is not None: self.latency = seconds if self.latency is None else 0.8 * self.latency + 0.2 * seconds
+        if tokens: self.tokens = tokens if self.tokens is None else 0.8 * self.tokens + 0.2 * tokens
+        if throttled:
+            self.throttled += 1
+            if not (self.rpm or self.tpm): self.limit, self._ok = max(1, self.limit // 2), 0  # no stated limit: halve
+        elif seconds is not None:
+            if (self.rpm or self.tpm) and self.latency:  # Little's law at the stated limit
+                self.limit = min(self.cap, max(1, math.ceil(1.2 * self.latency / (self.interval() or 1e-9)) + 1))
+            elif self.limit < self.base:
+                self._ok += 1
+                if self._ok >= self.limit: self.limit, self._ok = self.limit + 1, 0
+        if info.get('remaining_requests') == 0 and self.rpm: pause = (60 / self.rpm, f"the request limit ({self.rpm:,}/min) is used up")
+        elif self.tpm and self.tokens and info.get('remaining_tokens', self.tpm) < self.tokens:
+            pause = (min(info.get('reset_tokens') or 60., 60 * self.tokens / self.tpm), f"the token limit ({self.tpm:,}/min) is used up")
+        self._cv.notify_all()
+    if pause: self.pause(*pause)
+
+# %% ../nbs/04_llm.ipynb #c044
 _FAULT_RE = re.compile(r'^(ok|timeout|garbage|nochoices|drop|[45]\d\d(:\d+(\.\d+)?)?)$')
 
 def chat_completion(model: str, text: str, prompt_tokens: int, completion_tokens: int, finish_reason='stop') -> dict:
@@ -216,23 +344,27 @@ def _stream_chunks(body: dict, completions: bool, include_usage: bool):
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def log_message(self, *a): pass
-    def _send(self, status, body, headers=()):
+    def _send(self, status, body, headers=(), content_type='application/json'):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data)))
+        self.send_header('Content-Type', content_type); self.send_header('Content-Length', str(len(data)))
         for k, v in headers: self.send_header(k, v)
         self.end_headers(); self.wfile.write(data)
-    def _send_events(self, chunks):
+    def _send_events(self, chunks, headers=()):
         "HTTP 200 with the chunks as server-sent events, then `[DONE]`; the connection closes at the end of the stream."
         self.send_response(200)
-        self.send_header('Content-Type', 'text/event-stream'); self.send_header('Connection', 'close'); self.end_headers()
+        self.send_header('Content-Type', 'text/event-stream'); self.send_header('Connection', 'close')
+        for k, v in headers: self.send_header(k, v)
+        self.end_headers()
         for c in chunks: self.wfile.write(f'data: {json.dumps(c)}\n\n'.encode()); self.wfile.flush()
         self.wfile.write(b'data: [DONE]\n\n'); self.wfile.flush(); self.close_connection = True
     def do_GET(self):
+        if self.server.owner._handle_batch_api(self, 'GET'): return
         if self.path.rstrip('/') != '/v1/models': return self._send(404, _error_body(f'no route {self.path}', 'not_found'))
         names = ['kgqa-offline', *sorted(_OFFLINE_MODELS)]
         self._send(200, dict(object='list', data=[dict(id=n, object='model', created=0, owned_by='kgqa_nb') for n in names]))
-    def do_POST(self): self.server.owner._handle_chat(self)
+    def do_POST(self):
+        if not self.server.owner._handle_batch_api(self, 'POST'): self.server.owner._handle_chat(self)
 
 def _error_body(message, type_, code=None):
     return dict(error=dict(message=message, type=type_, param=None, code=code))
@@ -241,7 +373,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     def handle_error(self, request, client_address): pass  # clients that hang up on a held request are expected
 
-# %% ../nbs/04_llm.ipynb #c033
+# %% ../nbs/04_llm.ipynb #c045
 class OfflineChatServer:
     "Local OpenAI-compatible chat server answering with `offline_reply`, with scripted fault injection."
     def __init__(self, port: int = 0,  # 0 = any free port
@@ -249,7 +381,11 @@ class OfflineChatServer:
                  host: str = '127.0.0.1',  # interface to bind; keep it local
                  hang_s: float = 2.0,  # how long a 'timeout' fault holds the request
                  delay_s: float = 0.0,  # added latency of every chat answer (to exercise concurrency)
-                 api_key: str | None = None):  # when set, requests must carry 'Authorization: Bearer <api_key>'
+                 api_key: str | None = None,  # when set, requests must carry 'Authorization: Bearer <api_key>'
+                 rpm: float | None = None,  # requests per minute it admits (rate-limit headers, 429 beyond); None: no limit
+                 tpm: float | None = None,  # tokens per minute it admits (prompt + reply estimates); None: no limit
+                 burst_s: float = 1.0,  # seconds of the limits a burst may use (the buckets' size)
+                 hold_batches: bool = False):  # batches stay in_progress until `finish_batches()`
         check_port(port)
         faults = list(faults or [])
         bad = [f for f in faults if not _FAULT_RE.match(str(f))]
@@ -257,6 +393,10 @@ class OfflineChatServer:
         self.faults, self.host, self.port, self.hang_s, self.delay_s = faults, host, port, hang_s, delay_s
         self._api_key, self._lock, self.requests, self.inflight, self.max_inflight = api_key, threading.Lock(), [], 0, 0
         self._httpd = self._thread = None
+        self._rpm, self._tpm = (TokenBucket(rpm, burst_s) if rpm else None), (TokenBucket(tpm, burst_s) if tpm else None)
+        self.admitted = self.throttled = self.batch_creations = 0
+        self.files, self.batches, self.batch_created, self._release = {}, {}, threading.Event(), threading.Event()
+        if not hold_batches: self._release.set()
 
     @property
     def url(self) -> str: return f'http://{self.host}:{self.port}/v1'
@@ -264,7 +404,7 @@ class OfflineChatServer:
     def __exit__(self, *a): self.stop()
     def __repr__(self): return f'OfflineChatServer({self.url}, requests={len(self.requests)}, faults left={len(self.faults)})'
 
-# %% ../nbs/04_llm.ipynb #c035
+# %% ../nbs/04_llm.ipynb #c047
 @patch
 def start(self: OfflineChatServer):
     "Bind and serve from a background thread; returns the server."
@@ -293,7 +433,27 @@ def serve_forever(self: OfflineChatServer):
     except KeyboardInterrupt: pass
     finally: self.stop()
 
-# %% ../nbs/04_llm.ipynb #c036
+def _positive(flag: str):
+    "An `argparse` type: a number > 0, or one line naming the flag."
+    import argparse
+    def parse(s: str) -> float:
+        try: v = float(s)
+        except ValueError: v = -1.
+        if not v > 0 or not math.isfinite(v): raise argparse.ArgumentTypeError(f'{flag} must be a number > 0, got {s!r}')
+        return v
+    return parse
+
+def add_server_options(ap) -> None:  # the `serve-offline` command's `CLIParser`
+    "The stand-in server's limits and latency as command-line options (`server_options` reads them back)."
+    ap.add_argument('--rpm', type=_positive('--rpm'), default=None, help='requests per minute it admits (rate-limit headers; 429 beyond)')
+    ap.add_argument('--tpm', type=_positive('--tpm'), default=None, help='tokens per minute it admits (rate-limit headers; 429 beyond)')
+    ap.add_argument('--latency', type=_positive('--latency'), default=None, help='seconds added to every answer')
+
+def server_options(args) -> dict:  # what `add_server_options`' options parsed to
+    "`OfflineChatServer` arguments of the parsed options."
+    return dict(rpm=args.rpm, tpm=args.tpm, delay_s=args.latency or 0.0)
+
+# %% ../nbs/04_llm.ipynb #c050
 @patch
 def _handle_chat(self: OfflineChatServer, h: _Handler):
     route = h.path.rstrip('/')
@@ -327,17 +487,137 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         except ValueError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
         try: text = offline_reply(msgs)
         except OfflineModelError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
-        if self.delay_s: time.sleep(self.delay_s)
         n_in = estimate_tokens(req['prompt']) if completions else estimate_prompt_tokens(msgs)
+        wait, limits = self._admit(n_in + estimate_tokens(text))
+        if wait: return h._send(429, _error_body(f'rate limit reached: retry in {wait:.3f} s', 'requests', 'rate_limit_exceeded'), limits + _too_many(wait))
+        if self.delay_s: time.sleep(self.delay_s)
         body = (text_completion if completions else chat_completion)(model, text, n_in, estimate_tokens(text))
         if req.get('stream'):
-            return h._send_events(_stream_chunks(body, completions, bool((req.get('stream_options') or {}).get('include_usage'))))
-        h._send(200, body)
+            return h._send_events(_stream_chunks(body, completions, bool((req.get('stream_options') or {}).get('include_usage'))), limits)
+        h._send(200, body, limits)
     except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (its timeout) before the answer
     finally:
         with self._lock: self.inflight -= 1
 
-# %% ../nbs/04_llm.ipynb #c040
+# %% ../nbs/04_llm.ipynb #c052
+@patch
+def _admit(self: OfflineChatServer, tokens: int) -> tuple:
+    "(seconds to wait or 0, rate-limit headers) for a request of `tokens` tokens; takes from the buckets when admitted."
+    with self._lock:
+        wait = self._rpm.take(1) if self._rpm else 0.
+        if not wait and self._tpm:
+            wait = self._tpm.take(tokens)
+            if wait and self._rpm: self._rpm.level += 1  # refused: give the request back
+        if wait: self.throttled += 1
+        else: self.admitted += 1
+        hdrs = (self._rpm.headers('requests') if self._rpm else []) + (self._tpm.headers('tokens') if self._tpm else [])
+    return wait, hdrs
+
+def _too_many(wait: float) -> list:
+    return [('Retry-After', str(max(1, math.ceil(wait)))), ('retry-after-ms', str(math.ceil(wait * 1000)))]
+
+# %% ../nbs/04_llm.ipynb #c054
+def _multipart_file(content_type: str, body: bytes) -> tuple:
+    "(file name, bytes, other form fields) of a multipart/form-data upload."
+    from email.parser import BytesParser
+    from email.policy import HTTP
+    msg = BytesParser(policy=HTTP).parsebytes(f'Content-Type: {content_type}\r\n\r\n'.encode() + body)
+    name, data, fields = None, None, {}
+    for part in msg.iter_parts():
+        field = part.get_param('name', header='content-disposition')
+        if part.get_filename() is not None or field == 'file': name, data = part.get_filename() or 'upload', part.get_payload(decode=True)
+        else: fields[field] = part.get_payload(decode=True).decode()
+    if data is None: raise ValueError('no file part in the upload')
+    return name, data, fields
+
+@patch
+def _new_file(self: OfflineChatServer, name: str, data: bytes, purpose: str) -> dict:
+    with self._lock:
+        fid = f'file-{len(self.files) + 1:06d}'
+        self.files[fid] = dict(id=fid, object='file', bytes=len(data), created_at=int(time.time()), filename=name, purpose=purpose,
+                               status='processed', data=data)
+    return {k: v for k, v in self.files[fid].items() if k != 'data'}
+
+@patch
+def _batch_line(self: OfflineChatServer, line: dict) -> tuple:
+    "(True, output line) or (False, error line) for one request line of a batch."
+    body, cid = line.get('body') or {}, line.get('custom_id')
+    try:
+        msgs = check_messages(body.get('messages')); text = offline_reply(msgs)
+    except (ValueError, OfflineModelError) as e:
+        return False, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=400, body=_error_body(str(e), 'invalid_request_error')), error=None)
+    reply = chat_completion(str(body.get('model', '')), text, estimate_prompt_tokens(msgs), estimate_tokens(text))
+    return True, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=200, request_id=reply['id'], body=reply), error=None)
+
+# %% ../nbs/04_llm.ipynb #c055
+@patch
+def _run_batch(self: OfflineChatServer, bid: str):
+    "Answer every line of batch `bid` (after `finish_batches()` when batches are held) and write its output and error files."
+    self._release.wait()
+    b = self.batches[bid]
+    lines = [json.loads(x) for x in self.files[b['input_file_id']]['data'].decode().splitlines() if x.strip()]
+    out, err = [], []
+    for line in lines:
+        ok, rec = self._batch_line(line)
+        (out if ok else err).append(json.dumps(rec))
+        with self._lock: b['request_counts']['completed' if ok else 'failed'] += 1
+    outs = {k: self._new_file(f'{bid}_{k}.jsonl', ('\n'.join(v) + '\n').encode(), 'batch_output')['id'] if v else None
+            for k, v in (('output', out), ('error', err))}
+    with self._lock: b.update(status='completed', output_file_id=outs['output'], error_file_id=outs['error'], completed_at=int(time.time()))
+
+@patch
+def finish_batches(self: OfflineChatServer):
+    "Let held batches run to completion."
+    self._release.set()
+
+@patch
+def _create_batch(self: OfflineChatServer, req: dict) -> tuple:
+    "(status, body) of `POST /v1/batches`."
+    fid = req.get('input_file_id')
+    if fid not in self.files: return 400, _error_body(f'no file {fid!r}', 'invalid_request_error')
+    n = sum(1 for x in self.files[fid]['data'].splitlines() if x.strip())
+    with self._lock:
+        self.batch_creations += 1
+        bid = f'batch_{self.batch_creations:06d}'
+        self.batches[bid] = dict(id=bid, object='batch', endpoint=req.get('endpoint', '/v1/chat/completions'), errors=None,
+                                 input_file_id=fid, completion_window=req.get('completion_window', '24h'), status='in_progress',
+                                 output_file_id=None, error_file_id=None, created_at=int(time.time()), completed_at=None,
+                                 request_counts=dict(total=n, completed=0, failed=0), metadata=req.get('metadata') or {})
+    self.batch_created.set()
+    threading.Thread(target=self._run_batch, args=(bid,), daemon=True).start()
+    return 200, self.batches[bid]
+
+# %% ../nbs/04_llm.ipynb #c056
+@patch
+def _handle_batch_api(self: OfflineChatServer, h: _Handler, method: str) -> bool:
+    "Serve the file and batch routes; False when the path is none of them."
+    parts = h.path.split('?')[0].strip('/').split('/')
+    if parts[:2] not in (['v1', 'files'], ['v1', 'batches']): return False
+    body = h.rfile.read(int(h.headers.get('Content-Length') or 0)) if method == 'POST' else b''
+    if self._api_key is not None and h.headers.get('Authorization') != f'Bearer {self._api_key}':
+        h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key')); return True
+    kind, rest = parts[1], parts[2:]
+    if kind == 'files' and method == 'POST' and not rest:
+        try: name, data, fields = _multipart_file(h.headers.get('Content-Type', ''), body)
+        except ValueError as e: h._send(400, _error_body(str(e), 'invalid_request_error')); return True
+        h._send(200, self._new_file(name, data, fields.get('purpose', 'batch')))
+    elif kind == 'files' and method == 'GET' and rest and rest[0] in self.files:
+        f = self.files[rest[0]]
+        if rest[1:] == ['content']: h._send(200, f['data'], content_type='application/octet-stream')
+        else: h._send(200, {k: v for k, v in f.items() if k != 'data'})
+    elif kind == 'batches' and method == 'POST' and not rest:
+        try: req = json.loads(body)
+        except ValueError: req = None
+        h._send(*(self._create_batch(req) if isinstance(req, dict) else (400, _error_body('request body is not JSON', 'invalid_request_error'))))
+    elif kind == 'batches' and method == 'GET' and not rest:
+        with self._lock: data = [dict(b) for b in reversed(self.batches.values())]
+        h._send(200, dict(object='list', data=data, first_id=data[0]['id'] if data else None, last_id=data[-1]['id'] if data else None, has_more=False))
+    elif kind == 'batches' and method == 'GET' and len(rest) == 1 and rest[0] in self.batches:
+        with self._lock: h._send(200, dict(self.batches[rest[0]]))
+    else: h._send(404, _error_body(f'no route {method} {h.path}', 'not_found'))
+    return True
+
+# %% ../nbs/04_llm.ipynb #c062
 _BACKENDS = ('offline', 'openai')
 
 class LLMClient:
@@ -353,7 +633,8 @@ class LLMClient:
                  seed: int | None = 0,  # sampling seed, for servers that honour it
                  max_retries: int = 5,  # retries of transient failures: 408, 429, 5xx but 501, timeouts, dropped connections, garbage
                  timeout: float = 60.0,  # seconds per HTTP attempt
-                 concurrency: int = 8,  # worker threads of `chat_many`
+                 concurrency: int | None = None,  # calls in flight in `chat_many` while the server states no rate limit; default $KGQA_LLM_CONCURRENCY, else 8
+                 max_concurrency: int = 512,  # cap on calls in flight when the server's rate-limit headers allow more
                  price_per_mtok=None,  # (input, output[, cached input]) USD per million tokens; default MODEL_PRICES
                  cache: bool = True,  # False disables the cache (same as cache_mode='off')
                  generation: dict | None = None,  # further generation parameters sent with every request (top_p, stop, ...)
@@ -361,10 +642,17 @@ class LLMClient:
                  backoff_max: float = 30.0,  # cap of one backoff
                  max_retry_after: float = 60.0,  # cap on a server's Retry-After
                  ledger=None,  # a .jsonl file that gets one durable line per call a model answered (None: no ledger)
-                 stream: bool = False):  # receive replies as server-sent events (same text and cache key; usage from the last chunk)
+                 stream: bool = False,  # receive replies as server-sent events (same text and cache key; usage from the last chunk)
+                 say: Callable | None = None,  # one-line announcer of retries, waits and batches (default: stderr)
+                 batch_size: int = 50_000):  # requests per Batch API file (`chat_batch`)
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
-        if max_retries < 0 or concurrency < 1: raise ValueError("max_retries must be >= 0 and concurrency >= 1")
+        if concurrency is None:
+            env = os.environ.get('KGQA_LLM_CONCURRENCY', '8')
+            try: concurrency = int(env)
+            except ValueError: raise ValueError(f'KGQA_LLM_CONCURRENCY must be a whole number >= 1, got {env!r}') from None
+        if max_retries < 0 or concurrency < 1 or max_concurrency < 1 or batch_size < 1:
+            raise ValueError("max_retries must be >= 0; concurrency, max_concurrency and batch_size >= 1")
         self.backend = backend
         self.model = model or os.environ.get('KGQA_LLM_MODEL') or ('kgqa-offline' if backend == 'offline' else None)
         if not self.model: raise LLMError("backend='openai' needs a model name: pass model=... or set KGQA_LLM_MODEL")
@@ -382,6 +670,8 @@ class LLMClient:
         self.stream = bool(stream)
         self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
         self._rng, self._sleep = random.Random(seed), time.sleep
+        self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or _stderr_line, False
+        self._gate = RateGate(concurrency, max_concurrency, self._say)
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
 
     @property
@@ -390,7 +680,7 @@ class LLMClient:
     def cache_path(self): return self._cache.path if self._cache else None
     def __repr__(self): return f'LLMClient({self.describe()}, cache_mode={self.cache_mode!r}, cache={self.cache_path})'
 
-# %% ../nbs/04_llm.ipynb #c041
+# %% ../nbs/04_llm.ipynb #c063
 def _strip_userinfo(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit(p._replace(netloc=p.hostname + (f':{p.port}' if p.port else ''))) if p.username or p.password else url
@@ -405,7 +695,7 @@ def describe(self: LLMClient) -> str:
     "Backend, model and server address for provenance records (never the key)."
     return f'offline:{self.model}' if self.backend == 'offline' else f'openai:{self.model}@{self.server()}'
 
-# %% ../nbs/04_llm.ipynb #c044
+# %% ../nbs/04_llm.ipynb #c066
 @patch
 def build_request(self: LLMClient, messages, **overrides) -> dict:
     "The full request for `messages` with this client's settings and per-call `overrides`."
@@ -420,7 +710,7 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c046
+# %% ../nbs/04_llm.ipynb #c068
 def _request_messages(request: dict) -> list[dict]:
     "The messages of a chat request, or a completion request's prompt as one user message (what offline models see)."
     return [dict(role='user', content=request['prompt'])] if 'prompt' in request else request['messages']
@@ -439,7 +729,7 @@ def build_completion_request(self: LLMClient, prompt: str, **overrides) -> dict:
         m = offline_model_for(_request_messages(req)); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c050
+# %% ../nbs/04_llm.ipynb #c072
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -454,7 +744,7 @@ def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c052
+# %% ../nbs/04_llm.ipynb #c074
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
@@ -487,7 +777,7 @@ def _retry_after(headers) -> float | None:
         except ValueError: continue  # an HTTP-date: fall back to our own backoff
     return None
 
-# %% ../nbs/04_llm.ipynb #c054
+# %% ../nbs/04_llm.ipynb #c076
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -518,7 +808,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c055
+# %% ../nbs/04_llm.ipynb #c077
 _FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
           401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
           404: 'check base_url (it usually ends in /v1) and the model name',
@@ -544,13 +834,14 @@ def _unreachable(self: LLMClient, why: str) -> LLMError:
                          f'`kgqa serve-llm`, after `make llm-local` once; the offline stand-in: `kgqa serve-offline --port N`) '
                          f'or fix base_url / $KGQA_LLM_BASE_URL', True)
 
-# %% ../nbs/04_llm.ipynb #c058
+# %% ../nbs/04_llm.ipynb #c080
 @patch
 def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
-    "(text, finish_reason, usage, model) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
+    "(text, finish_reason, usage, model, headers) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
     import openai
     parts, finish, usage, model = [], None, None, None
-    stream = api.create(stream=True, stream_options=dict(include_usage=True), **kwargs)
+    raw = api.with_raw_response.create(stream=True, stream_options=dict(include_usage=True), **kwargs)
+    stream = raw.parse()
     try:
         for ch in stream:
             model = getattr(ch, 'model', None) or model
@@ -563,45 +854,74 @@ def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     except Exception as e: raise _Garbage(f'broken stream: {type(e).__name__}: {e}') from None  # cut off, or a chunk that is not one
     finally: stream.close()
     if finish is None and not parts: raise _Garbage('the stream held no reply chunk (is the body an event stream?)')
-    return ''.join(parts), finish, _usage_fields(usage), model
+    return ''.join(parts), finish, _usage_fields(usage), model, raw.headers
 
-# %% ../nbs/04_llm.ipynb #c059
+# %% ../nbs/04_llm.ipynb #c081
+@patch
+def _attempt(self: LLMClient, api, kwargs: dict, completions: bool):
+    "One HTTP attempt: (text, finish_reason, usage, model, response headers)."
+    if self.stream: return self._streamed(api, kwargs, completions)
+    raw = api.with_raw_response.create(**kwargs)
+    return (*_parse_completion(raw.http_response.text, completions), raw.http_response.headers)
+
+@patch
+def _hung(self: LLMClient) -> LLMError:
+    "The error for a server that accepted the connection and never answered anything: retrying would only wait again."
+    return self._give_up(f'the LLM server at {self.server()} (model {self.model}) accepted the connection but sent no answer within '
+                         f'timeout={self.timeout:g}s, and it has answered nothing yet (is it still loading the model, or stuck?): '
+                         f'check it, or raise the client\'s timeout for a model that takes longer', True)
+
+@patch
+def _announce_retry(self: LLMClient, attempt: int, last: str, delay: float, told: bool):
+    "One line per retry: what failed and how long the client waits."
+    self._say(f'kgqa llm: {self.describe()}: {last[:200]}; retry {attempt + 1} of {self.max_retries} in {delay:.1f} s'
+              + (" (the server's Retry-After)" if told else ''))
+
+# %% ../nbs/04_llm.ipynb #c082
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
-    "One reply from the server, retrying transient failures at most `max_retries` times."
+    "One reply from the server through the rate gate, retrying transient failures at most `max_retries` times."
     import openai
-    client = self._openai(); kwargs = self._api_kwargs(request); last = delay = None
+    client = self._openai(); kwargs = self._api_kwargs(request); last = delay = None; waited = 0.
     completions = request.get('endpoint') == 'completions'
     api = client.completions if completions else client.chat.completions
     for attempt in range(self.max_retries + 1):
         if attempt: self._sleep(delay)
         if self._dead: raise LLMError(self._dead)  # another call found the server gone: do not knock again
+        waited += self._gate.acquire(); t0, ra = time.monotonic(), None
+        if self._dead: self._gate.release(); raise LLMError(self._dead)  # it died while this call waited at the gate
         self._count(api_calls=1, retries=int(attempt > 0))
-        try:
-            if self.stream: text, finish, usage, model = self._streamed(api, kwargs, completions)
-            else:
-                raw = api.with_raw_response.create(**kwargs)
-                text, finish, usage, model = _parse_completion(raw.http_response.text, completions)
+        try: text, finish, usage, model, headers = self._attempt(api, kwargs, completions)
         except openai.APIStatusError as e:
+            self._answered = True; self._gate.release(headers=e.response.headers, throttled=e.status_code == 429)
             msg = (e.body or {}).get('message') if isinstance(e.body, dict) else None
             if not transient_status(e.status_code): raise self._rejected(e.status_code, str(msg or e)) from None
             last, ra = f'HTTP {e.status_code}: {msg or e}', _retry_after(e.response.headers)
             delay = min(ra, self.max_retry_after) if ra is not None else self._backoff(attempt)
-        except openai.APITimeoutError: last, delay = f'no answer within timeout={self.timeout}s', self._backoff(attempt)
+            if e.status_code == 429: self._gate.pause(delay, 'HTTP 429', announce=False)  # the retry line says it
+        except openai.APITimeoutError:
+            self._gate.release()
+            if not self._answered: raise self._hung() from None
+            last, delay = f'no answer within timeout={self.timeout}s', self._backoff(attempt)
         except openai.APIConnectionError as e:
+            self._gate.release()
             if why := unreachable_reason(e): raise self._unreachable(why) from None
             last, delay = f'connection error: {e}', self._backoff(attempt)
-        except _Garbage as e: last, delay = f'garbage response: {e}', self._backoff(attempt)
+        except _Garbage as e: self._answered = True; self._gate.release(); last, delay = f'garbage response: {e}', self._backoff(attempt)
+        except BaseException: self._gate.release(); raise
         else:
+            self._answered = True
             if not usage['prompt_tokens'] and not usage['completion_tokens']:  # a server that reports no usage
                 n_in = estimate_tokens(request['prompt']) if completions else estimate_prompt_tokens(request['messages'])
                 usage.update(prompt_tokens=n_in, completion_tokens=estimate_tokens(text))
+            self._gate.release(time.monotonic() - t0, usage['prompt_tokens'] + usage['completion_tokens'], headers)
             self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
                         cached_prompt_tokens=usage['cached_prompt_tokens'])
-            return ChatResult(text, False, usage, model or self.model, key, attempt + 1, finish)
+            return ChatResult(text, False, usage, model or self.model, key, attempt + 1, finish, waited)
+        if attempt < self.max_retries: self._announce_retry(attempt, last, delay, ra is not None)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c061
+# %% ../nbs/04_llm.ipynb #c084
 def _append_durably(path: Path, record: dict):
     "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
     data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
@@ -616,16 +936,19 @@ def _append_durably(path: Path, record: dict):
     finally: os.close(fd)
 
 @patch
-def _log_call(self: LLMClient, res: ChatResult, seconds: float):
+def _log_call(self: LLMClient, res: ChatResult, seconds: float,
+              batch: str | None = None):  # the Batch API batch that answered it (priced at BATCH_DISCOUNT)
     "Write one answered call's usage to the ledger."
     u = res.usage
-    cost = None if self.price is None else round(api_cost(u['prompt_tokens'], u['completion_tokens'], self.price, u['cached_prompt_tokens']), 8)
+    cost = None if self.price is None else round(api_cost(u['prompt_tokens'], u['completion_tokens'], self.price, u['cached_prompt_tokens'])
+                                                 * (BATCH_DISCOUNT if batch else 1), 8)
     _append_durably(self.ledger, dict(key=res.key, model=res.model, backend=self.backend, offline=self.backend == 'offline',
                                       prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'],
                                       cached_prompt_tokens=u['cached_prompt_tokens'], cost_usd=cost, attempts=res.attempts,
-                                      seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds')))
+                                      seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds'),
+                                      **({'batch': batch} if batch else {})))
 
-# %% ../nbs/04_llm.ipynb #c062
+# %% ../nbs/04_llm.ipynb #c085
 def _tally(rows: list) -> dict:
     costs = [r.get('cost_usd') for r in rows]
     out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
@@ -638,7 +961,7 @@ def read_ledger(path) -> dict:
     return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
                 by_model={m: _tally(rs) for m, rs in sorted(by.items())})
 
-# %% ../nbs/04_llm.ipynb #c065
+# %% ../nbs/04_llm.ipynb #c088
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -673,12 +996,17 @@ def _through_cache(self: LLMClient, request: dict, what: str) -> ChatResult:
             self._count(cache_hits=1)
             return ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], key, 0, rec['response'].get('finish_reason'))
         res = self._answer(request, key)
-        rec = dict(key=key, request=request, response=dict(text=res.text, finish_reason=res.finish_reason), usage=res.usage,
-                   model=res.model, created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
-        if self._api_key and len(self._api_key) >= 8 and self._api_key in canonical_json(rec):
-            raise LLMError("refusing to cache a record that contains the API key (is the key inside a prompt?)")
-        self._cache.record(rec)
+        self._record(request, key, res)
         return res
+
+@patch
+def _record(self: LLMClient, request: dict, key: str, res: ChatResult):
+    "Append the reply to the cache (refused when the API key would be written)."
+    rec = dict(key=key, request=request, response=dict(text=res.text, finish_reason=res.finish_reason), usage=res.usage,
+               model=res.model, created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
+    if self._api_key and len(self._api_key) >= 8 and self._api_key in canonical_json(rec):
+        raise LLMError("refusing to cache a record that contains the API key (is the key inside a prompt?)")
+    self._cache.record(rec)
 
 @patch
 def chat(self: LLMClient, messages: list[dict], **overrides) -> ChatResult:
@@ -692,7 +1020,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c067
+# %% ../nbs/04_llm.ipynb #c090
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -714,7 +1042,8 @@ def _many(self: LLMClient, fn, batch, desc: str, return_exceptions: bool, **over
     batch = list(batch); out = [None] * len(batch)
     if not batch: return out
     self._dead = None  # a new batch looks again; within it, the first call that finds the server dead stops the others
-    ex = ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch)))
+    workers = self.concurrency if self.backend == 'offline' else max(self.concurrency, self.max_concurrency)  # the gate limits them
+    ex, t0, before = ThreadPoolExecutor(max_workers=min(workers, len(batch))), time.monotonic(), self.usage_summary()['api_calls']
     try:
         with progress(total=len(batch), desc=desc) as bar:
             futs = {ex.submit(fn, m, **overrides): i for i, m in enumerate(batch)}
@@ -725,7 +1054,17 @@ def _many(self: LLMClient, fn, batch, desc: str, return_exceptions: bool, **over
                     out[futs[f]] = e
                 bar.update(1)
     finally: ex.shutdown(wait=True, cancel_futures=True)
+    self._rate_line(self.usage_summary()['api_calls'] - before, time.monotonic() - t0)
     return out
+
+@patch
+def _rate_line(self: LLMClient, calls: int, seconds: float):
+    "After a batch that met a stated rate limit or a 429: one line with the achieved rate and the time spent waiting."
+    g = self._gate.stats()
+    if not calls or not (g['rpm'] or g['tpm'] or g['throttled']): return
+    rate = calls / max(seconds, 1e-9) * 60
+    self._say(f'kgqa llm: {calls:,} requests in {seconds:.1f} s = {rate:,.0f}/min' + (f" ({rate / g['rpm']:.0%} of the stated {g['rpm']:,}/min)" if g['rpm'] else '')
+              + f"; at most {g['peak_inflight']} in flight; starts held back by the rate limit for {g['held_s']:.1f} s; {g['throttled']} HTTP 429")
 
 @patch
 def usage_summary(self: LLMClient) -> dict:
@@ -733,3 +1072,117 @@ def usage_summary(self: LLMClient) -> dict:
     with self._lock: s = dict(self._stats)
     s['cost_usd'] = None if self.price is None else round(api_cost(s['prompt_tokens'], s['completion_tokens'], self.price, s['cached_prompt_tokens']), 6)
     return dict(**s, backend=self.backend, model=self.model)
+
+@patch
+def rate_stats(self: LLMClient) -> dict:
+    "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
+    return self._gate.stats()
+
+# %% ../nbs/04_llm.ipynb #c092
+BATCH_DISCOUNT = 0.5  # batch price / interactive price: OpenAI's and Anthropic's Batch APIs bill half
+BATCH_TERMINAL = ('completed', 'failed', 'expired', 'cancelled')  # batch statuses that no longer change
+
+@patch
+def _batch_dir(self: LLMClient) -> Path:
+    return (self.cache_dir or user_cache_dir() / 'llm') / 'batches'
+
+@patch
+def _batch_body(self: LLMClient, request: dict) -> dict:
+    "The JSON body one batch line sends: what `chat.completions.create` would (unknown parameters in the body as they are)."
+    kw = self._api_kwargs(request)
+    return {**{k: v for k, v in kw.items() if k != 'extra_body'}, **kw.get('extra_body', {})}
+
+@patch
+def _batch_call(self: LLMClient, what: str, fn, *a, **kw):
+    "One Batch API call; an `LLMError` naming the server and what failed instead of the openai package's exception."
+    import openai
+    try: return fn(*a, **kw)
+    except openai.APIStatusError as e:
+        hint = ': this server has no Batch API (llama.cpp and vLLM\'s server have none); use chat_many' if e.status_code in (404, 405, 501) else ''
+        raise LLMError(f'{self.describe()}: {what} failed with HTTP {e.status_code}{hint}') from None
+    except openai.APIError as e: raise LLMError(f'{self.describe()}: {what} failed: {e}') from None
+
+@patch
+def _submit(self: LLMClient, keys: list, todo: dict) -> tuple:
+    "(job file, batch id) of the batch answering `keys`: the one already submitted for this job, else a new one."
+    job = hashlib.sha256(canonical_json([self.server(), self.model, keys]).encode()).hexdigest()[:24]
+    jf = self._batch_dir() / f'{job}.json'
+    state = json.loads(jf.read_text()) if jf.exists() else {}
+    if state.get('batch_id'):
+        self._say(f"kgqa llm: resuming batch {state['batch_id']} ({len(keys):,} requests), submitted before"); return jf, state['batch_id']
+    client = self._openai()
+    listed = self._batch_call('listing batches', client.batches.list, limit=100).data
+    bid = next((b.id for b in listed if (b.metadata or {}).get('kgqa_job') == job and b.status not in ('failed', 'cancelled')), None)
+    if bid is None:
+        data = ''.join(json.dumps(dict(custom_id=k, method='POST', url='/v1/chat/completions', body=self._batch_body(todo[k]))) + '\n' for k in keys)
+        f = self._batch_call('uploading the batch file', client.files.create, file=(f'kgqa-{job}.jsonl', data.encode()), purpose='batch')
+        bid = self._batch_call('creating the batch', client.batches.create, input_file_id=f.id, endpoint='/v1/chat/completions',
+                               completion_window='24h', metadata={'kgqa_job': job}).id
+        self._say(f'kgqa llm: submitted batch {bid} ({len(keys):,} requests, {self.describe()}); a rerun resumes it')
+    else: self._say(f'kgqa llm: resuming batch {bid} ({len(keys):,} requests), submitted before')
+    jf.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(jf, json.dumps(dict(job=job, batch_id=bid, model=self.model, server=self.server(), requests=len(keys))))
+    return jf, bid
+
+# %% ../nbs/04_llm.ipynb #c093
+@patch
+def _wait_batch(self: LLMClient, bid: str, poll_s: float):
+    "The batch once it no longer changes, polling every `poll_s` seconds (one line per change of status or count)."
+    client, last = self._openai(), None
+    while True:
+        b = self._batch_call(f'polling batch {bid}', client.batches.retrieve, bid)
+        c = b.request_counts
+        line = f'kgqa llm: batch {bid}: {b.status}' + (f', {c.completed + c.failed:,} of {c.total:,} answered' if c else '')
+        if line != last: self._say(line); last = line
+        if b.status in BATCH_TERMINAL: return b
+        self._sleep(poll_s)
+
+@patch
+def _collect(self: LLMClient, jf: Path, bid: str, todo: dict, poll_s: float) -> dict:
+    "key -> ChatResult or LLMError for the requests of batch `bid`, each reply fed into the cache and the ledger."
+    b = self._wait_batch(bid, poll_s)
+    if b.status == 'failed':
+        jf.unlink(missing_ok=True)  # nothing was answered: the next run may submit afresh
+        raise LLMError(f'{self.describe()}: batch {bid} failed: {b.errors}')
+    got = {}
+    for fid in (b.output_file_id, b.error_file_id):
+        if not fid: continue
+        for line in self._batch_call(f'fetching file {fid}', self._openai().files.content, fid).text.splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            k, resp = rec.get('custom_id'), rec.get('response') or {}
+            if k not in todo or k in got: continue
+            if resp.get('status_code') != 200:
+                got[k] = LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or rec.get("error"))[:300]}'); continue
+            text, finish, usage, model = _parse_completion(json.dumps(resp['body']))
+            res = ChatResult(text, False, usage, model or self.model, k, 1, finish)
+            self._count(api_calls=1, prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
+                        cached_prompt_tokens=usage['cached_prompt_tokens'])
+            if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
+            if self._cache is not None: self._record(todo[k], k, res)
+            got[k] = res
+    return got
+
+# %% ../nbs/04_llm.ipynb #c094
+@patch
+def chat_batch(self: LLMClient, batch,  # a list of message lists
+               desc: str = 'LLM batch',  # what the batch is, for messages
+               return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
+               poll_s: float = 30.0,  # seconds between status polls
+               **overrides) -> list[ChatResult]:
+    "Replies to many message lists through the server's Batch API, in input order, through the same cache and ledger."
+    if self.backend == 'offline': return self.chat_many(batch, desc, return_exceptions, **overrides)
+    requests = [self.build_request(m, **overrides) for m in batch]
+    keys, out, todo = [request_key(r) for r in requests], [None] * len(requests), {}
+    self._count(calls=len(requests)); self._dead = None
+    for i, (r, k) in enumerate(zip(requests, keys)):
+        rec = self._cache.lookup(k, f"the batch request (first message {r['messages'][0]['content'][:60]!r})") if self._cache else None
+        if rec is None: todo.setdefault(k, r); continue
+        self._count(cache_hits=1)
+        out[i] = ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], k, 0, rec['response'].get('finish_reason'))
+    pending, got = sorted(todo), {}
+    jobs = [self._submit(pending[i:i + self.batch_size], todo) for i in range(0, len(pending), self.batch_size)]
+    for jf, bid in jobs: got.update(self._collect(jf, bid, todo, poll_s))
+    for i, k in enumerate(keys):
+        if out[i] is None: out[i] = got.get(k) or LLMError(f'{desc}: the batch returned no reply for request {k[:12]}')
+        if isinstance(out[i], LLMError) and not return_exceptions: raise out[i]
+    return out

@@ -17,13 +17,14 @@ from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, fu
                               select_artifacts, shown_path, unmet_needs)
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'CallGroup', 'question_count',
-           'test_questions', 'generation_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls',
-           'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
-           'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens',
-           'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'estimate_seconds', 'plan_artifact',
-           'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget',
-           'python_sigint', 'interrupt_main_thread', 'SpendGuard']
+__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE',
+           'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls', 'sp_reader_calls',
+           'retriever_study_calls', 'ultrag_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls',
+           'api_groups', 'artifact_calls', 'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for',
+           'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size',
+           'prior_runs', 'group_limits', 'interactive_seconds', 'estimate_seconds', 'unknown_cost_fix', 'plan_group',
+           'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since',
+           'check_budget', 'python_sigint', 'interrupt_main_thread', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -39,7 +40,10 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     lasm_judged_per_question=2.2,  # LASM judge calls per question and Table 2 row: pairs exact match misses (offline on CoDEx-M: 1,984 / 900)
     subquestions=2.0,  # KG-RAG sub-questions per decomposed MetaQA question (assumed; 1-3 hops)
     seconds_per_call=4.0,  # wall seconds of one API call (assumed; the ledger's measured mean replaces it)
-    concurrency=8,  # concurrent API calls (LLMClient's default)
+    concurrency=8,  # calls in flight to a server that states no rate limit (LLMClient's `concurrency`)
+    max_concurrency=512,  # the client's cap on calls in flight at a stated limit (LLMClient's `max_concurrency`)
+    limits={},  # model -> {rpm, tpm} (a provider's limits) or {concurrency} (a server of yours), and its seconds_per_call; beside KNOWN_LIMITS
+    batch_hours=24.0,  # the Batch API's completion window: the longest a batch may take (most finish far sooner)
     prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm.MODEL_PRICES
 )
 
@@ -70,8 +74,10 @@ class CallGroup:
     calls: int  # requests this role sends
     triples: float = 0.  # triples listed in each prompt (mean), for prompts that list triples
     shared: str = ''  # key of work several artifacts share (planned once)
+    model_param: str = 'model'  # the artifact's parameter that names the model (what to set when it is unset)
 
-def _api(backend, model, base_url): return dict(backend=backend or 'offline', model=model or '', base_url=base_url or '')
+def _api(backend, model, base_url, param='model'):
+    return dict(backend=backend or 'offline', model=model or '', base_url=base_url or '', model_param=param)
 
 # %% ../nbs/40a_plan.ipynb #c009
 def question_count(p: dict,  # an artifact's full parameters
@@ -101,7 +107,7 @@ def sp_reader_calls(p, plan) -> list:
     "Figure 4: generation (when generated), then one reader call per question with its shortest-path triples."
     out = generation_calls(p, plan)
     if p['reader'] == 'llm':
-        out.append(CallGroup('reader', 'kgqa-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url']),
+        out.append(CallGroup('reader', 'kgqa-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
                              calls=question_count(p, plan), triples=plan['sp_triples']))
     return out
 
@@ -115,7 +121,7 @@ def retriever_study_calls(p, plan) -> list:
         ks = list(p['reader_ks'])
         runs = len(REFERENCE_RETRIEVERS) + len(p['labels']) * int(p['n_seeds'])
         key = f"retriever-study:{p['source']}:{p['kg']}:{p['n_questions']}:{p['seed']}:{p['reader_model']}:{ks}"
-        out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url']),
+        out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
                              calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key))
     return out
 
@@ -148,7 +154,7 @@ def kgqagen_calls(p, plan) -> list:
     cands = math.ceil(n / plan['kgqagen_acceptance_rate'])
     key = f"kgqagen:{p['kg']}:{n}:{p['seed']}:{api['model']}:{p['reviser_model']}"
     return [CallGroup('generator (expansion, question)', 'kgqagen-expand', **api, calls=math.ceil(cands * plan['kgqagen_generator_calls']), shared=key + ':generator'),
-            CallGroup('SPARQL reviser', 'kgqagen-revise', **_api('openai', p['reviser_model'] or p['model'], p['base_url']),
+            CallGroup('SPARQL reviser', 'kgqagen-revise', **_api('openai', p['reviser_model'] or p['model'], p['base_url'], 'reviser_model'),
                       calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser')]
 
 def kgqagen_table2_calls(p, plan) -> list:
@@ -161,13 +167,13 @@ def kgqagen_table2_calls(p, plan) -> list:
     uq = int(p['ultrag_questions'])
     ultrag_n = min(n, uq) if uq else n  # ULTRAG's row (oracle writer: no LLM call of its own)
     if p['reader_backend'] == 'openai':
-        api = _api('openai', p['reader_model'], p['base_url'])
+        api = _api('openai', p['reader_model'], p['base_url'], 'reader_model')
         out += [CallGroup('reader (question alone)', 'kgqa-llm-only', **api, calls=n),
                 CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=plan['kgqagen_proof_triples']),
                 CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=retrievers * n, triples=float(p['top_k']))]
     if p['judge_backend'] == 'openai':
         rows = (2 + retrievers) * n + (1 + retrievers) * n * gen + ultrag_n  # LLM-reader rows, oracle rows (generated only), ULTRAG
-        out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p['judge_model'], p['base_url']),
+        out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p['judge_model'], p['base_url'], 'judge_model'),
                              calls=math.ceil(rows * plan['lasm_judged_per_question'])))
     return out
 
@@ -280,6 +286,9 @@ def need_status(need: str) -> dict:
     elif need == 'llm': out['fix'] = 'export KGQA_LLM_API_KEY=... (or OPENAI_API_KEY), or KGQA_LLM_BASE_URL for a local server'
     elif need == 'local-llm': out['fix'] = 'make llm-local (compiles llama.cpp, about 5 min on 2 cores), or set floor_base_url to a running server'
     elif need == 'gpu': out['fix'] = 'run on a machine with a CUDA GPU (and the CUDA build of torch), or set device: cpu in the profile'
+    elif need.startswith('server:'): out['fix'] = (f'start the server at {need[7:]} (llama.cpp: llama-server -m MODEL.gguf --port PORT; '
+                                                 f'vLLM: vllm serve MODEL --port PORT; the offline stand-in: kgqa serve-offline --port PORT), or point base_url elsewhere')
+    elif need.startswith('encoder:'): out['fix'] = 'copy the encoder into the Hugging Face cache (HF_HOME) from a connected machine, or name a model folder'
     return out
 
 # %% ../nbs/40a_plan.ipynb #c033
@@ -298,21 +307,19 @@ def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path 
     plan = dict(read_profile(profile).get('plan') or {})
     for k in plan:
         if k not in PLAN_DEFAULTS: raise ProfileError(f'{shown_path(profile_file(profile))}: plan.{k}: not a planning setting{nearest_hint(k, PLAN_DEFAULTS)}; known: {", ".join(PLAN_DEFAULTS)}')
+    for m, lim in (plan.get('limits') or {}).items():
+        if not isinstance(lim, dict) or not lim or any(k not in ('rpm', 'tpm', 'concurrency', 'seconds_per_call') or not isinstance(v, (int, float)) or v <= 0 for k, v in lim.items()):
+            raise ProfileError(f'{shown_path(profile_file(profile))}: plan.limits.{m}: expected rpm, tpm, concurrency and/or seconds_per_call, numbers > 0, got {lim!r}')
     return {**PLAN_DEFAULTS, **plan, 'split_sizes': {**PLAN_DEFAULTS['split_sizes'], **(plan.get('split_sizes') or {})}}
 
-def _self_hosted(base_url: str) -> bool:
-    from urllib.parse import urlsplit
-    url = base_url or os.environ.get('KGQA_LLM_BASE_URL', '')
-    return bool(url) and (urlsplit(url).hostname or '') not in ('api.openai.com',)
-
 def group_price(g: CallGroup, plan: dict):
-    "(price triple or None, where it comes from) for a call group."
+    "(price triple or None, where it comes from) for a call group: by the model's name, wherever it is served."
     from kgqa_nb.llm import model_price
-    if _self_hosted(g.base_url): return (0., 0., 0.), f'self-hosted server {g.base_url or "$KGQA_LLM_BASE_URL"}: no per-token price'
     model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
     if model in plan['prices']: return tuple(plan['prices'][model]), f'plan.prices.{model}'
     p = model_price(model) if model else None
-    return (p, f'kgqa_nb.llm.MODEL_PRICES[{model!r}]') if p else (None, f'no price for model {model or "(unset: $KGQA_LLM_MODEL)"!r}: set plan.prices')
+    if p: return p, f'kgqa_nb.llm.MODEL_PRICES[{model!r}]'
+    return None, f'no price for model {model!r}' if model else 'model unset'
 
 def prompt_size(kind: str, measured: dict):
     "(tokens per call {prompt, per_triple, completion}, source) for a prompt kind: measured here, else committed, else None."
@@ -331,7 +338,34 @@ def prior_runs(roots=None) -> list:
             if isinstance(rec, dict) and rec.get('artifact') and isinstance(rec.get('seconds'), (int, float)): out.append(rec)
     return sorted(out, key=lambda r: r.get('created') or '')
 
-# %% ../nbs/40a_plan.ipynb #c036
+# %% ../nbs/40a_plan.ipynb #c037
+KNOWN_LIMITS = {  # model -> (requests, tokens) per minute at OpenAI's usage tier 3 ($100 paid, 7 days)
+    'gpt-4.1': (5_000, 800_000), 'gpt-4.1-mini': (5_000, 4_000_000), 'gpt-4o': (5_000, 800_000), 'gpt-4o-mini': (5_000, 4_000_000),
+    'gpt-5': (5_000, 2_000_000), 'gpt-5-mini': (5_000, 4_000_000),
+}
+KNOWN_LIMITS_SOURCE = 'OpenAI tier 3 limits as published in 2025 (KNOWN_LIMITS; set plan.limits for your tier)'
+BATCH_KINDS = ('kgqa-reader', 'kgqa-subgraphrag-reader', 'kgqa-llm-only', 'lasm-judge', 'synthkgqa-paraphrase')  # calls that can wait
+
+def group_limits(g: CallGroup, plan: dict) -> tuple:
+    "({rpm, tpm, concurrency}, source) of the server a call group goes to: `plan.limits`, else `KNOWN_LIMITS` by model, else none stated."
+    model, none = g.model or os.environ.get('KGQA_LLM_MODEL', ''), dict(rpm=None, tpm=None, concurrency=plan['concurrency'])
+    if model in plan['limits']: return {**none, **plan['limits'][model]}, f'plan.limits.{model}'
+    known = max((k for k in KNOWN_LIMITS if model == k or model.startswith(k + '-')), key=len, default=None)
+    if known: return dict(none, rpm=KNOWN_LIMITS[known][0], tpm=KNOWN_LIMITS[known][1]), KNOWN_LIMITS_SOURCE
+    return none, f'no stated limit: {plan["concurrency"]} calls in flight (plan.concurrency)'
+
+def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict) -> tuple:
+    "(seconds, how) of `calls` API calls of `tokens` tokens in all (None: unmeasured) under limits `lim`, `spc` seconds each."
+    if not calls: return 0., ''
+    rates = {k: r for k, r in (('request', lim['rpm'] and lim['rpm'] / 60), ('token', lim['tpm'] and tokens and lim['tpm'] / 60 * calls / tokens)) if r}
+    if not rates:
+        n = int(lim['concurrency']); return calls * spc / n, f'{calls:,} calls x {spc:.3g} s / {n} in flight'
+    which, rate = min(rates.items(), key=lambda kv: kv[1])
+    inflight = min(int(plan['max_concurrency']), math.ceil(1.2 * rate * spc) + 1)
+    secs = max(calls / rate, calls * spc / inflight)
+    return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight'
+
+# %% ../nbs/40a_plan.ipynb #c039
 def _scale(p: dict, plan: dict) -> float:
     seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
     return max(question_count(p, plan), 1) * max(int(seeds), 1)
@@ -346,6 +380,38 @@ def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list,
     where = f"its {r.get('profile', '?')} run of {str(r.get('created', ''))[:10]} ({fmt_seconds(r['seconds'])}, kg {old.get('kg', old.get('dataset', '-'))}"
     return r['seconds'] * ratio, where + (f', scaled x{ratio:.3g} by questions x seeds)' if abs(ratio - 1) > 1e-9 else ')')
 
+def unknown_cost_fix(art: str, g: CallGroup, row: dict) -> str:
+    "The one setting that makes a call group's unknown cost known."
+    if not row['model']: return f"set {art}.{g.model_param} in the profile (or export KGQA_LLM_MODEL)"
+    if row['price'] is None: return f"set plan.prices.{row['model']}: [input, output] USD per million tokens ([0, 0] for a server you run yourself)"
+    return f"measure its prompts ({g.kind}): run {art} once with an LLM role (e.g. against kgqa serve-offline) so the plan reads its cache"
+
+def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict, shared: dict, spc: float) -> dict:
+    "One call group of artifact `art`: calls less cache hits and shared work, tokens, and the interactive and batch cost and time."
+    from kgqa_nb.llm import BATCH_DISCOUNT, api_cost
+    model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
+    row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
+    if g.shared and g.shared in shared:
+        return {**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0, 'completion_tokens': 0,
+                'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'batch': False}
+    if g.shared: shared[g.shared] = art
+    hits = min(g.calls, cached.get((g.kind, model), 0)); cached[(g.kind, model)] = cached.get((g.kind, model), 0) - hits
+    n = g.calls - hits
+    size, size_src = prompt_size(g.kind, measured)
+    price, price_src = group_price(g, plan)
+    pt = round(n * (size['prompt'] + size['per_triple'] * g.triples)) if size else None
+    ct = n * size['completion'] if size else None
+    cost = round(api_cost(pt, ct, price), 4) if size and price else (0. if n == 0 else None)
+    lim, lim_src = group_limits(g, plan)
+    secs, how = interactive_seconds(n, None if pt is None else pt + ct, lim, lim.get('seconds_per_call') or spc, plan)
+    batch = g.kind in BATCH_KINDS and not (g.base_url or os.environ.get('KGQA_LLM_BASE_URL'))  # a hosted provider's Batch API
+    row.update(triples_per_prompt=g.triples, cache_hits=hits, api_calls=n, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost,
+               batch_cost_usd=None if cost is None else round(cost * (BATCH_DISCOUNT if batch else 1), 4), batch=batch,
+               seconds=round(secs, 1), rate=how, limits_source=lim_src,
+               tokens_source=size_src, price=list(price) if price else None, price_source=price_src)
+    if cost is None: row['fix'] = unknown_cost_fix(art, g, row)
+    return row
+
 def plan_artifact(art: Artifact,  # the artifact
                   params: dict,  # its parameters under the profile (as `check_profile` gives them)
                   plan: dict,  # planning settings (`plan_settings`)
@@ -355,38 +421,24 @@ def plan_artifact(art: Artifact,  # the artifact
                   prior: list,  # `prior_runs()`
                   seconds_per_call: float,  # wall seconds of one API call
                   profile: str | None = None) -> dict:  # the profile's name (`profile_name`), for the time estimate
-    "Needs, LLM calls, tokens, cost and time of one artifact under a profile."
-    from kgqa_nb.llm import api_cost
+    "Needs, LLM calls, tokens, cost and time of one artifact under a profile, interactively and with the Batch API where a role can wait."
     needs = [need_status(n) for n in artifact_needs(art, params)]
-    groups = []
-    for g in artifact_calls(art, params, plan):
-        model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
-        row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
-        if g.shared and g.shared in shared:
-            groups.append({**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0,
-                           'completion_tokens': 0, 'cost_usd': 0.}); continue
-        if g.shared: shared[g.shared] = art.name
-        hits = min(g.calls, cached.get((g.kind, model), 0)); cached[(g.kind, model)] = cached.get((g.kind, model), 0) - hits
-        n = g.calls - hits
-        size, size_src = prompt_size(g.kind, measured)
-        price, price_src = group_price(g, plan)
-        pt = round(n * (size['prompt'] + size['per_triple'] * g.triples)) if size else None
-        ct = n * size['completion'] if size else None
-        groups.append({**row, 'triples_per_prompt': g.triples, 'cache_hits': hits, 'api_calls': n, 'prompt_tokens': pt, 'completion_tokens': ct,
-                       'cost_usd': round(api_cost(pt, ct, price), 4) if size and price else (0. if n == 0 else None),
-                       'tokens_source': size_src, 'price': list(price) if price else None, 'price_source': price_src})
+    groups = [plan_group(g, art.name, plan, measured, cached, shared, seconds_per_call) for g in artifact_calls(art, params, plan)]
     secs, secs_src = estimate_seconds(art, params, plan, prior, profile)
     api_calls = sum(g['api_calls'] for g in groups)
-    llm_s = api_calls * seconds_per_call / max(int(plan['concurrency']), 1)
-    costs = [g['cost_usd'] for g in groups]
+    llm_s = sum(g['seconds'] for g in groups)
+    waiting = [g for g in groups if g['batch'] and g['api_calls']]
+    batch_s = sum(g['seconds'] for g in groups if g not in waiting) + (plan['batch_hours'] * 3600 if waiting else 0)
+    costs, bcosts = [g['cost_usd'] for g in groups], [g['batch_cost_usd'] for g in groups]
+    timed = None if secs is None and api_calls == 0 else secs or 0
     return dict(artifact=art.name, notebook=shown_path(art.notebook), status='ready' if all(n['met'] for n in needs) else 'blocked',
                 needs=needs, llm=groups, api_calls=api_calls,
                 prompt_tokens=sum(g['prompt_tokens'] or 0 for g in groups), completion_tokens=sum(g['completion_tokens'] or 0 for g in groups),
-                cost_usd=None if None in costs else round(sum(costs), 4),
-                seconds=None if secs is None and api_calls == 0 else round((secs or 0) + llm_s, 1),
-                seconds_source=secs_src + (f'; + {api_calls:,} API calls x {seconds_per_call:.3g} s / {plan["concurrency"]} concurrent' if api_calls else ''))
+                cost_usd=None if None in costs else round(sum(costs), 4), batch_cost_usd=None if None in bcosts else round(sum(bcosts), 4),
+                seconds=None if timed is None else round(timed + llm_s, 1), batch_seconds=None if timed is None else round(timed + batch_s, 1),
+                seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c037
+# %% ../nbs/40a_plan.ipynb #c040
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -416,7 +468,8 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
     spc, spc_src = (statistics.mean(secs), f'measured here ({len(secs)} ledger lines)') if secs else (plan['seconds_per_call'], 'plan.seconds_per_call (assumed)')
     prior, shared, arts = prior_runs() if prior is None else prior, {}, []
     for n in names:
-        if n in not_run: arts.append(dict(artifact=n, status='not run', reason=not_run[n], needs=[], llm=[], api_calls=0, cost_usd=0., seconds=0.)); continue
+        if n in not_run: arts.append(dict(artifact=n, status='not run', reason=not_run[n], needs=[], llm=[], api_calls=0, cost_usd=0., seconds=0.,
+                                          batch_cost_usd=0., batch_seconds=0.)); continue
         arts.append(plan_artifact(manifest[n], params[n], plan, measured, cached, shared, prior, spc, profile_name(profile)))
     costs = [a['cost_usd'] for a in arts]
     total = dict(api_calls=sum(a['api_calls'] for a in arts), prompt_tokens=sum(a.get('prompt_tokens', 0) for a in arts),
@@ -424,39 +477,55 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                  cost_usd=round(sum(c for c in costs if c is not None), 4),
                  cost_unknown_for=[a['artifact'] for a in arts if a['cost_usd'] is None],
                  seconds=round(sum(a['seconds'] or 0 for a in arts), 1),
+                 batch_cost_usd=round(sum(a['batch_cost_usd'] or 0 for a in arts), 4), batch_seconds=round(sum(a['batch_seconds'] or 0 for a in arts), 1),
                  seconds_unknown_for=[a['artifact'] for a in arts if a['seconds'] is None],
+                 unknown_cost_fixes=list(dict.fromkeys(f"{a['artifact']}: {g['fix']}" for a in arts for g in a['llm'] if g.get('fix'))),
                  blocked=[a['artifact'] for a in arts if a['status'] == 'blocked'])
     from datetime import datetime, timezone
-    return dict(profile=str(profile), created=datetime.now(timezone.utc).isoformat(timespec='seconds'), network_calls=0,
+    probes = len({n['need'] for a in arts for n in a['needs'] if n['need'].startswith('server:')})
+    return dict(profile=str(profile), created=datetime.now(timezone.utc).isoformat(timespec='seconds'), network_calls=0, local_server_probes=probes,
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c041
+# %% ../nbs/40a_plan.ipynb #c044
+def _modes(cost, secs, bcost, bsecs) -> str:
+    "Interactive and batch cost and time side by side."
+    t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
+    return f"interactive {fmt_usd(cost)} {t(secs)} | batch {fmt_usd(bcost)} {t(bsecs)}"
+
+def _group_line(g: dict) -> str:
+    who = f"{g['model'] or '$KGQA_LLM_MODEL (unset)'}" + (f" @ {g['base_url']}" if g['base_url'] else '')
+    if g.get('shared_with'): return f"    {g['role']} ({who}): {g['calls']:,} calls shared with {g['shared_with']} (replayed from its cache)"
+    return (f"    {g['role']} ({who}): {g['calls']:,} calls - {g['cache_hits']:,} cached = {g['api_calls']:,}; "
+            f"{fmt_tokens(g['prompt_tokens'])} prompt + {fmt_tokens(g['completion_tokens'])} completion tokens; {fmt_usd(g['cost_usd'])}"
+            + (f" (batch {fmt_usd(g['batch_cost_usd'])})" if g['batch'] else ' (no batch: it must answer at once)' if g['api_calls'] else '')
+            + f"  [tokens: {g['tokens_source']}; price: {g['price_source']}; limits: {g['limits_source']}]")
+
 def format_plan(plan: dict) -> str:
-    "The plan as text: per artifact its status, what is missing and how to get it, LLM calls, tokens, cost and time."
-    arts, lines = plan['artifacts'], [f"plan for profile {plan['profile']} ({len(plan['artifacts'])} artifacts; no network call was made)"]
+    "The plan as text: per artifact its status, what is missing and how to get it, LLM calls, tokens, and cost and time in both modes."
+    arts = plan['artifacts']
+    lines = [f"plan for profile {plan['profile']} ({len(arts)} artifacts; no network call left this machine"
+             + (f"; {plan['local_server_probes']} local LLM server(s) asked whether they answer)" if plan.get('local_server_probes') else ')')]
     for i, a in enumerate(arts, 1):
         head = f"[{i}/{len(arts)}] {a['artifact']}: {a['status']}"
         if a['status'] == 'not run': lines.append(f"{head} ({a['reason']})"); continue
-        t = 'time unknown' if a['seconds'] is None else f"~{fmt_seconds(a['seconds'])}"
-        lines.append(f"{head} · {a['api_calls']:,} LLM API calls · {fmt_usd(a['cost_usd'])} · {t}")
+        lines.append(f"{head} · {a['api_calls']:,} LLM API calls · " + _modes(a['cost_usd'], a['seconds'], a['batch_cost_usd'], a['batch_seconds']))
         for n in a['needs']:
             if not n['met']: lines.append(f"    MISSING {n['need']}: {n['missing']}" + (f" ({n['download']})" if n.get('download') else '') + f"\n      -> {n['fix']}")
-        for g in a['llm']:
-            who = f"{g['model'] or '$KGQA_LLM_MODEL'}" + (f" @ {g['base_url']}" if g['base_url'] else '')
-            if g.get('shared_with'): lines.append(f"    {g['role']} ({who}): {g['calls']:,} calls shared with {g['shared_with']} (replayed from its cache)"); continue
-            lines.append(f"    {g['role']} ({who}): {g['calls']:,} calls - {g['cache_hits']:,} cached = {g['api_calls']:,}; "
-                         f"{fmt_tokens(g['prompt_tokens'])} prompt + {fmt_tokens(g['completion_tokens'])} completion tokens; {fmt_usd(g['cost_usd'])}"
-                         f"  [tokens: {g['tokens_source']}; price: {g['price_source']}]")
+        lines += [_group_line(g) for g in a['llm']]
         if a['seconds'] is not None or a['api_calls']: lines.append(f"    time: {a['seconds_source']}")
     t = plan['total']
-    lines.append(f"total: {t['api_calls']:,} LLM API calls, {fmt_tokens(t['prompt_tokens'])} prompt + {fmt_tokens(t['completion_tokens'])} completion tokens, "
-                 f"{fmt_usd(t['cost_usd'])}" + (f" + unknown for {', '.join(t['cost_unknown_for'])}" if t['cost_unknown_for'] else '') +
-                 f"; ~{fmt_seconds(t['seconds'])}" + (f" + unmeasured {', '.join(t['seconds_unknown_for'])}" if t['seconds_unknown_for'] else ''))
+    lines.append(f"total: {t['api_calls']:,} LLM API calls, {fmt_tokens(t['prompt_tokens'])} prompt + {fmt_tokens(t['completion_tokens'])} completion tokens"
+                 + (f"; unmeasured time: {', '.join(t['seconds_unknown_for'])}" if t['seconds_unknown_for'] else ''))
+    lines.append(f"  interactive, at the stated limits: {fmt_usd(t['cost_usd'])}, ~{fmt_seconds(t['seconds'])}")
+    lines.append(f"  batch where a role can wait: {fmt_usd(t['batch_cost_usd'])}, ~{fmt_seconds(t['batch_seconds'])} "
+                 f"(each batch counted at its {plan['settings']['batch_hours']:g} h window; most finish far sooner)")
+    if t['cost_unknown_for']: lines.append(f"  + unknown cost for {', '.join(t['cost_unknown_for'])}; one setting fixes each:")
+    lines += [f"    {f}" for f in t.get('unknown_cost_fixes', [])]
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c044
+# %% ../nbs/40a_plan.ipynb #c047
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -484,7 +553,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c046
+# %% ../nbs/40a_plan.ipynb #c049
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -509,7 +578,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c048
+# %% ../nbs/40a_plan.ipynb #c051
 def check_budget(plan: dict,  # `plan_profile`
                  max_cost: float) -> None:  # USD
     "Refuse (BudgetError) a run whose planned API cost passes `max_cost`, or whose cost the plan cannot tell."
@@ -522,7 +591,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c050
+# %% ../nbs/40a_plan.ipynb #c053
 @contextmanager
 def python_sigint():
     "Python's own SIGINT handler in the main thread while the block runs (restored after), so an interrupt is delivered."
@@ -537,7 +606,7 @@ def interrupt_main_thread():
     "Send SIGINT to the main thread: `KeyboardInterrupt` there, even in a blocking wait (under `python_sigint`)."
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-# %% ../nbs/40a_plan.ipynb #c053
+# %% ../nbs/40a_plan.ipynb #c056
 class SpendGuard:
     "Context manager: polls a `SpendMeter` every `every` seconds and interrupts the main thread once the spend passes `max_cost`."
     def __init__(self, meter: SpendMeter,  # the run's meter

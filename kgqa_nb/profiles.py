@@ -13,11 +13,11 @@ import yaml
 from .core import data_dir, project_dirs
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'READS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param', 'parameters_cells',
-           'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path', 'read_profile',
-           'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError', 'select_artifacts',
-           'profile_name', 'data_folders', 'param_needs', 'section_params', 'read_params', 'artifact_needs',
-           'unmet_needs', 'output_root', 'publish_dirs']
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'SERVER_PARAMS', 'READS', 'LLM_ENV', 'LOOPBACK', 'Artifact', 'load_manifest', 'Param',
+           'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path',
+           'read_profile', 'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError',
+           'select_artifacts', 'profile_name', 'data_folders', 'param_needs', 'section_params', 'read_params',
+           'artifact_needs', 'server_silent', 'unmet_needs', 'output_root', 'publish_dirs']
 
 # %% ../nbs/40_profiles.ipynb #c006
 @dataclass
@@ -204,10 +204,14 @@ def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
 
 def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
 
+SERVER_PARAMS = (('backend', 'base_url'), ('reader_backend', 'reader_base_url'), ('floor_reader', 'floor_base_url'))  # (switch, its server)
+
 def param_needs(params: dict) -> list:
-    "Needs implied by an artifact's parameters: `NEED_RULES`, and the data folder or path that `kg` / `dataset` name."
+    "Needs implied by an artifact's parameters: `NEED_RULES`, the servers and encoders they name, the data that `kg` / `dataset` name."
     out = [need for need, when, met_by in NEED_RULES
            if all(k in params and _matches(params[k], v) for k, v in when.items()) and not (met_by and params.get(met_by))]
+    out += [f'server:{params[url]}' for switch, url in SERVER_PARAMS if params.get(switch) in ('openai', True) and params.get(url)]
+    out += [f'encoder:{v}' for k, v in params.items() if (k == 'encoder' or k.endswith('_encoder')) and isinstance(v, str) and v]
     for k in ('kg', 'dataset'):
         v, known = params.get(k), data_folders(k)
         if not isinstance(v, str) or not v: continue
@@ -216,7 +220,7 @@ def param_needs(params: dict) -> list:
         else: out.append(f'data:{v}')  # a folder of the data dir (e.g. wikikg2 in synth-kgqa layout)
     return out
 
-# %% ../nbs/40_profiles.ipynb #c030b
+# %% ../nbs/40_profiles.ipynb #c032
 READS = (  # (parameter naming the artifact a notebook reads, parameter naming the profile of its section, when it reads it)
     ('study', 'study_profile', {}),  # the retriever study: Table 4, Figures 12 and 14
     ('generation', 'generation_profile', {'source': {'generated'}}),  # the SynthKGQA generation run: Tables 1 and 5, Figures 5-8
@@ -238,7 +242,7 @@ def _reads(p: dict):
     return next(((name, profile) for name, profile, when in READS
                  if name in p and all(_matches(p.get(k), v) for k, v in when.items())), None)
 
-# %% ../nbs/40_profiles.ipynb #c030d
+# %% ../nbs/40_profiles.ipynb #c033
 def read_params(art: Artifact,  # the artifact
                 params: dict) -> dict:  # its parameters under the profile
     "A notebook's full parameters, on top of those of the artifact it reads (`READS`) when it reads one."
@@ -254,8 +258,19 @@ def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold alway
         out += artifact_needs(load_manifest()[p[r[0]]], read)
     return list(dict.fromkeys(out))
 
-# %% ../nbs/40_profiles.ipynb #c032
+# %% ../nbs/40_profiles.ipynb #c037
 LLM_ENV = ('KGQA_LLM_API_KEY', 'OPENAI_API_KEY', 'KGQA_LLM_BASE_URL')  # any one of them lets an LLM role reach a model
+LOOPBACK = ('127.0.0.1', 'localhost', '::1')
+
+def server_silent(url: str,  # an OpenAI-compatible base URL
+                  timeout: float = 2.0) -> str:  # seconds to wait for an answer
+    "Why the server at `url` does not answer (empty when it does, or when it is not on this machine and so not probed)."
+    import urllib.error, urllib.request
+    from urllib.parse import urlsplit
+    if (urlsplit(url).hostname or '') not in LOOPBACK: return ''
+    try: urllib.request.urlopen(url.rstrip('/') + '/models', timeout=timeout).close(); return ''
+    except urllib.error.HTTPError: return ''  # it answered, if only to refuse
+    except (OSError, ValueError) as e: return str(getattr(e, 'reason', None) or e)
 
 def unmet_needs(needs) -> list:
     "Human-readable reasons why the given needs are not met on this machine (empty when all are)."
@@ -273,10 +288,16 @@ def unmet_needs(needs) -> list:
             if (need := local_llm_need()): why.append(need)
         elif n.startswith('path:'):
             if not Path(n[5:]).expanduser().exists(): why.append(f'needs {n[5:]} (not found)')
+        elif n.startswith('server:'):
+            if (no := server_silent(n[7:])): why.append(f'no LLM server answers at {n[7:]} ({no})')
+        elif n.startswith('encoder:'):
+            from kgqa_nb.text import EncoderUnavailableError, check_available, resolve_encoder
+            try: check_available(n[8:], resolve_encoder(n[8:])[1])
+            except EncoderUnavailableError as e: why.append(str(e))
         else: why.append(f'unknown need {n!r}')
     return why
 
-# %% ../nbs/40_profiles.ipynb #c035
+# %% ../nbs/40_profiles.ipynb #c040
 def output_root(profile: str) -> Path:  # a profile name in params/ or a path to a YAML file
     "The folder a profile's notebooks write into (their `out_dir`)."
     prof = read_profile(profile)

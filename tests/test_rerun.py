@@ -50,7 +50,7 @@ def test_plan_names_every_missing_thing(bare_machine):
             if n['need'] == 'data:ogbl_wikikg2': assert "('ogbl-wikikg2',)" in n['fix']
         assert a['status'] == ('blocked' if needs else 'ready')
     by = {a['artifact']: a for a in plan['artifacts']}
-    assert [n['need'] for n in by['retriever_study']['needs']] == ['llm', 'data:gtsqa', 'gpu', 'data:ogbl_wikikg2']
+    assert [n['need'] for n in by['retriever_study']['needs']] == ['llm', 'data:gtsqa', 'gpu', 'encoder:gte-large-en-v1.5', 'data:ogbl_wikikg2']
     assert by['retriever_study']['api_calls'] == 1622 * 9 * 13 and by['retriever_study']['cost_usd'] > 0
     assert by['table4_gt_vs_sp']['llm'][0]['shared_with'] == 'retriever_study'  # the shared study is planned once
     text = pl.format_plan(plan)
@@ -59,7 +59,9 @@ def test_plan_names_every_missing_thing(bare_machine):
 
 
 def test_plan_makes_no_network_call(bare_machine, monkeypatch, capsys):
-    def refuse(*a, **k): raise AssertionError(f'network call during --plan: {a}')
+    def refuse(*a, **k):
+        if a and isinstance(a[0], tuple) and a[0][0] in pr.LOOPBACK: raise ConnectionRefusedError('nothing listens here')  # the plan asks a local server
+        raise AssertionError(f'network call during --plan: {a}')
     monkeypatch.setattr(socket.socket, 'connect', refuse)
     monkeypatch.setattr(socket, 'create_connection', refuse)
     monkeypatch.setattr(socket, 'getaddrinfo', refuse)
@@ -80,7 +82,7 @@ def test_estimates_come_from_measured_records(bare_machine):
         for k, s in (('a', 2.0), ('b', 4.0))))
     prof = profile(bare_machine, f'table6_gt_vs_sp:\n  n_questions: 50\nfig4_sp_reader:\n  analysis_profile: {bare_machine / "p.yaml"}\n'  # Table 6's 50 questions
                                  '  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
-                                 'plan:\n  sp_triples: 10\n  concurrency: 2\n')
+                                 'plan:\n  sp_triples: 10\n  limits: {gpt-4o-mini: {concurrency: 2}}\n')
     plan = pl.plan_profile(prof, ['fig4_sp_reader'], roots=[bare_machine / 'runs'], prior=[])
     assert plan['measured_prompts']['kgqa-reader'] == dict(prompt=300, per_triple=10.0, completion=7, calls=3)
     assert plan['seconds_per_call'] == dict(value=3.0, source='measured here (2 ledger lines)')

@@ -1,0 +1,104 @@
+"""The Batch API path (issue 30, item 2) against the stand-in server's batch endpoints: replies equal the interactive ones
+and feed the same cache and ledger at the batch price; kill -9 while a batch is pending, rerun: the batch is fetched, never
+submitted twice, and the records equal an uninterrupted run's."""
+import http.server, json, subprocess, sys, textwrap, threading
+
+import pytest
+
+from kgqa_nb.llm import (BATCH_DISCOUNT, LLMClient, LLMError, OfflineChatServer, api_cost, model_price, offline_reply,
+                         read_ledger, triples_lookup_messages)
+
+WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
+MSGS = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(25)]
+CLIENT = textwrap.dedent('''
+    import json, sys
+    from kgqa_nb.llm import LLMClient, triples_lookup_messages
+    WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
+    MSGS = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(25)]
+    url, folder = sys.argv[1], sys.argv[2]
+    c = LLMClient('openai', model='gpt-4o-mini', base_url=url, cache_dir=folder + '/llm', ledger=folder + '/calls.jsonl')
+    print(json.dumps([r.text for r in c.chat_batch(MSGS, poll_s=0.05)]))
+''')
+
+
+def records(folder):
+    "The cache's records without the time they were written: what a rerun must reproduce."
+    return sorted((json.dumps({k: v for k, v in json.loads(x).items() if k != 'created'}, sort_keys=True)
+                   for x in (folder / 'llm' / 'gpt-4o-mini.jsonl').read_text().splitlines()))
+
+
+def client(srv, folder, **kw):
+    return LLMClient('openai', model='gpt-4o-mini', base_url=srv.url, cache_dir=folder / 'llm', ledger=folder / 'calls.jsonl',
+                     say=[].append, **kw)
+
+
+def test_batch_replies_equal_interactive_ones_at_half_the_price(tmp_path):
+    with OfflineChatServer() as srv:
+        inter = client(srv, tmp_path / 'interactive').chat_many(MSGS)
+        batch = client(srv, tmp_path / 'batch', batch_size=10).chat_batch(MSGS, poll_s=0.01)
+    assert [r.text for r in batch] == [r.text for r in inter] == [offline_reply(m) for m in MSGS]
+    assert records(tmp_path / 'batch') == records(tmp_path / 'interactive')     # the same cache, whichever path filled it
+    assert srv.batch_creations == 3 and len(srv.requests) == 25                  # 25 requests in files of 10; 25 interactive calls
+    li, lb = read_ledger(tmp_path / 'interactive' / 'calls.jsonl'), read_ledger(tmp_path / 'batch' / 'calls.jsonl')
+    assert lb['calls'] == li['calls'] == 25 and lb['prompt_tokens'] == li['prompt_tokens']
+    assert lb['cost_usd'] == pytest.approx(BATCH_DISCOUNT * li['cost_usd'], abs=2e-6)  # read_ledger rounds to 1e-6
+    assert {json.loads(x)['batch'] for x in (tmp_path / 'batch' / 'calls.jsonl').read_text().splitlines()} == {
+        'batch_000001', 'batch_000002', 'batch_000003'}
+
+
+def test_cached_requests_are_not_batched_and_failures_take_their_slot(tmp_path):
+    bad = [dict(role='user', content='no offline model answers this')]
+    with OfflineChatServer() as srv:
+        client(srv, tmp_path).chat_many(MSGS[:20])
+        out = client(srv, tmp_path).chat_batch(MSGS + [bad], poll_s=0.01, return_exceptions=True)
+        with pytest.raises(LLMError, match='failed'): client(srv, tmp_path).chat_batch([bad], poll_s=0.01)
+    assert [r.cached for r in out[:25]] == [True] * 20 + [False] * 5
+    assert isinstance(out[25], LLMError) and 'no offline model matches' in str(out[25])
+    assert json.loads(srv.files['file-000001']['data'].decode().splitlines()[0])['url'] == '/v1/chat/completions'
+    assert sum(1 for _ in srv.files['file-000001']['data'].splitlines()) == 6   # the 5 misses and the bad one
+
+
+def run_client(url, folder):
+    return subprocess.Popen([sys.executable, '-c', CLIENT, url, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize('lose_job_file', [False, True])
+def test_kill9_during_a_submitted_batch_then_rerun_fetches_it(tmp_path, lose_job_file):
+    "lose_job_file: the crash came between the server creating the batch and the client writing its id."
+    with OfflineChatServer() as ref:                                   # the uninterrupted run
+        proc = run_client(ref.url, tmp_path / 'ref'); out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    with OfflineChatServer(hold_batches=True) as srv:
+        proc = run_client(srv.url, tmp_path / 'run')
+        assert srv.batch_created.wait(120), proc.communicate()[1]      # the batch is submitted and pending
+        proc.kill(); proc.wait()                                       # kill -9
+        assert proc.returncode == -9
+        if lose_job_file:
+            for f in (tmp_path / 'run' / 'llm' / 'batches').glob('*.json'): f.unlink()
+        srv.finish_batches()
+        again = run_client(srv.url, tmp_path / 'run'); out2, err2 = again.communicate(timeout=120)
+    assert again.returncode == 0, err2
+    assert srv.batch_creations == 1 and len(srv.files) == 2             # one input file, one output file: never submitted twice
+    assert 'resuming batch batch_000001' in err2
+    assert json.loads(out2) == json.loads(out) == [offline_reply(m) for m in MSGS]
+    assert records(tmp_path / 'run') == records(tmp_path / 'ref')
+    assert read_ledger(tmp_path / 'run' / 'calls.jsonl')['calls'] == 25
+
+
+class NoBatchAPI(http.server.BaseHTTPRequestHandler):
+    "A chat server without the batch routes (llama.cpp, vLLM's server): 404 on everything."
+    def log_message(self, *a): pass
+    def _404(self):
+        self.rfile.read(int(self.headers.get('Content-Length') or 0))
+        body = b'{"error": {"message": "not found"}}'
+        self.send_response(404); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_GET = do_POST = _404
+
+
+def test_a_server_without_a_batch_api_gets_one_line(tmp_path):
+    httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), NoBatchAPI)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        c = LLMClient('openai', model='gpt-4o-mini', base_url=f'http://127.0.0.1:{httpd.server_port}/v1', cache_dir=tmp_path / 'llm')
+        with pytest.raises(LLMError, match='HTTP 404: this server has no Batch API .*use chat_many'): c.chat_batch(MSGS[:2])
+    finally: httpd.shutdown(); httpd.server_close()

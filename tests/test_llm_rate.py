@@ -1,0 +1,108 @@
+"""Calls at the server's rate limit (issue 30) and announced retries (issue 26, item 6), against the real local server:
+the stand-in states its limits in OpenAI's headers and answers 429 + Retry-After beyond them; the client learns the limit,
+loses and doubles no call, says every retry and wait in one line, and gives up on a server that never answers."""
+import json, socket, threading, urllib.error, urllib.request
+
+import pytest
+
+from kgqa_nb.llm import LLMClient, LLMError, OfflineChatServer, offline_reply, read_ledger, triples_lookup_messages
+
+WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(80)]
+
+
+def q(i): return triples_lookup_messages(WORLD, (f'City{i}', 'country', '?'))
+
+
+def post(url, msgs):
+    body = json.dumps(dict(model='kgqa-offline', messages=msgs)).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + '/chat/completions', body, {'Content-Type': 'application/json'}), timeout=10) as r:
+            return r.status, dict(r.headers)
+    except urllib.error.HTTPError as e: return e.code, dict(e.headers)
+
+
+def test_server_states_its_limit_and_refuses_beyond_it():
+    with OfflineChatServer(rpm=60, burst_s=1.0) as srv:   # one request a second, no burst
+        (s1, h1), (s2, h2) = post(srv.url, q(1)), post(srv.url, q(2))
+    assert s1 == 200 and h1['x-ratelimit-limit-requests'] == '60' and h1['x-ratelimit-remaining-requests'] == '0'
+    assert s2 == 429 and h2['Retry-After'] == '1' and 0 < int(h2['retry-after-ms']) <= 1000
+    assert (srv.admitted, srv.throttled) == (1, 1)
+
+
+def test_token_limit_is_stated_and_enforced():
+    with OfflineChatServer(tpm=600, burst_s=6.0) as srv:   # 60 tokens in the bucket: one lookup prompt fits, two do not
+        (s1, h1), (s2, h2) = post(srv.url, q(1)), post(srv.url, q(2))
+    assert s1 == 200 and h1['x-ratelimit-limit-tokens'] == '600'
+    assert s2 == 429 and int(h2['Retry-After']) >= 1
+
+
+def test_client_learns_the_stated_limit_and_loses_or_doubles_no_call(tmp_path):
+    said, msgs = [], [q(i) for i in range(60)]
+    with OfflineChatServer(rpm=1200, delay_s=0.2, burst_s=0.5) as srv:   # 20 a second, replies take 0.2 s
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache_dir=tmp_path / 'llm', ledger=tmp_path / 'calls.jsonl',
+                      concurrency=2, max_concurrency=64, backoff_base=0.01, say=said.append)
+        res = c.chat_many(msgs)
+    assert [r.text for r in res] == [offline_reply(m) for m in msgs]
+    st = c.rate_stats()
+    assert st['rpm'] == 1200 and st['concurrency'] > 2 and st['peak_inflight'] > 2   # grew past the no-limit level
+    assert srv.admitted == 60                                                         # each call reached the model once
+    assert read_ledger(tmp_path / 'calls.jsonl')['calls'] == 60
+    assert len({json.loads(x)['key'] for x in c.cache_path.read_text().splitlines()}) == 60
+    assert said and said[-1].startswith('kgqa llm: 60 requests in ') and 'of the stated 1,200/min' in said[-1]
+
+
+def test_no_stated_limit_a_429_halves_the_calls_in_flight():
+    msgs = [q(i) for i in range(24)]
+    with OfflineChatServer(faults=['429'] * 3, delay_s=0.05) as srv:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, concurrency=8, backoff_base=0.01, say=[].append)
+        res = c.chat_many(msgs)
+        assert srv.max_inflight <= 8          # without stated limits the client never goes past its concurrency
+    assert [r.text for r in res] == [offline_reply(m) for m in msgs]
+    assert c.rate_stats()['throttled'] == 3 and c.rate_stats()['rpm'] is None
+    assert len(srv.requests) == 24 + 3       # each 429 cost one retry, nothing more
+
+
+def test_every_retry_is_announced_with_its_wait():
+    said = []
+    with OfflineChatServer(faults=['500', '429:1', 'ok']) as srv:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, backoff_base=0.01, say=said.append)
+        assert c.chat(q(1)).text == offline_reply(q(1))
+    assert len(said) == 2
+    assert 'HTTP 500' in said[0] and 'retry 1 of 5 in 0.0 s' in said[0]
+    assert 'HTTP 429' in said[1] and "retry 2 of 5 in 1.0 s (the server's Retry-After)" in said[1]
+
+
+class Silent:
+    "A server that accepts connections and never answers (a stuck proxy, a server still loading a model)."
+    def __init__(self):
+        self.sock = socket.socket(); self.sock.bind(('127.0.0.1', 0)); self.sock.listen(16)
+        self.accepted, self.conns, self.stop = 0, [], threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try: conn, _ = self.sock.accept()
+            except OSError: continue
+            self.accepted += 1; self.conns.append(conn)
+
+    @property
+    def url(self): return f'http://127.0.0.1:{self.sock.getsockname()[1]}/v1'
+
+    def close(self):
+        self.stop.set()
+        for c in self.conns: c.close()
+        self.sock.close()
+
+
+def test_a_server_that_never_answers_fails_after_one_timeout_in_one_line():
+    srv = Silent()
+    try:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, timeout=1.0, max_retries=5, concurrency=1,
+                      say=(said := []).append)
+        with pytest.raises(LLMError) as e: c.chat(q(1))
+        out = c.chat_many([q(i) for i in range(8)], return_exceptions=True)   # a batch: one knock, then all fail with it
+    finally: srv.close()
+    assert 'accepted the connection but sent no answer within timeout=1s' in str(e.value) and '\n' not in str(e.value)
+    assert said == [] and c.usage_summary()['retries'] == 0
+    assert all(isinstance(r, LLMError) for r in out) and srv.accepted == 2

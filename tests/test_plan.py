@@ -1,0 +1,101 @@
+"""The plan's prices, limits and both modes (issues 26 items 7-8, 30 item 4): a model is priced by its name wherever it
+is served (a proxy does not make gpt-4.1 free, and an unknown model's cost is unknown, so --max-cost refuses it); encoders
+and local servers are needs the plan checks; interactive and batch cost and time side by side from the limits table or
+the profile's plan.limits; each unknown cost names the one setting that fixes it."""
+import pytest
+
+import kgqa_nb.plan as pl
+import kgqa_nb.profiles as pr
+from kgqa_nb.llm import BATCH_DISCOUNT, OfflineChatServer
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    "No LLM key or model in the environment, an empty user cache."
+    for k in pr.LLM_ENV + ('KGQA_LLM_MODEL',): monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv('KGQA_CACHE', str(tmp_path / 'cache'))
+    return tmp_path
+
+
+def profile(tmp_path, text, name='p'):
+    p = tmp_path / f'{name}.yaml'; p.write_text(text); return str(p)
+
+
+def plan(prof, only): return pl.plan_profile(prof, only, roots=[], prior=[])
+
+
+def test_a_proxy_does_not_make_a_priced_model_free(machine, monkeypatch):
+    gen = profile(machine, 'synthkgqa_dataset:\n  backend: openai\n  model: gpt-4.1\n  n_target: 2000\n  kg: toyworld\n')
+    direct = plan(gen, ['synthkgqa_dataset'])['artifacts'][0]
+    monkeypatch.setenv('KGQA_LLM_BASE_URL', 'http://llm-proxy.example.com:8000/v1')   # the notebook's server: a proxy
+    proxied = plan(gen, ['synthkgqa_dataset'])
+    a = proxied['artifacts'][0]
+    assert a['status'] == 'ready' and a['cost_usd'] == direct['cost_usd'] > 10   # was $0 through any host but OpenAI's
+    with pytest.raises(pl.BudgetError, match=r'--max-cost 10: the plan costs \$.*synthkgqa_dataset.*refusing to start'):
+        pl.check_budget(proxied, 10)
+
+
+def test_an_unknown_model_on_a_local_server_has_an_unknown_cost_until_priced(machine, monkeypatch):
+    with OfflineChatServer() as srv:
+        monkeypatch.setenv('KGQA_LLM_BASE_URL', srv.url)
+        sec = 'synthkgqa_dataset:\n  backend: openai\n  model: my-own-model\n  n_target: 50\n  kg: toyworld\n'
+        p = plan(profile(machine, sec), ['synthkgqa_dataset'])
+        a = p['artifacts'][0]
+        assert a['status'] == 'ready' and a['cost_usd'] is None
+        with pytest.raises(pl.BudgetError, match='the cost of synthkgqa_dataset is unknown'): pl.check_budget(p, 100)
+        assert p['total']['unknown_cost_fixes'][0] == ('synthkgqa_dataset: set plan.prices.my-own-model: [input, output] USD per million '
+                                                       'tokens ([0, 0] for a server you run yourself)')
+        priced = plan(profile(machine, sec + 'plan:\n  prices: {my-own-model: [0, 0]}\n', 'priced'), ['synthkgqa_dataset'])
+    assert priced['artifacts'][0]['cost_usd'] == 0 and 'one setting fixes each' not in pl.format_plan(priced)
+    pl.check_budget(priced, 0.01)   # a free model passes any budget
+
+
+def test_an_unset_model_names_its_parameter(machine):
+    p = plan(profile(machine, 'fig4_sp_reader:\n  reader: llm\n  reader_backend: openai\n'), ['fig4_sp_reader'])
+    assert p['total']['unknown_cost_fixes'] == ['fig4_sp_reader: set fig4_sp_reader.reader_model in the profile (or export KGQA_LLM_MODEL)']
+    assert 'fig4_sp_reader: set fig4_sp_reader.reader_model' in pl.format_plan(p)
+
+
+def test_a_local_server_and_an_encoder_are_needs(machine):
+    with OfflineChatServer() as srv: url = srv.url
+    sec = (f'kgrag_hops_topk:\n  backend: openai\n  model: m\n  base_url: {url}\n'
+           'kgrag_retrieval:\n  encoder: no-such-org/no-such-encoder\n')
+    p = plan(profile(machine, sec), ['kgrag_hops_topk', 'kgrag_retrieval'])
+    hops, retr = p['artifacts']
+    assert hops['status'] == 'blocked' and [n['need'] for n in hops['needs'] if not n['met']] == [f'server:{url}']
+    [server] = [n for n in hops['needs'] if not n['met']]
+    assert 'no LLM server answers at' in server['missing'] and 'kgqa serve-offline' in server['fix']
+    [enc] = [n for n in retr['needs'] if n['need'] == 'encoder:no-such-org/no-such-encoder']
+    assert retr['status'] == 'blocked' and not enc['met'] and 'is not on this machine' in enc['missing']
+    with OfflineChatServer(port=int(url.rsplit(':', 1)[1].split('/')[0])):   # the server answers: the need is met
+        assert plan(profile(machine, sec), ['kgrag_hops_topk'])['artifacts'][0]['status'] == 'ready'
+    assert p['local_server_probes'] == 1 and p['network_calls'] == 0
+
+
+def test_interactive_and_batch_side_by_side(machine):
+    sec = ('fig4_sp_reader:\n  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
+           'plan:\n  limits: {gpt-4o-mini: {rpm: 60}}\n  batch_hours: 2\n')
+    p = plan(profile(machine, sec), ['fig4_sp_reader'])
+    a = p['artifacts'][0]; [g] = a['llm']
+    assert g['api_calls'] == 300 and g['batch'] and g['limits_source'] == 'plan.limits.gpt-4o-mini'
+    assert a['seconds'] == pytest.approx(300.0)                 # 300 calls at one a second (no earlier run to add)
+    assert a['batch_seconds'] == pytest.approx(2 * 3600)        # the batch's completion window
+    assert a['batch_cost_usd'] == pytest.approx(BATCH_DISCOUNT * a['cost_usd'], abs=1e-4)
+    text = pl.format_plan(p)
+    assert 'interactive $' in text and '| batch $' in text and 'at the request limit, 60 calls/min' in text
+
+
+def test_known_limits_make_a_hosted_model_fast_and_a_server_of_yours_takes_its_concurrency(machine):
+    sec = ('fig4_sp_reader:\n  reader: llm\n  reader_backend: openai\n  reader_model: gpt-4o-mini\n'
+           'kgrag_hops_topk:\n  backend: openai\n  model: mistral-7b\n  base_url: https://my-gpu-box.example.com/v1\n'
+           'plan:\n  limits: {mistral-7b: {concurrency: 32, seconds_per_call: 2}}\n')
+    fig4, kgrag = plan(profile(machine, sec), ['fig4_sp_reader', 'kgrag_hops_topk'])['artifacts']
+    assert fig4['llm'][0]['limits_source'].startswith('OpenAI tier 3') and 'request limit, 5,000 calls/min' in fig4['llm'][0]['rate']
+    calls = sum(g['api_calls'] for g in kgrag['llm'])
+    assert kgrag['seconds'] == pytest.approx(calls * 2 / 32, abs=0.3) and calls > 0  # each group's time is rounded to 0.1 s
+    assert not any(g['batch'] for g in kgrag['llm'])            # a server of yours has no Batch API
+
+
+def test_bad_limits_are_refused(machine):
+    with pytest.raises(pr.ProfileError, match=r'plan.limits.gpt-4o: expected rpm, tpm, concurrency and/or seconds_per_call, numbers > 0'):
+        pl.plan_settings(profile(machine, 'plan:\n  limits: {gpt-4o: {rpm: -5}}\n'))
