@@ -114,12 +114,17 @@ _RELATIVE = r'\b(?:who|whom|whose|that|which|(?<!is )(?<!are )(?<!was )(?<!were 
 _LEADING_WH = r'^\W*(?:\w+\W+){0,2}?(?:who|whom|whose|which|what|where|when|how)\b'
 _NESTED_OF = r'\bof (?:the|a|an) (?:[\w-]+ ){1,4}?of\b'  # "of the director of"
 _AUX_OF = r'^\W*(?:where|when|how)\W+(?:\w+\W+){0,2}?(?:the|a|an) (?:[\w-]+ ){1,4}?of\b'  # "Where was the director of"
+_OF = r"the (?:[\w'-]+ ){0,2}?[\w'-]+ of\b"  # "the author of", "the place of birth of"
+_ASKED_OF = r'^\W*(?:what|which|who)\b(?: [\w-]+)?\s+(?:is|are|was|were)\s+' + _OF  # "Which country is the country of ...": the asked relation
+_SIBLING_OF = r'(?:\band|,)\s+(?:is|are|was|were)\s+' + _OF  # "... and is the occupation of ...": another branch
 
 def question_hops(question: str) -> int:
-    "Longest seed-to-answer path the wording implies: 1 + relative clauses + nested 'of the X of' phrases."
+    "Longest seed-to-answer path the wording implies: 1 + relative clauses + the longest chain of 'the X of' phrases."
     q = question.strip()
     body = re.sub(_LEADING_WH, ' ', q, count=1, flags=re.I).lower()
-    return 1 + len(re.findall(_RELATIVE, body)) + len(re.findall(_NESTED_OF, body)) + bool(re.match(_AUX_OF, q, flags=re.I))
+    nested = len(re.findall(_NESTED_OF, body)) + bool(re.match(_AUX_OF, q, flags=re.I))
+    chain = len(re.findall(r'\b' + _OF, q, flags=re.I)) - bool(re.match(_ASKED_OF, q, flags=re.I)) - len(re.findall(_SIBLING_OF, q, flags=re.I))
+    return 1 + len(re.findall(_RELATIVE, body)) + max(nested, chain, 0)
 
 def relation_phrases(question: str, seed_labels=()) -> list:
     "The question cut at 'and', commas, relative pronouns and seed mentions: the phrases that may name a relation."
