@@ -210,13 +210,13 @@ def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
     generated, everyone = q.dataset is not None, range(len(rows))
     runs = [('Pure LLM', f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)),
             ('LLM-SP', f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs))]
-    if generated: runs.append(('LLM-SP', 'oracle query reader + supporting subgraph', everyone, oracle.answer_many(qs, proofs, rows)))
+    if generated: runs.append(('LLM-SP', 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, rows)))
     for rname, got in retrievers:
         sub = [i for i, r in enumerate(rows) if r['id'] in got]
         if not sub: continue
         tri, sq = [got[rows[i]['id']] for i in sub], [qs[i] for i in sub]
         runs.append(('Retriever + reader', f'{rname} + SubgraphRAG reader ({llm.describe()})', sub, SubgraphRAGReader(llm).answer_many(sq, tri)))
-        if generated: runs.append(('Retriever + reader', f'{rname} + oracle query reader', sub, oracle.answer_many(sq, tri, [rows[i] for i in sub])))
+        if generated: runs.append(('Retriever + reader', f'{rname} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, [rows[i] for i in sub])))
     if ultrag: runs.append(('KG-RAG', ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
     return runs
 
