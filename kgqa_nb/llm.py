@@ -644,7 +644,8 @@ class LLMClient:
                  ledger=None,  # a .jsonl file that gets one durable line per call a model answered (None: no ledger)
                  stream: bool = False,  # receive replies as server-sent events (same text and cache key; usage from the last chunk)
                  say: Callable | None = None,  # one-line announcer of retries, waits and batches (default: stderr)
-                 batch_size: int = 50_000):  # requests per Batch API file (`chat_batch`)
+                 batch_size: int = 50_000,  # requests per Batch API file (`chat_batch`)
+                 batch: bool | None = None):  # `chat_many` goes through the Batch API; default: $KGQA_LLM_BATCH is 1
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
         if concurrency is None:
@@ -671,6 +672,7 @@ class LLMClient:
         self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
         self._rng, self._sleep = random.Random(seed), time.sleep
         self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or _stderr_line, False
+        self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
         self._gate = RateGate(concurrency, max_concurrency, self._say)
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
 
@@ -1026,7 +1028,8 @@ def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
               return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
               **overrides) -> list[ChatResult]:
-    "Replies to many message lists, concurrently, in input order."
+    "Replies to many message lists, concurrently, in input order (through the Batch API when the client's `batch` is set)."
+    if self.batch and self.backend == 'openai': return self.chat_batch(batch, desc, return_exceptions, **overrides)
     return self._many(self._chat, batch, desc, return_exceptions, **overrides)
 
 @patch
@@ -1127,15 +1130,15 @@ def _submit(self: LLMClient, keys: list, todo: dict) -> tuple:
 # %% ../nbs/04_llm.ipynb #c093
 @patch
 def _wait_batch(self: LLMClient, bid: str, poll_s: float):
-    "The batch once it no longer changes, polling every `poll_s` seconds (one line per change of status or count)."
-    client, last = self._openai(), None
+    "The batch once it no longer changes, polling at 0.5 s, doubling up to every `poll_s` seconds (one line per change of status or count)."
+    client, last, wait = self._openai(), None, 0.5
     while True:
         b = self._batch_call(f'polling batch {bid}', client.batches.retrieve, bid)
         c = b.request_counts
         line = f'kgqa llm: batch {bid}: {b.status}' + (f', {c.completed + c.failed:,} of {c.total:,} answered' if c else '')
         if line != last: self._say(line); last = line
         if b.status in BATCH_TERMINAL: return b
-        self._sleep(poll_s)
+        self._sleep(min(wait, poll_s)); wait *= 2
 
 @patch
 def _collect(self: LLMClient, jf: Path, bid: str, todo: dict, poll_s: float) -> dict:
@@ -1167,7 +1170,7 @@ def _collect(self: LLMClient, jf: Path, bid: str, todo: dict, poll_s: float) -> 
 def chat_batch(self: LLMClient, batch,  # a list of message lists
                desc: str = 'LLM batch',  # what the batch is, for messages
                return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
-               poll_s: float = 30.0,  # seconds between status polls
+               poll_s: float = 30.0,  # seconds between status polls, at most (the first come sooner)
                **overrides) -> list[ChatResult]:
     "Replies to many message lists through the server's Batch API, in input order, through the same cache and ledger."
     if self.backend == 'offline': return self.chat_many(batch, desc, return_exceptions, **overrides)

@@ -102,3 +102,17 @@ def test_a_server_without_a_batch_api_gets_one_line(tmp_path):
         c = LLMClient('openai', model='gpt-4o-mini', base_url=f'http://127.0.0.1:{httpd.server_port}/v1', cache_dir=tmp_path / 'llm')
         with pytest.raises(LLMError, match='HTTP 404: this server has no Batch API .*use chat_many'): c.chat_batch(MSGS[:2])
     finally: httpd.shutdown(); httpd.server_close()
+
+
+def test_kgqa_llm_batch_sends_chat_many_through_the_batch_api(tmp_path, monkeypatch):
+    monkeypatch.setenv('KGQA_LLM_BATCH', '1')   # what a run of one artifact sets: its readers and judges go as a batch
+    with OfflineChatServer() as srv:
+        c = client(srv, tmp_path)
+        assert c.batch
+        res = c.chat_many(MSGS[:6])
+    assert [r.text for r in res] == [offline_reply(m) for m in MSGS[:6]]
+    assert srv.batch_creations == 1 and srv.requests == []               # no interactive chat request was made
+    monkeypatch.setenv('KGQA_LLM_BATCH', '0')
+    with OfflineChatServer() as srv:
+        client(srv, tmp_path / 'other').chat_many(MSGS[:2])
+    assert srv.batch_creations == 0 and len(srv.requests) == 2
