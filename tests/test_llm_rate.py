@@ -51,6 +51,17 @@ def test_client_learns_the_stated_limit_and_loses_or_doubles_no_call(tmp_path):
     assert said and said[-1].startswith('kgqa llm: 60 requests in ') and 'of the stated 1,200/min' in said[-1]
 
 
+def test_client_paces_to_a_stated_token_limit():
+    msgs = [q(i) for i in range(40)]
+    with OfflineChatServer(tpm=600_000, delay_s=0.05, burst_s=1.0) as srv:   # 10,000 tokens a second, prompts of ~700 tokens
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, backoff_base=0.01, say=[].append)
+        res = c.chat_many(msgs)
+    assert [r.text for r in res] == [offline_reply(m) for m in msgs]
+    st = c.rate_stats()
+    assert st['tpm'] == 600_000 and st['rpm'] is None and srv.admitted == 40
+    assert srv.throttled == st['throttled'] and len(srv.requests) == 40 + srv.throttled   # a refused request was sent again, once
+
+
 def test_no_stated_limit_a_429_halves_the_calls_in_flight():
     msgs = [q(i) for i in range(24)]
     with OfflineChatServer(faults=['429'] * 3, delay_s=0.05) as srv:
