@@ -311,6 +311,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'kgqa_nb.generate._TreeWriter.noun': ('generate.html#_treewriter.noun', 'kgqa_nb/generate.py'),
                                   'kgqa_nb.generate._TreeWriter.ph': ('generate.html#_treewriter.ph', 'kgqa_nb/generate.py'),
                                   'kgqa_nb.generate._TreeWriter.question': ('generate.html#_treewriter.question', 'kgqa_nb/generate.py'),
+                                  'kgqa_nb.generate._chain_tree': ('generate.html#_chain_tree', 'kgqa_nb/generate.py'),
                                   'kgqa_nb.generate._clean_text': ('generate.html#_clean_text', 'kgqa_nb/generate.py'),
                                   'kgqa_nb.generate._closes_opener': ('generate.html#_closes_opener', 'kgqa_nb/generate.py'),
                                   'kgqa_nb.generate._count_question': ('generate.html#_count_question', 'kgqa_nb/generate.py'),

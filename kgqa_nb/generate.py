@@ -11,15 +11,15 @@ import numpy as np
 
 from .core import ReasonError
 from .llm import register_offline_model
-from .phrasings import relation_phrasing
+from .phrasings import definite_step, relation_phrasing
 
 # %% auto #0
 __all__ = ['DATAPOINT_FIRST_LINE', 'AGGREGATION_FIRST_LINE', 'PARAPHRASE_FIRST_LINE', 'FIELDS', 'DATAPOINT_EXAMPLES',
-           'AGGREGATION_OPERATORS', 'AGGREGATION_EXAMPLES', 'ID_PATTERN', 'SHAPES', 'prompt_kind', 'FewShot',
-           'datapoint_prompt', 'aggregation_prompt', 'paraphrase_prompt', 'split_items', 'parse_graph_text',
-           'ParseError', 'ParsedDatapoint', 'split_fields', 'parse_datapoint_response', 'graph_answers',
-           'choose_answer_tree', 'tree_sparql', 'format_reply', 'offline_datapoint_model', 'offline_aggregation_model',
-           'paraphrase_question', 'offline_paraphrase_model', 'parse_paraphrase_response']
+           'AGGREGATION_OPERATORS', 'AGGREGATION_EXAMPLES', 'ID_PATTERN', 'SHAPES', 'SHAPE_WEIGHTS', 'prompt_kind',
+           'FewShot', 'datapoint_prompt', 'aggregation_prompt', 'paraphrase_prompt', 'split_items', 'parse_graph_text',
+           'ParseError', 'ParsedDatapoint', 'split_fields', 'parse_datapoint_response', 'definite_chains',
+           'graph_answers', 'choose_answer_tree', 'tree_sparql', 'format_reply', 'offline_datapoint_model',
+           'offline_aggregation_model', 'paraphrase_question', 'offline_paraphrase_model', 'parse_paraphrase_response']
 
 # %% ../nbs/06_generate.ipynb #c006
 DATAPOINT_FIRST_LINE = 'Task: write one knowledge-graph question-answering datapoint from a small graph.'
@@ -317,25 +317,34 @@ def parse_datapoint_response(text: str) -> ParsedDatapoint:
 
 # %% ../nbs/06_generate.ipynb #c038
 SHAPES = ('chain', 'star', 'fork', 'mixed')
+SHAPE_WEIGHTS = (0.5, 1 / 6, 1 / 6, 1 / 6)  # a chain half the time: GTSQA's commonest multi-hop shape (Table 5)
 
 def _prompt_rng(messages) -> np.random.Generator:
     h = hashlib.sha256('\x1e'.join(f"{m['role']}\x1f{m['content']}" for m in messages).encode()).digest()
     return np.random.default_rng(int.from_bytes(h[:8], 'little'))
 
-def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
-    "Indices of up to k triples forming a tree that contains `answer`, grown in the style of `shape`."
+def _incidence(triples) -> dict:
+    "Entity -> [(triple index, entity at its other end)] for the non-loop triples."
     inc = {}
     for j, (h, _, t) in enumerate(triples):
         if h != t: inc.setdefault(h, []).append((j, t)); inc.setdefault(t, []).append((j, h))
+    return inc
+
+def _grow_tree(triples, answer: str, k: int, shape: str, rng,
+               start=()) -> list:  # triple indices of a path from the answer outwards to grow from (default: the answer alone)
+    "Indices of up to k triples forming a tree that contains `answer`, grown in the style of `shape`."
+    inc = _incidence(triples)
     order, used, into = [answer], [], {answer: False}  # into[v]: v is the tail of the triple that reached it
+    for j in start:
+        h, _, t = triples[j]; u = t if h in into else h
+        used.append(j); order.append(u); into[u] = t == u
     def ok(v, j):  # no intermediate that is the tail of both of its triples ("shares an occupation with ...")
         return v == answer or not (into[v] and triples[j][2] == v)
     while len(used) < k:
         ext = {v: [(j, u) for j, u in inc.get(v, []) if u not in into and ok(v, j)] for v in order}
         ext = {v: c for v, c in ext.items() if c}
         if not ext: break
-        if shape == 'chain': pref = [order[-1]]
-        elif shape == 'star': pref = [answer]
+        if shape == 'star': pref = [answer]
         elif shape == 'fork': pref = [order[1]] if len(order) > 1 else [answer]
         else: pref = []
         pool = [v for v in pref if v in ext] or list(ext)
@@ -345,6 +354,21 @@ def _grow_tree(triples, answer: str, k: int, shape: str, rng) -> list:
     return used
 
 # %% ../nbs/06_generate.ipynb #c041
+def definite_chains(triples, k: int, rng, limit: int = 64) -> list:
+    "Up to `limit` chains (answer, triple indices from the answer outwards) of k triples whose every step is definite."
+    inc, out = _incidence(triples), []
+    def extend(order, used):
+        if len(out) >= limit: return
+        if len(used) == k: out.append((order[0], list(used))); return
+        v = order[-1]
+        for j, u in inc.get(v, []):  # the step is read from u (towards the seed) to v (towards the answer)
+            h, r, _ = triples[j]
+            if u in order or not definite_step(r, forward=h == u): continue
+            order.append(u); used.append(j); extend(order, used); order.pop(); used.pop()
+    for a in rng.permutation(sorted(inc)): extend([str(a)], [])
+    return out
+
+# %% ../nbs/06_generate.ipynb #c047
 def graph_answers(triples, tree, seeds) -> dict:
     "Bindings of every non-seed node of `tree` (ID triples) that satisfy it inside `triples`: {node: set of IDs}."
     heads, tails = {}, {}
@@ -374,15 +398,30 @@ def graph_answers(triples, tree, seeds) -> dict:
     bt(0, {s: s for s in seeds})
     return found
 
-# %% ../nbs/06_generate.ipynb #c044
+# %% ../nbs/06_generate.ipynb #c050
 def _leaves(tree, answer) -> list:
     deg = {}
     for h, _, t in tree: deg[h] = deg.get(h, 0) + 1; deg[t] = deg.get(t, 0) + 1
     return [v for v in dict.fromkeys(x for h, _, t in tree for x in (h, t)) if deg[v] == 1 and v != answer]
 
+def _unique_in_graph(triples, used, answer) -> bool:
+    tree = [triples[j] for j in used]
+    return len(graph_answers(triples, tree, _leaves(tree, answer)).get(answer, ())) == 1
+
+def _chain_tree(triples, k: int, rng, tries: int):
+    "(answer, triple indices) of the longest definite chain of 2..k triples, completed to k at the answer; None if none."
+    for m in range(k, 1, -1):
+        found = [(a, u if m == k else _grow_tree(triples, a, k, 'star', rng, start=u)) for a, u in definite_chains(triples, m, rng)[:tries]]
+        found = [(a, u) for a, u in found if len(u) == k]
+        if found: return next((c for c in found if _unique_in_graph(triples, c[1], c[0])), found[0])
+    return None
+
 def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list, str]:
     "(answer ID, triple indices, shape) of a tree of k triples whose answer is unique within `triples` when possible."
-    shape = SHAPES[rng.integers(len(SHAPES))]
+    shape = SHAPES[rng.choice(len(SHAPES), p=SHAPE_WEIGHTS)]
+    if shape == 'chain':
+        if (found := _chain_tree(triples, k, rng, tries)) is not None: return (*found, shape)
+        shape = 'mixed'  # no definite chain of two triples or more in the graph: grow another shape
     nodes = sorted({x for h, _, t in triples for x in (h, t)})
     best, first_k = (None, [], shape), None
     for a in rng.permutation(nodes)[:2 * tries]:
@@ -390,13 +429,12 @@ def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list
         if len(used) > len(best[1]): best = (str(a), used, shape)
         if len(used) < k: continue
         first_k = first_k or (str(a), used, shape)
-        tree = [triples[j] for j in used]
-        if len(graph_answers(triples, tree, _leaves(tree, str(a))).get(str(a), ())) == 1: return str(a), used, shape
+        if _unique_in_graph(triples, used, str(a)): return str(a), used, shape
         tries -= 1
         if tries <= 0: break
     return first_k or best
 
-# %% ../nbs/06_generate.ipynb #c047
+# %% ../nbs/06_generate.ipynb #c053
 _PERSON = {'person', 'actor', 'musician', 'politician', 'founder', 'participant'}
 
 def _wh(noun: str) -> str: return 'Who' if noun in _PERSON else f'Which {noun}'
@@ -442,7 +480,7 @@ class _TreeWriter:
         else: q = f'{_wh(self._noun_of(a, kids))} ' + _join_and([self.clause(a, j, c) for j, c in kids]) + '?'
         return q[0].upper() + q[1:]
 
-# %% ../nbs/06_generate.ipynb #c049
+# %% ../nbs/06_generate.ipynb #c055
 def tree_sparql(tree_triples, answer: str, seeds) -> str:
     "SELECT query for a tree of (h, r, t) ID triples: seeds as wd: constants, the answer as ?answer, others ?x1, ?x2, ..."
     seeds, dist, frontier = list(seeds), {s: 0 for s in seeds}, list(seeds)
@@ -467,7 +505,7 @@ def format_reply(question: str, seeds, answer: str, triples, sparql: str, style:
     name = (lambda f: f'**{f}:**') if style == 'bold' else (lambda f: f'{f}:')
     return '\n'.join(f'{name(f)} {v}' if not v.startswith('\n') else f'{name(f)}{v}' for f, v in zip(FIELDS, vals))
 
-# %% ../nbs/06_generate.ipynb #c052
+# %% ../nbs/06_generate.ipynb #c058
 def _last_graph(messages, param_re: str):
     text = messages[-1]['content']
     m = re.search(r'(?im)^\s*Graph:\s*(.*)\Z', text, re.S)
@@ -507,7 +545,7 @@ def offline_datapoint_model(messages: list[dict]) -> str:
     return format_reply(w.question(), [f'{labels[s]} ({s})' for s in seeds], f'{labels[answer]} ({answer})',
                         [triples_text[j] for j in used], tree_sparql(tree, answer, seeds), style)
 
-# %% ../nbs/06_generate.ipynb #c057
+# %% ../nbs/06_generate.ipynb #c063
 def _plural(noun: str) -> str:
     if noun == 'person': return 'people'
     if ' of ' in noun: first, _, rest = noun.partition(' '); return f'{_plural(first)} {rest}'
@@ -563,7 +601,7 @@ def offline_aggregation_model(messages: list[dict]) -> str:
     q = q[0].upper() + q[1:]
     return format_reply(q, [f'{labels[s]} ({s})' for s in seeds], f'{labels[ans]} ({ans})', [triples_text[j] for j in used], sparql)
 
-# %% ../nbs/06_generate.ipynb #c060
+# %% ../nbs/06_generate.ipynb #c066
 _SYNONYMS = [(r'\bwas directed by\b', 'was made by director'), (r'\bdirected\b', 'was the director of'),
              (r'\bdied in\b', 'passed away in'), (r'\bstars\b', 'features'),
              (r'\bappeared in\b', 'acted in'), (r'\bis located in\b', 'is situated in'), (r'\bis married to\b', 'is the spouse of'),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['RELATION_PHRASINGS', 'RelationPhrasing', 'relation_phrasing']
+__all__ = ['RELATION_PHRASINGS', 'MULTI_VALUED', 'BROAD_CLASS_TAILS', 'RelationPhrasing', 'relation_phrasing', 'definite_step']
 
 # %% ../nbs/05a_phrasings.ipynb #c005
 @dataclass(frozen=True)
@@ -123,3 +123,15 @@ def relation_phrasing(rid: str,  # relation ID, e.g. 'P57'
     "The phrasing of relation `rid`: from RELATION_PHRASINGS, else a generic one built from its label."
     if rid in RELATION_PHRASINGS: return RELATION_PHRASINGS[rid]
     return _P('entity', 'entity', f'the {label} of {{x}}', f'has {label} {{x}}', f'is the {label} of {{x}}', None)
+
+# %% ../nbs/05a_phrasings.ipynb #c014
+MULTI_VALUED = frozenset(  # a head usually has several tails: "the R of X" is one of many
+    'P106 P136 P1412 P1303 P463 P161 P166 P39 P54 P737 P3373 P40 P527 P150 P47 P530 P1050 P800 P1344 P710 P69 P108 P264 '
+    'P915 P101 P185 P1830 P37 P2283 P1056 P3095 P113 P780'.split())
+BROAD_CLASS_TAILS = frozenset(  # the tail is a class shared by very many heads: "those whose R is X" are many
+    'P106 P27 P1412 P136 P1303 P140 P172 P101 P509 P495 P17 P30 P37 P2348 P641 P135 P1050 P102 P463 P21 P31 P364 P407'.split())
+
+def definite_step(rid: str,  # relation ID of the step
+                  forward: bool) -> bool:  # True: from the head to the tail ("the R of X"); False: from the tail to the heads
+    "Whether following relation `rid` from one known entity leads to one entity or a handful (not a broad class)."
+    return rid not in MULTI_VALUED if forward else rid not in BROAD_CLASS_TAILS

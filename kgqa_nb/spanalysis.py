@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from .core import folder_lock, keyed_folder, progress, write_text_atomic
 from .kg import KnowledgeGraph, kg_fingerprint, parse_item
@@ -22,9 +23,9 @@ from .datasources import ArtifactContext, Source, open_artifact, resolve_kg
 
 # %% auto #0
 __all__ = ['QUESTION_SOURCES', 'ANALYSIS_FORMAT', 'AnswerNodeError', 'local_view', 'question_path_stats', 'tree_records',
-           'tree_source', 'records_fingerprint', 'analyse_dataset', 'sp_gt_overlap_by_hops', 'shortcut_stats',
-           'parallel_path_stats', 'gold_answers', 'reader_triples', 'hits_by_isomorphism_type', 'SPAnalysisContext',
-           'open_sp_analysis']
+           'tree_source', 'records_fingerprint', 'analyse_dataset', 't_interval', 'wilson_interval',
+           'sp_gt_overlap_by_hops', 'shortcut_stats', 'parallel_path_stats', 'gold_answers', 'reader_triples',
+           'hits_by_isomorphism_type', 'SPAnalysisContext', 'open_sp_analysis']
 
 # %% ../nbs/12b_spanalysis.ipynb #c006
 class AnswerNodeError(ValueError):
@@ -135,30 +136,59 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     return q, s, qgraphs
 
 # %% ../nbs/12b_spanalysis.ipynb #c031
-def sp_gt_overlap_by_hops(questions: pd.DataFrame) -> pd.DataFrame:
-    "Per # hops: mean % GT triples in SP, % SP triples in GT, # GT and # SP triples, and the question count (SynthKGQA Table 6)."
-    g = questions.dropna(subset=['n_hops']).groupby('n_hops')
-    out = g.agg(pct_gt_in_sp=('pct_gt_in_sp', 'mean'), pct_sp_in_gt=('pct_sp_in_gt', 'mean'), n_gt=('n_gt', 'mean'),
-                n_sp=('n_sp', 'mean'), n_questions=('id', 'size')).reset_index()
-    return out.astype({'n_hops': int})
+def t_interval(x, level: float = 0.95) -> tuple:
+    "Student-t confidence interval (low, high) of the mean of `x`; (nan, nan) for fewer than two values."
+    x = np.asarray(x, dtype=float); x = x[~np.isnan(x)]
+    if len(x) < 2: return (np.nan, np.nan)
+    m, se = x.mean(), x.std(ddof=1) / np.sqrt(len(x))
+    h = stats.t.ppf(0.5 + level / 2, len(x) - 1) * se
+    return (m - h, m + h)
 
-def shortcut_stats(seeds: pd.DataFrame) -> pd.DataFrame:
-    "Per GT path length: the shortest distance's mean, std and quartiles, and the share of shortcut seeds (SynthKGQA Figure 9, left)."
-    s = seeds[(seeds.gt_hops > 0) & (seeds.sp_hops >= 0)]
-    g = s.groupby('gt_hops').sp_hops
-    return pd.DataFrame(dict(n_seeds=g.size(), sp_mean=g.mean(), sp_std=g.std(ddof=0), sp_min=g.min(), sp_q25=g.quantile(.25),
-                             sp_median=g.median(), sp_q75=g.quantile(.75), sp_max=g.max(),
-                             pct_shortcut=100 * s.groupby('gt_hops').shortcut.mean())).reset_index()
-
-def parallel_path_stats(seeds: pd.DataFrame) -> pd.DataFrame:
-    "Per shortest distance: the number of parallel shortest paths (geometric mean, quartiles, max) (SynthKGQA Figure 9, right)."
-    s = seeds[seeds.sp_hops > 0]
-    g = s.groupby('sp_hops').n_sp_paths
-    return pd.DataFrame(dict(n_seeds=g.size(), paths_geomean=np.exp(np.log(s.n_sp_paths).groupby(s.sp_hops).mean()),
-                             paths_q25=g.quantile(.25), paths_median=g.median(), paths_q75=g.quantile(.75),
-                             paths_max=g.max())).reset_index()
+def wilson_interval(k: int,  # successes
+                    n: int,  # trials
+                    level: float = 0.95) -> tuple:
+    "Wilson score interval (low, high) of the share k/n; (nan, nan) when n is 0."
+    if n <= 0: return (np.nan, np.nan)
+    z, p = stats.norm.ppf(0.5 + level / 2), k / n
+    mid, half = (p + z * z / (2 * n)), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return ((mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n))
 
 # %% ../nbs/12b_spanalysis.ipynb #c035
+def sp_gt_overlap_by_hops(questions: pd.DataFrame) -> pd.DataFrame:
+    "Per # hops: mean % GT in SP, % SP in GT, # GT and # SP triples with t 95% CIs (`*_lo`, `*_hi`), and the count (Table 6)."
+    q = questions.dropna(subset=['n_hops'])
+    rows = []
+    for h, g in q.groupby('n_hops'):
+        row = dict(n_hops=int(h))
+        for col in ('pct_gt_in_sp', 'pct_sp_in_gt', 'n_gt', 'n_sp'):
+            row[col] = g[col].mean(); row[f'{col}_lo'], row[f'{col}_hi'] = t_interval(g[col])
+        rows.append(dict(row, n_questions=len(g)))
+    return pd.DataFrame(rows)
+
+def shortcut_stats(seeds: pd.DataFrame) -> pd.DataFrame:
+    "Per GT path length: the shortest distance's mean (t 95% CI), std and quartiles, and the share of shortcut seeds (Wilson 95% CI) (Figure 9, left)."
+    s = seeds[(seeds.gt_hops > 0) & (seeds.sp_hops >= 0)]
+    g = s.groupby('gt_hops').sp_hops
+    out = pd.DataFrame(dict(n_seeds=g.size(), sp_mean=g.mean(), sp_std=g.std(ddof=0), sp_min=g.min(), sp_q25=g.quantile(.25),
+                            sp_median=g.median(), sp_q75=g.quantile(.75), sp_max=g.max(),
+                            pct_shortcut=100 * s.groupby('gt_hops').shortcut.mean())).reset_index()
+    ci = {h: t_interval(x) for h, x in g}
+    out['sp_mean_lo'], out['sp_mean_hi'] = [ci[h][0] for h in out.gt_hops], [ci[h][1] for h in out.gt_hops]
+    wil = {h: wilson_interval(int(x.sum()), len(x)) for h, x in s.groupby('gt_hops').shortcut}
+    out['pct_shortcut_lo'] = [100 * wil[h][0] for h in out.gt_hops]; out['pct_shortcut_hi'] = [100 * wil[h][1] for h in out.gt_hops]
+    return out
+
+def parallel_path_stats(seeds: pd.DataFrame) -> pd.DataFrame:
+    "Per shortest distance: # parallel shortest paths (geometric mean with a t 95% CI on the log scale, quartiles, max) (Figure 9, right)."
+    s = seeds[seeds.sp_hops > 0]
+    g, logs = s.groupby('sp_hops').n_sp_paths, np.log(s.n_sp_paths).groupby(s.sp_hops)
+    out = pd.DataFrame(dict(n_seeds=g.size(), paths_geomean=np.exp(logs.mean()), paths_q25=g.quantile(.25),
+                            paths_median=g.median(), paths_q75=g.quantile(.75), paths_max=g.max())).reset_index()
+    ci = {h: np.exp(t_interval(x)) for h, x in logs}
+    out['paths_geomean_lo'], out['paths_geomean_hi'] = [ci[h][0] for h in out.sp_hops], [ci[h][1] for h in out.sp_hops]
+    return out
+
+# %% ../nbs/12b_spanalysis.ipynb #c039
 def gold_answers(kg: KnowledgeGraph, rec: dict) -> tuple[set, list]:
     "The question's answer IDs (both GTSQA answer columns and the answer node) and their labels."
     ids = record_answers(rec, 'all_answers_wikidata') | record_answers(rec, 'all_answers_wikikg2') | {parse_item(rec['answer_node'])[1]}
@@ -183,7 +213,7 @@ def hits_by_isomorphism_type(questions: pd.DataFrame,  # per-question table of `
                              hits_sp=100 * g.hit_sp.mean(), hits_gt=100 * g.hit_gt.mean())).reset_index().sort_values(
                                  ['n_hops', 'graph_isomorphism'], ignore_index=True)
 
-# %% ../nbs/12b_spanalysis.ipynb #c039
+# %% ../nbs/12b_spanalysis.ipynb #c043
 @dataclass
 class SPAnalysisContext(ArtifactContext):
     "An SP-analysis artifact's set-up: the artifact context plus the convention, the analysis tables and the question graphs."

@@ -8,8 +8,9 @@ from kgqa_nb.kg import SPARQL_PREFIXES
 from kgqa_nb.loaders import load_kg
 from kgqa_nb.llm import LLMClient, offline_model_for
 from kgqa_nb.sampling import sample_seed_subgraphs, subgraph_text
-from kgqa_nb.generate import (FIELDS, ParseError, aggregation_prompt, datapoint_prompt, offline_aggregation_model,
-                              offline_datapoint_model, offline_paraphrase_model, paraphrase_prompt, parse_datapoint_response,
+from kgqa_nb.phrasings import definite_step
+from kgqa_nb.generate import (FIELDS, ParseError, aggregation_prompt, choose_answer_tree, datapoint_prompt, definite_chains,
+                              offline_aggregation_model, offline_datapoint_model, offline_paraphrase_model, paraphrase_prompt, parse_datapoint_response,
                               parse_paraphrase_response, prompt_kind)
 
 PREFIXES = ''.join(f'PREFIX {k}: <{v}>\n' for k, v in SPARQL_PREFIXES.items())
@@ -140,6 +141,61 @@ def test_offline_generator_on_200_subgraphs(toy, toy_store):
         assert {f'wd:{x}' for x in d.seed_ids} == set(__import__('re').findall(r'wd:\w+', d.sparql))
         n_unique += len(got) == 1
     assert 0 < n_unique < 200  # realistic: many but not all answers are unique in the KG
+
+
+def _id_triples(kg, edges):
+    return [(kg.entity_ids[kg.head[e]], kg.relation_ids[kg.rel[e]], kg.entity_ids[kg.tail[e]]) for e in edges]
+
+
+def _definite_path(triples, answer, used):
+    "Whether `used` (triple indices from the answer outwards) is a simple path whose steps, read towards the answer, are definite."
+    at, seen = answer, {answer}
+    for j in used:
+        h, r, t = triples[j]
+        if at not in (h, t): return False
+        nxt = t if h == at else h
+        if nxt in seen or not definite_step(r, forward=h == nxt): return False
+        at = nxt; seen.add(nxt)
+    return True
+
+
+def _longest_branch(triples, answer, used):
+    "Triple indices of the longest answer-to-leaf path of the tree `used`, from the answer outwards."
+    best, stack = [], [(answer, [], {answer})]
+    while stack:
+        v, path, seen = stack.pop()
+        best = max(best, path, key=len)
+        for j in used:
+            h, _, t = triples[j]
+            if v in (h, t) and (u := t if h == v else h) not in seen: stack.append((u, path + [j], seen | {u}))
+    return best
+
+
+def test_chain_shape_is_a_path_of_definite_steps(toy):
+    """Regression: the chain shape was a random walk from the answer that went through hubs ("the person who works as
+    writer") and, where the walk got stuck, silently grew another shape; a chain is now a path of definite steps (k of
+    them, or the longest the graph holds, completed with constraints at the answer)."""
+    n_chains = n_full = 0
+    for i, s in enumerate(sample_seed_subgraphs(toy, 150, seed=5, max_nodes=20, max_edges=50)):
+        triples = _id_triples(toy, s.edges)
+        for k in (2, 3, 4):
+            answer, used, shape = choose_answer_tree(triples, k, np.random.default_rng([i, k]))
+            if shape != 'chain': continue
+            branch = _longest_branch(triples, answer, used)
+            assert len(used) == k and len(branch) >= 2 and _definite_path(triples, answer, branch), (triples, answer, used)
+            n_chains += 1; n_full += len(branch) == k
+    assert n_full > 20 and n_chains > n_full
+
+
+def test_definite_chains_skip_hub_steps():
+    # a film, its director, her birthplace and its country; and a second person linked only through a shared occupation
+    g = [('F', 'P57', 'D'), ('D', 'P19', 'C'), ('C', 'P17', 'N'), ('X', 'P106', 'O'), ('D', 'P106', 'O'), ('X', 'P19', 'C2')]
+    chains = definite_chains(g, 3, np.random.default_rng(0))
+    assert chains == [('N', [2, 1, 0])]  # "the country of the birthplace of the director of F"
+    assert all(_definite_path(g, a, u) for k in (1, 2) for a, u in definite_chains(g, k, np.random.default_rng(1)))
+    shapes = [choose_answer_tree(g, 3, np.random.default_rng(i)) for i in range(60)]
+    assert {(a, tuple(u)) for a, u, sh in shapes if sh == 'chain'} == {('N', (2, 1, 0))}
+    assert {sh for _, _, sh in shapes} >= {'chain', 'mixed'}
 
 
 def test_offline_generator_smaller_tree_when_k_impossible():

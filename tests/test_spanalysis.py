@@ -133,13 +133,22 @@ def test_aggregates_by_hand():
     q = pd.DataFrame(dict(id=['a', 'b', 'c'], n_hops=[1, 2, 2], pct_gt_in_sp=[100., 50., 100.], pct_sp_in_gt=[50., 20., 40.],
                           n_gt=[1, 2, 4], n_sp=[2, 10, 6]))
     t = sp_gt_overlap_by_hops(q)
-    assert t.values.tolist() == [[1, 100., 50., 1., 2., 1], [2, 75., 30., 3., 8., 2]]
+    cols = ['n_hops', 'pct_gt_in_sp', 'pct_sp_in_gt', 'n_gt', 'n_sp', 'n_questions']
+    assert t[cols].values.tolist() == [[1, 100., 50., 1., 2., 1], [2, 75., 30., 3., 8., 2]]
+    assert t.loc[0, ['pct_gt_in_sp_lo', 'n_sp_hi']].isna().all()  # one question: no interval
+    half = 12.706205 * 25  # t(1, 0.975) * sd / sqrt(n) of the 2-hop % GT in SP (50 and 100: sd 35.36, se 25)
+    assert np.allclose(t.loc[1, ['pct_gt_in_sp_lo', 'pct_gt_in_sp_hi']].tolist(), [75 - half, 75 + half])
     s = pd.DataFrame(dict(id=list('abcd'), gt_hops=[2, 2, 4, 4], sp_hops=[2, 1, 2, 4], n_sp_paths=[4., 1., 2., 32.],
                           shortcut=[False, True, True, False]))
     left = shortcut_stats(s).set_index('gt_hops')
     assert left.sp_mean.tolist() == [1.5, 3.0] and left.pct_shortcut.tolist() == [50., 50.] and left.sp_std.tolist() == [.5, 1.]
+    # Wilson interval of 1 of 2: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.959964
+    z = 1.959964; mid, half = .5 + z * z / 4, z * np.sqrt(.25 / 2 + z * z / 16)
+    assert np.allclose(left.pct_shortcut_lo, 100 * (mid - half) / (1 + z * z / 2)) and np.allclose(left.pct_shortcut_hi, 100 * (mid + half) / (1 + z * z / 2))
     right = parallel_path_stats(s).set_index('sp_hops')
     assert np.allclose(right.paths_geomean, [1., np.sqrt(8.), 32.]) and right.n_seeds.tolist() == [1, 2, 1]
+    lo, hi = np.exp(1.5 * np.log(2) + np.array([-1, 1]) * 12.706205 * np.log(2) / 2)  # logs log 2 and 2 log 2: se log(2) / 2
+    assert np.allclose(right.loc[2, ['paths_geomean_lo', 'paths_geomean_hi']].tolist(), [lo, hi])
 
 
 # --- datasets: cache and the reader check ------------------------------------------------------------------------------
