@@ -64,7 +64,7 @@ class GenerationConfig:
 
     def __post_init__(self):
         if isinstance(self.k_choices, (list, tuple)): self.k_choices = tuple(self.k_choices)
-        if self.max_candidates is None and _is_int(self.n_target): self.max_candidates = 20 * self.n_target
+        if self.max_candidates is None and _is_int(self.n_target): self.max_candidates = 20 * max(self.n_target, 1)  # a bad n_target is reported alone
         if problems := config_problems(self): raise ConfigError(problems)
 
     def identity(self) -> dict:

@@ -27,8 +27,9 @@ def toy(tmp_path_factory):
 
 
 def unanswerable(rec):
-    "The record with every ground-truth edge that touches its answer removed."
-    return dict(rec, id=f"{rec['id']}-cut", answer_subgraph=[t for t in rec['answer_subgraph'] if rec['answer_node'] not in t])
+    "The record with every ground-truth edge that touches one of its answers removed."
+    gold = set(rec['all_answers_wikidata']) | {parse_item(rec['answer_node'])[1]}
+    return dict(rec, id=f"{rec['id']}-cut", answer_subgraph=[t for t in rec['answer_subgraph'] if not gold & {parse_item(x)[1] for x in t}])
 
 
 def test_unanswerable_question_is_removed_and_logged_with_both_replies(toy):
@@ -156,6 +157,11 @@ def test_generate_refuses_each_bad_numeric_flag_in_one_line_before_any_work(tmp_
     with pytest.raises(UsageError) as e: generate_cli(['--out', str(out), *argv])
     assert message in str(e.value) and len(str(e.value).splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_bad_n_is_reported_alone(tmp_path):
+    with pytest.raises(UsageError) as e: generate_cli(['--out', str(tmp_path / 'never'), '--n', '-3'])
+    assert str(e.value) == '--n must be an integer >= 1, got -3'  # not also the candidate budget derived from it
 
 
 def test_kgqa_generate_prints_one_line_and_exits_2(tmp_path, capsys):
