@@ -20,16 +20,20 @@ Sections (each compares the accelerator against the CPU of the same machine, in 
 Budget of the real run on one H100/H200 (< 8 minutes in all; the CPU baselines use the box's cores):
 - ultra: 128 test queries x 2 directions on each device (CPU ~0.03 s/query on 16 cores: ~10 s), then the 5,804 ranked
   queries of the whole test set on the GPU (363 batches of 16; the CPU took 422 s on 2 cores): ~1 min;
-- ultrag: the toy world at scale 7 (~32k entities, ~4 s to build and pick the queries), 6 timed queries + 1 warm-up on each device
-  (CPU ~2.5 s/query, GPU expected < 0.5 s): ~1 min;
-- subgraphrag: 100 questions of ~4,000 triples, 3 epochs (300 steps) per device (CPU ~25 questions/s): < 1 min;
+- ultrag: the toy world at scale 7 (~32k entities, ~4 s to build and pick the queries), 6 timed queries + 1 warm-up on
+  each device (CPU measured 10.8 s/query on 2 cores shared by a dozen processes: SEPPR 0.2 s, executor graph 4.7 s,
+  execution 5.4 s; a quiet 16-core CPU a few seconds; the GPU expected well under 1 s): ~1.5 min;
+- subgraphrag: 100 questions of ~1,000 triples (~10 s to build), 3 epochs (300 steps) per device (CPU ~20 questions/s on
+  one quiet thread; 2,000-triple questions measured 1.4 questions/s on 2 cores shared by a dozen processes): < 1 min;
 - sr: 100 questions (~300 training steps, batches of 16), 1 epoch per device, MiniLM fine-tuned: < 1 min;
-- text: 4,000 strings per device: < 30 s;
+- text: 2,000 strings per device (CPU 45 strings/s on 2 cores shared by a dozen processes; a quiet 16-core CPU several
+  hundred): < 30 s;
 - rerun: ultra_ilpc_zero_shot at smoke size (24 queries, two checkpoints) and retriever_study at smoke size with one seed
   per arm (`n_seeds: 1`, the rest the smoke defaults: 300 generated questions, 4 epochs): ~3 min.
 `--device cpu --tiny` is the dry run: the same code paths at tiny sizes, the CPU standing in for the accelerator on both
 sides (a couple of minutes on 2 cores); it never writes benchmarks/results/gpu.json. The exit status is 0 when every check
-holds, 1 when one failed (the JSON is written either way, with the failed section's one-line error), 2 on bad input.
+holds, 1 when one failed (the JSON is written either way, with the failed section's one-line error), 2 on bad input. The
+JSON is rewritten after each section, so a run cut short keeps what it finished (`complete: false`).
 """
 import argparse, json, math, shutil, sys, time, traceback
 from pathlib import Path
@@ -48,8 +52,8 @@ TOL = 1e-4  # parity tolerance of metrics, memberships and vectors
 SIZES = {
     'real': dict(ultra_queries=128, ultra_batch=16, ultra_full_queries=0,
                  ultrag_scale=7.0, ultrag_k=30_000, ultrag_queries=6,
-                 srag_questions=100, srag_distractors=4000, srag_epochs=3,
-                 sr_questions=100, sr_epochs=1, text_strings=4000, text_batch=128,
+                 srag_questions=100, srag_distractors=1000, srag_epochs=3,
+                 sr_questions=100, sr_epochs=1, text_strings=2000, text_batch=128,
                  rerun={'retriever_study': {'n_seeds': 1}}),
     'tiny': dict(ultra_queries=4, ultra_batch=2, ultra_full_queries=6,
                  ultrag_scale=0.25, ultrag_k=500, ultrag_queries=2,
@@ -365,11 +369,14 @@ def main(argv=None) -> int:
     work = Path(a.work) if a.work else project_dirs.scratch / 'gpu_check' / f'work{"-tiny" if a.tiny else ""}'
     if not a.work: shutil.rmtree(work, ignore_errors=True)  # a fresh folder: no run cached by an earlier check is reused
     work.mkdir(parents=True, exist_ok=True)
-    with Timer() as t: sections = {n: run_section(n, dev, s, work) for n in (a.only or SECTIONS)}
-    rep = dict(**versions(dev), tiny=a.tiny, seconds=r(t.s, 1), ok=all(x['ok'] for x in sections.values()), sizes=s, sections=sections,
-               provenance=provenance(dict(device=a.device, tiny=a.tiny, only=a.only), benchmark='gpu_check'))
+    rep, sections, t0 = dict(**versions(dev), tiny=a.tiny, sizes=s), {}, time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
+    for n in a.only or SECTIONS:  # the report is rewritten after each section: a run cut short keeps what it finished
+        sections[n] = run_section(n, dev, s, work)
+        done = len(sections) == len(a.only or SECTIONS)
+        rep.update(seconds=r(time.perf_counter() - t0, 1), complete=done, ok=done and all(x['ok'] for x in sections.values()),
+                   sections=sections, provenance=provenance(dict(device=a.device, tiny=a.tiny, only=a.only), benchmark='gpu_check'))
+        write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
     print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} in {rep["seconds"]:.0f} s; wrote {out}')
     return 0 if rep['ok'] else 1
 

@@ -35,7 +35,7 @@ def numbers(x, path=''):
 def check_report(rep: dict, device_type: str):
     "Every section present and green, its parity checks true, every figure finite, both sides measured."
     mod = load_script()
-    assert rep['device_type'] == device_type and rep['ok'] is True
+    assert rep['device_type'] == device_type and rep['ok'] is True and rep['complete'] is True
     assert list(rep['sections']) == list(mod.SECTIONS)
     for name, sec in rep['sections'].items():
         assert sec['ok'] is True and 'error' not in sec, (name, sec.get('error'))
