@@ -13,7 +13,7 @@ __all__ = ['COMMANDS', 'KGRAG_MODES', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_M
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | companion | paper)'),
-    'generate': ('kgqa_nb.synthkgqa:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
+    'generate': ('kgqa_nb.filters:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
     'ultra-eval': ('kgqa_nb.ultra_eval:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
     'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
     'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
