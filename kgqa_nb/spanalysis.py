@@ -23,7 +23,7 @@ from .datasources import ArtifactContext, Source, open_artifact, resolve_kg
 
 # %% auto #0
 __all__ = ['QUESTION_SOURCES', 'ANALYSIS_FORMAT', 'AnswerNodeError', 'local_view', 'question_path_stats', 'tree_records',
-           'tree_source', 'records_fingerprint', 'analyse_dataset', 't_interval', 'wilson_interval',
+           'tree_source', 'records_fingerprint', 'analyse_dataset', 'bootstrap_interval', 'wilson_interval',
            'sp_gt_overlap_by_hops', 'shortcut_stats', 'parallel_path_stats', 'gold_answers', 'reader_triples',
            'hits_by_isomorphism_type', 'SPAnalysisContext', 'open_sp_analysis']
 
@@ -136,13 +136,15 @@ def analyse_dataset(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     return q, s, qgraphs
 
 # %% ../nbs/12b_spanalysis.ipynb #c031
-def t_interval(x, level: float = 0.95) -> tuple:
-    "Student-t confidence interval (low, high) of the mean of `x`; (nan, nan) for fewer than two values."
+def bootstrap_interval(x, level: float = 0.95,
+                       n_boot: int = 2000,  # resamples
+                       seed: int = 0) -> tuple:  # seed of the resampling (the interval is reproducible)
+    "Percentile bootstrap confidence interval (low, high) of the mean of `x`; (nan, nan) for fewer than two values."
     x = np.asarray(x, dtype=float); x = x[~np.isnan(x)]
     if len(x) < 2: return (np.nan, np.nan)
-    m, se = x.mean(), x.std(ddof=1) / np.sqrt(len(x))
-    h = stats.t.ppf(0.5 + level / 2, len(x) - 1) * se
-    return (m - h, m + h)
+    means = x[np.random.default_rng(seed).integers(len(x), size=(n_boot, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return (float(lo), float(hi))
 
 def wilson_interval(k: int,  # successes
                     n: int,  # trials
@@ -151,40 +153,40 @@ def wilson_interval(k: int,  # successes
     if n <= 0: return (np.nan, np.nan)
     z, p = stats.norm.ppf(0.5 + level / 2), k / n
     mid, half = (p + z * z / (2 * n)), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return ((mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n))
+    return (max(0., (mid - half) / (1 + z * z / n)), min(1., (mid + half) / (1 + z * z / n)))
 
 # %% ../nbs/12b_spanalysis.ipynb #c035
 def sp_gt_overlap_by_hops(questions: pd.DataFrame) -> pd.DataFrame:
-    "Per # hops: mean % GT in SP, % SP in GT, # GT and # SP triples with t 95% CIs (`*_lo`, `*_hi`), and the count (Table 6)."
+    "Per # hops: mean % GT in SP, % SP in GT, # GT and # SP triples with bootstrap 95% CIs (`*_lo`, `*_hi`), and the count (Table 6)."
     q = questions.dropna(subset=['n_hops'])
     rows = []
     for h, g in q.groupby('n_hops'):
         row = dict(n_hops=int(h))
         for col in ('pct_gt_in_sp', 'pct_sp_in_gt', 'n_gt', 'n_sp'):
-            row[col] = g[col].mean(); row[f'{col}_lo'], row[f'{col}_hi'] = t_interval(g[col])
+            row[col] = g[col].mean(); row[f'{col}_lo'], row[f'{col}_hi'] = bootstrap_interval(g[col])
         rows.append(dict(row, n_questions=len(g)))
     return pd.DataFrame(rows)
 
 def shortcut_stats(seeds: pd.DataFrame) -> pd.DataFrame:
-    "Per GT path length: the shortest distance's mean (t 95% CI), std and quartiles, and the share of shortcut seeds (Wilson 95% CI) (Figure 9, left)."
+    "Per GT path length: the shortest distance's mean (bootstrap 95% CI), std and quartiles, and the share of shortcut seeds (Wilson 95% CI) (Figure 9, left)."
     s = seeds[(seeds.gt_hops > 0) & (seeds.sp_hops >= 0)]
     g = s.groupby('gt_hops').sp_hops
     out = pd.DataFrame(dict(n_seeds=g.size(), sp_mean=g.mean(), sp_std=g.std(ddof=0), sp_min=g.min(), sp_q25=g.quantile(.25),
                             sp_median=g.median(), sp_q75=g.quantile(.75), sp_max=g.max(),
                             pct_shortcut=100 * s.groupby('gt_hops').shortcut.mean())).reset_index()
-    ci = {h: t_interval(x) for h, x in g}
+    ci = {h: bootstrap_interval(x) for h, x in g}
     out['sp_mean_lo'], out['sp_mean_hi'] = [ci[h][0] for h in out.gt_hops], [ci[h][1] for h in out.gt_hops]
     wil = {h: wilson_interval(int(x.sum()), len(x)) for h, x in s.groupby('gt_hops').shortcut}
     out['pct_shortcut_lo'] = [100 * wil[h][0] for h in out.gt_hops]; out['pct_shortcut_hi'] = [100 * wil[h][1] for h in out.gt_hops]
     return out
 
 def parallel_path_stats(seeds: pd.DataFrame) -> pd.DataFrame:
-    "Per shortest distance: # parallel shortest paths (geometric mean with a t 95% CI on the log scale, quartiles, max) (Figure 9, right)."
+    "Per shortest distance: # parallel shortest paths (geometric mean with a bootstrap 95% CI on the log scale, quartiles, max) (Figure 9, right)."
     s = seeds[seeds.sp_hops > 0]
     g, logs = s.groupby('sp_hops').n_sp_paths, np.log(s.n_sp_paths).groupby(s.sp_hops)
     out = pd.DataFrame(dict(n_seeds=g.size(), paths_geomean=np.exp(logs.mean()), paths_q25=g.quantile(.25),
                             paths_median=g.median(), paths_q75=g.quantile(.75), paths_max=g.max())).reset_index()
-    ci = {h: np.exp(t_interval(x)) for h, x in logs}
+    ci = {h: np.exp(bootstrap_interval(x)) for h, x in logs}
     out['paths_geomean_lo'], out['paths_geomean_hi'] = [ci[h][0] for h in out.sp_hops], [ci[h][1] for h in out.sp_hops]
     return out
 

@@ -136,8 +136,10 @@ def test_aggregates_by_hand():
     cols = ['n_hops', 'pct_gt_in_sp', 'pct_sp_in_gt', 'n_gt', 'n_sp', 'n_questions']
     assert t[cols].values.tolist() == [[1, 100., 50., 1., 2., 1], [2, 75., 30., 3., 8., 2]]
     assert t.loc[0, ['pct_gt_in_sp_lo', 'n_sp_hi']].isna().all()  # one question: no interval
-    half = 12.706205 * 25  # t(1, 0.975) * sd / sqrt(n) of the 2-hop % GT in SP (50 and 100: sd 35.36, se 25)
-    assert np.allclose(t.loc[1, ['pct_gt_in_sp_lo', 'pct_gt_in_sp_hi']].tolist(), [75 - half, 75 + half])
+    # the 2-hop % GT in SP is 50 and 100: resampled means are 50, 75 or 100 (probabilities 1/4, 1/2, 1/4), so the 2.5th
+    # and 97.5th percentiles of 2,000 of them are 50 and 100
+    assert t.loc[1, ['pct_gt_in_sp_lo', 'pct_gt_in_sp_hi']].tolist() == [50., 100.]
+    assert t.loc[1, ['n_gt_lo', 'n_gt_hi']].tolist() == [2., 4.]
     s = pd.DataFrame(dict(id=list('abcd'), gt_hops=[2, 2, 4, 4], sp_hops=[2, 1, 2, 4], n_sp_paths=[4., 1., 2., 32.],
                           shortcut=[False, True, True, False]))
     left = shortcut_stats(s).set_index('gt_hops')
@@ -147,8 +149,8 @@ def test_aggregates_by_hand():
     assert np.allclose(left.pct_shortcut_lo, 100 * (mid - half) / (1 + z * z / 2)) and np.allclose(left.pct_shortcut_hi, 100 * (mid + half) / (1 + z * z / 2))
     right = parallel_path_stats(s).set_index('sp_hops')
     assert np.allclose(right.paths_geomean, [1., np.sqrt(8.), 32.]) and right.n_seeds.tolist() == [1, 2, 1]
-    lo, hi = np.exp(1.5 * np.log(2) + np.array([-1, 1]) * 12.706205 * np.log(2) / 2)  # logs log 2 and 2 log 2: se log(2) / 2
-    assert np.allclose(right.loc[2, ['paths_geomean_lo', 'paths_geomean_hi']].tolist(), [lo, hi])
+    assert np.allclose(right.loc[2, ['paths_geomean_lo', 'paths_geomean_hi']].tolist(), [2., 4.])  # 2 and 4 paths: log-means log 2 .. log 4
+    assert np.isnan(right.loc[1, 'paths_geomean_lo']) and np.allclose(left.sp_mean_lo.tolist(), [1., 2.])
 
 
 # --- datasets: cache and the reader check ------------------------------------------------------------------------------
