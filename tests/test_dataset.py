@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 from kgqa_nb.dataset import (SplitConfig, build_split, check_split, read_dataset, synthetic_records, write_jsonl,
-                             write_parquet, stats_table)
+                             write_parquet, stats_table, dataset_card, hops_by_split, types_by_split)
 
 @pytest.mark.parametrize('seed', range(8))
 def test_split_rules_hold(seed):
@@ -77,3 +77,16 @@ def test_damaged_middle_line_of_a_dataset_is_reported(tmp_path):
     p.write_text('\n'.join(lines) + '\n')
     with pytest.warns(UserWarning, match=r'd\.jsonl:3: damaged line'):
         assert len(read_dataset(p)) == 4
+
+def test_card_hop_and_type_tables_count_each_split():
+    ds = synthetic_records(n=400, seed=5)
+    res = build_split(ds, SplitConfig(unseen_graph_types=('(2)(1)',), min_per_cell=3))
+    splits = {'train': res.train, 'test': res.test}
+    hops, types = hops_by_split(splits), types_by_split(splits)
+    for name, d in splits.items():
+        assert hops[name].sum() == len(d) and types[name].sum() == len(d)
+        assert hops[name].to_dict() == d.n_hops.value_counts().to_dict()
+        assert abs(hops[f'{name} %'].sum() - 100) < 0.5
+    assert types.loc['(2)(1)', 'train'] == 0 and types.loc['(2)(1)', 'test'] > 0  # the reserved type is test-only
+    card = dataset_card('demo', splits, 'synthetic', 'none')
+    assert '## Hops by split' in card and '## Isomorphism types by split' in card and '(2)(1)' in card
