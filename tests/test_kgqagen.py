@@ -249,7 +249,7 @@ def test_folder_of_another_run_is_refused(reference):
                                                   (['--timeout', 'nan'], UsageError, '--timeout must be a number of seconds > 0'),
                                                   (['--max-revisions', '-1'], UsageError, '--max-revisions must be an integer >= 0'),
                                                   (['--n', 'two'], UsageError, "argument --n: invalid int value: 'two'"),
-                                                  (['--seeds', 'no-such-file.txt'], FileNotFoundError, 'seed file')])
+                                                  (['--seeds', 'no-such-file.txt'], FileNotFoundError, '--seeds no-such-file.txt: no such file')])
 def test_bad_parameters_are_refused_up_front(args, error, message, tmp_path, capsys):
     with pytest.raises(error, match=re.escape(message)):  # raised, not printed: `kgqa` alone prints errors
         kgqagen_cli(['--out', str(tmp_path / 'x'), *args])
