@@ -162,6 +162,7 @@ class TextPathReader:
     encoder: object = None  # a `text.TextEncoder` (None: MiniLM, loaded on first use)
     step_cost: float = 0.2  # each hop adds its relation's similarity minus this
     max_hops: int | None = None  # None: `question_hops` of each question
+    max_answers: int = 10  # more tied entities than this is no answer (GTSQA's questions have at most 10)
     _vectors: dict = field(default_factory=dict, repr=False)  # text -> unit vector, this reader's memo
 
     def read(self, question: str, seeds, triples) -> list:
@@ -181,7 +182,8 @@ class TextPathReader:
         cands = set().union(*per_seed) - set(seed_ids)
         key = {e: (sum(e in b for b in per_seed), sum(b.get(e, 0.0) for b in per_seed)) for e in cands}
         top = max(key.values(), default=None)
-        return sorted(e for e, k in key.items() if k[0] == top[0] and k[1] >= top[1] - 1e-6)
+        answers = sorted(e for e, k in key.items() if k[0] == top[0] and k[1] >= top[1] - 1e-6)
+        return answers if len(answers) <= self.max_answers else []
 
 # %% ../nbs/16_readers.ipynb #c028
 @patch

@@ -102,3 +102,10 @@ def test_text_reader_is_not_an_oracle(reader):
     assert QueryReader().answer('Where was the director of Alien born?', T[:1],
                                 dict(sparql_query='SELECT ?answer WHERE { wd:Q103569 wdt:P57 ?d . ?d wdt:P19 ?answer . }')) == []
     assert 'non-oracle' in reader.describe() and 'oracle' in QueryReader().describe()
+
+
+def test_text_reader_gives_no_answer_when_too_many_entities_tie(reader):
+    q, seeds, tri, _ = CASES[2]
+    many = tri + [(f'P{i} (Q{1000 + i})', 'place of birth (P19)', 'Rome (Q220)') for i in range(12)]
+    assert reader.read('Who was born in Rome?', ['Rome (Q220)'], many) == []  # 14 people tie: more than 10 is not an answer
+    assert len(TextPathReader(reader.encoder, max_answers=20).read('Who was born in Rome?', ['Rome (Q220)'], many)) == 14
