@@ -253,6 +253,8 @@ def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a s
                       llm_backend=gen.get('backend', 'unknown'), name=f'folder {folder.name}',
                       kg_spec=(ident.get('config') or {}).get('kg') or gen.get('kg'), kg_identity=ident.get('kg'))
     if (folder / 'records.jsonl').is_file() and (folder / 'manifest.json').is_file(): return _run_folder_source(folder, seed)
+    if (folder / 'manifest.json').is_file() and (folder / 'outcomes.jsonl').is_file():
+        raise FileNotFoundError(f'--dataset {path}: a run folder without records.jsonl: its run has not finished (rerun its command to resume it)')
     if files := _gtsqa_files_in(folder):
         tr, te = (pd.DataFrame(list(read_gtsqa_parquet(files[s]))) for s in ('train', 'test'))
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name='gtsqa')
