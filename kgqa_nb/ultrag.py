@@ -666,7 +666,7 @@ def display_query(text: str,  # canonical DSL text
     for ph, m in (mentions or {}).items(): text = re.sub(rf'\b{re.escape(ph)}\b', f'[{m}]', text)
     return text
 
-# %% ../nbs/19_ultrag.ipynb #c089
+# %% ../nbs/19_ultrag.ipynb #c088
 OFFLINE_ASK = ("offline, no query writer can read an arbitrary question: give --query 'Q42 -> P19' (a DSL query over the KG's "
                "entity and relation IDs, run by --executor), --dataset DIR --id N (a question of a kgqa generate / kgqagen "
                "folder; the oracle writes its gold query), or --backend openai --base-url URL --model NAME (an LLM writes the query)")
@@ -678,7 +678,7 @@ def check_ask_source(a):
     if not (a.query or a.id or a.question): raise UsageError('give a question, --query or --dataset DIR --id N')
     if a.backend == 'offline' and not (a.query or a.id): raise UsageError(OFFLINE_ASK)
 
-# %% ../nbs/19_ultrag.ipynb #c092
+# %% ../nbs/19_ultrag.ipynb #c091
 def _cli_source(a):
     "(Source, KG) of the parsed arguments."
     from kgqa_nb.core import user_cache_dir
@@ -703,7 +703,7 @@ def _cli_seeds(a, kg, rec=None):
     if bad: raise UsageError(f'--seeds: IDs not in {kg.name}: {bad}')
     return seeds
 
-# %% ../nbs/19_ultrag.ipynb #c094
+# %% ../nbs/19_ultrag.ipynb #c093
 def _cli_pipeline(a, kg, records=None):  # records: what the oracle writer may answer
     from kgqa_nb.ultra import load_ultra
     client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None) if a.backend == 'openai' else None
@@ -729,7 +729,7 @@ def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
     print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
     return 0
 
-# %% ../nbs/19_ultrag.ipynb #c096
+# %% ../nbs/19_ultrag.ipynb #c095
 def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
     check_model_flag(a.backend, a.model)
