@@ -136,6 +136,16 @@ def test_generate_runs_both_filters_and_reports_the_funnel(tmp_path, newer):
     assert 'filters' in json.dumps(manifest)
 
 
+@pytest.mark.parametrize('kind,label', [('llm', '2 of 2 tries at temperature 1.0'), ('few-shot', '[floor]; 2 of 2 tries')])
+def test_generate_with_a_model_reader_records_its_tries(tmp_path, kind, label):
+    out = tmp_path / kind  # the offline backend: the readers' stand-in models, through the run's cache and ledger
+    assert generate_cli(['--out', str(out), '--n', '10', '--batch-size', '10', '--answerability', kind]) == 0
+    stage = json.loads((out / 'filter_log.json').read_text())['stages'][0]
+    assert stage['stage'] == 'answerable' and label in stage['by']
+    rows = [json.loads(l) for l in (out / 'filter_answerable.jsonl').read_text().splitlines()]
+    assert len(rows) == stage['removed'] >= 1 and all(len(r['replies']) == 2 for r in rows)  # the stand-ins answer few questions
+
+
 @pytest.mark.parametrize('argv,message', [
     (['--answerability', 'offline-text', '--answer-tries', '0'], '--answer-tries must be an integer >= 1, got 0'),
     (['--answerability', 'offline-text', '--answer-tries', '-2'], '--answer-tries must be an integer >= 1, got -2'),
