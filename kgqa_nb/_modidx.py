@@ -92,6 +92,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'kgqa_nb.dataset._triples_ok': ('dataset.html#_triples_ok', 'kgqa_nb/dataset.py'),
                                  'kgqa_nb.dataset._type_order': ('dataset.html#_type_order', 'kgqa_nb/dataset.py'),
                                  'kgqa_nb.dataset._utf8_text': ('dataset.html#_utf8_text', 'kgqa_nb/dataset.py'),
+                                 'kgqa_nb.dataset.answer_popularity': ('dataset.html#answer_popularity', 'kgqa_nb/dataset.py'),
                                  'kgqa_nb.dataset.build_split': ('dataset.html#build_split', 'kgqa_nb/dataset.py'),
                                  'kgqa_nb.dataset.check_gtsqa_record': ('dataset.html#check_gtsqa_record', 'kgqa_nb/dataset.py'),
                                  'kgqa_nb.dataset.check_split': ('dataset.html#check_split', 'kgqa_nb/dataset.py'),

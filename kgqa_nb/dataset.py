@@ -24,9 +24,10 @@ __all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA
            'check_gtsqa_record', 'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items',
            'mintaka_record', 'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen',
            'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table',
-           'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'build_split', 'synthetic_records', 'check_split',
-           'hops_by_split', 'types_by_split', 'dataset_card', 'type_shape', 'test_category', 'isomorphism_type_table',
-           'relation_frequency', 'count_distributions', 'subgraph_sizes', 'size_distributions', 'minimal_type_matrix']
+           'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'answer_popularity', 'build_split',
+           'synthetic_records', 'check_split', 'hops_by_split', 'types_by_split', 'dataset_card', 'type_shape',
+           'test_category', 'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
+           'size_distributions', 'minimal_type_matrix']
 
 # %% ../nbs/10_dataset.ipynb #c005
 GTSQA_COLUMNS = {  # column -> (type, meaning)
@@ -401,6 +402,7 @@ class SplitConfig:
     max_per_cell: int = 150  # cap of unseen-type / unseen-relation cells
     min_per_cell: int = 45  # minimum questions per (type x category) cell of the test set
     answers_column: str = 'all_answers_wikidata'
+    max_answer_questions: int | None = 20  # a question with an answer shared by more questions is never a test question
     seed: int = 0
 
 @dataclass
@@ -422,6 +424,13 @@ def reserve_rare_relations(df: pd.DataFrame, n: int | None = None, share: float 
     return [r for r, _ in sorted(cnt.items(), key=lambda kv: (kv[1], kv[0]))[:n]]
 
 # %% ../nbs/10_dataset.ipynb #c045
+def answer_popularity(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> pd.Series:
+    "Per question: the largest number of questions that share one of its answers (`record_answers`)."
+    answers = [record_answers(r, answers_column) for r in df.to_dict('records')]
+    cnt = Counter(a for ans in answers for a in ans)
+    return pd.Series([max(cnt[a] for a in ans) for ans in answers], index=df.index)
+
+# %% ../nbs/10_dataset.ipynb #c048
 def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResult:
     "Zero-shot train/test split with test_type labels; rules that cannot be met are reported, not hidden."
     rng = np.random.default_rng(cfg.seed)
@@ -431,16 +440,18 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     unseen_rel = reserve_rare_relations(df, cfg.n_unseen_relations, cfg.unseen_relation_share)
     urt = rels.map(lambda rs: bool(rs & set(unseen_rel)))
     ugt = df['graph_isomorphism'].isin(cfg.unseen_graph_types)
-    dropped = {'non_minimal_test_candidates': int(((urt | ugt) & ~minimal).sum())}
-    # test candidates from the unseen categories: minimal only, capped per cell
-    cand = df[(urt | ugt) & minimal].copy()
+    hub = answer_popularity(df, cfg.answers_column) > cfg.max_answer_questions if cfg.max_answer_questions else pd.Series(False, index=df.index)
+    dropped = {'non_minimal_test_candidates': int(((urt | ugt) & ~minimal).sum()),
+               'hub_answer_test_candidates': int(((urt | ugt) & minimal & hub).sum())}
+    # test candidates from the unseen categories: minimal, no hub answer, capped per cell
+    cand = df[(urt | ugt) & minimal & ~hub].copy()
     cand['test_type'] = [[t for t, on in (('unseen_graph_type', g), ('unseen_relation_type', u)) if on] for g, u in zip(ugt[cand.index], urt[cand.index])]
     cand['_cat'] = cand['test_type'].map(lambda t: t[0])
     cand = cand.sample(frac=1, random_state=cfg.seed)
     over_cap = len(cand); cand = cand.groupby(['graph_isomorphism', '_cat'], sort=True).head(cfg.max_per_cell); over_cap -= len(cand)
     dropped['over_cell_cap'] = over_cap
     # in-distribution test questions per seen type
-    pool = df[~urt & ~ugt & minimal].sample(frac=1, random_state=cfg.seed)
+    pool = df[~urt & ~ugt & minimal & ~hub].sample(frac=1, random_state=cfg.seed)
     id_test = pool.groupby('graph_isomorphism', sort=True).head(cfg.id_per_type).copy()
     id_test['test_type'] = [['in_distribution']] * len(id_test); id_test['_cat'] = 'in_distribution'
     test = pd.concat([cand, id_test])
@@ -463,7 +474,7 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     return SplitResult(train.reset_index(drop=True), test.drop(columns='_cat').reset_index(drop=True), unseen_rel,
                        list(cfg.unseen_graph_types), dropped, unsatisfied, cells.rename(columns={'_cat': 'category'}))
 
-# %% ../nbs/10_dataset.ipynb #c047
+# %% ../nbs/10_dataset.ipynb #c050
 def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400, seed: int = 0) -> pd.DataFrame:
     "Random GTSQA-schema records with chain or star answer subgraphs (for examples and tests only)."
     rng = np.random.default_rng(seed)
@@ -484,7 +495,7 @@ def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400
                                  graph_isomorphism=kind, redundant=bool(rng.random() < 0.2), all_answers_wikidata=[f'Q{1000 + ents[0]}']))
     return pd.DataFrame(recs)
 
-# %% ../nbs/10_dataset.ipynb #c050
+# %% ../nbs/10_dataset.ipynb #c053
 def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') -> list:
     "Violations of the zero-shot rules in a split (empty when all hold)."
     bad = []
@@ -504,7 +515,7 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
         if set(r['test_type']) != (want or {'in_distribution'}): bad.append(f"wrong test_type for id {r['id']}"); break
     return bad
 
-# %% ../nbs/10_dataset.ipynb #c053
+# %% ../nbs/10_dataset.ipynb #c056
 def _count_by_split(splits: dict, column: str, name: str) -> pd.DataFrame:
     "Questions per value of `column` in each split: one count and one share (% of the split) column per split."
     out = {}
@@ -523,7 +534,7 @@ def types_by_split(splits: dict) -> pd.DataFrame:
     t = _count_by_split(splits, 'graph_isomorphism', 'graph_isomorphism')
     return t.loc[t[list(splits)].sum(axis=1).sort_values(ascending=False, kind='stable').index]
 
-# %% ../nbs/10_dataset.ipynb #c055
+# %% ../nbs/10_dataset.ipynb #c058
 def dataset_card(name: str,  # the dataset's title
                  splits: dict,  # split name -> DataFrame of records
                  kg: str,  # the KG the records were generated on (name and view)
@@ -545,6 +556,9 @@ def dataset_card(name: str,  # the dataset's title
                   f'{duplicates} candidate(s) were dropped as duplicates (rejection reason `duplicate`).', '']
     if split_cfg:
         lines += ['## Split rules', '', *[f'- {k}: {v}' for k, v in split_cfg.__dict__.items()], '']
+        if split_cfg.max_answer_questions:
+            lines += [f'No test question has an answer shared by more than {split_cfg.max_answer_questions} questions (so that a hub '
+                      'answer does not empty the training set): test answers lean towards entities that few questions end at.', '']
     if split_result:
         lines += [f'- reserved relation types: {len(split_result.unseen_relations)}', *[f'- dropped {k}: {v}' for k, v in split_result.dropped.items()],
                   *([f'- NOT satisfied: {u}' for u in split_result.unsatisfied] or ['- all split rules satisfied']), '']
@@ -566,7 +580,7 @@ def _has_tabulate():
     try: import tabulate; return True
     except ImportError: return False
 
-# %% ../nbs/10_dataset.ipynb #c060
+# %% ../nbs/10_dataset.ipynb #c063
 def type_shape(name: str) -> dict:
     "Edges, seeds, hops and whether a GTSQA type name branches below the answer (a nested intersection)."
     t = tree_from_name(name, strict=False)
@@ -574,7 +588,7 @@ def type_shape(name: str) -> dict:
     nested = any(len(tree.children[v]) >= 2 for v in tree.order[1:])
     return dict(n_edges=tree.n_edges, n_seeds=len(t.seeds), n_hops=max(tree.depth.values()), nested=nested)
 
-# %% ../nbs/10_dataset.ipynb #c063
+# %% ../nbs/10_dataset.ipynb #c066
 TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
 
 def test_category(test_type) -> str:
@@ -605,7 +619,7 @@ def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFr
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/10_dataset.ipynb #c066
+# %% ../nbs/10_dataset.ipynb #c069
 def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
     def count(df):
@@ -622,7 +636,7 @@ def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
     return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c069
+# %% ../nbs/10_dataset.ipynb #c072
 def _distribution(values: dict, column: str) -> pd.DataFrame:
     rows = []
     for split, v in values.items():
@@ -639,7 +653,7 @@ def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column:
     return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
                      ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c072
+# %% ../nbs/10_dataset.ipynb #c075
 def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
     "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
     gt = df['answer_subgraph'].map(len)
@@ -653,7 +667,7 @@ def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str
     return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
                       _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c075
+# %% ../nbs/10_dataset.ipynb #c078
 def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
     red = df[df['redundant'].fillna(False).astype(bool)]

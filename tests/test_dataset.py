@@ -90,3 +90,19 @@ def test_card_hop_and_type_tables_count_each_split():
     assert types.loc['(2)(1)', 'train'] == 0 and types.loc['(2)(1)', 'test'] > 0  # the reserved type is test-only
     card = dataset_card('demo', splits, 'synthetic', 'none')
     assert '## Hops by split' in card and '## Isomorphism types by split' in card and '(2)(1)' in card
+
+def test_hub_answers_stay_out_of_test():
+    """Regression: one test question answered by a hub (an answer shared by many questions) removed every train question
+    with that answer (on CoDEx-M 2,535 of 6,000, most of the multi-hop ones); such questions are no longer test candidates."""
+    ds = synthetic_records(n=400, seed=7)
+    hub = 'Hub (Q999999)'
+    ds.loc[ds.index[:60], 'answer_node'] = hub  # 60 questions share one answer, across every type
+    ds.loc[ds.index[:60], 'all_answers_wikidata'] = pd.Series([[hub]] * 60, index=ds.index[:60])
+    cfg = SplitConfig(unseen_graph_types=('(2)(1)',), id_per_type=15, min_per_cell=5, max_answer_questions=20)
+    res = build_split(ds, cfg)
+    assert check_split(res) == []
+    assert not any(hub in a for a in res.test['all_answers_wikidata'])
+    hub_train = sum(hub in a for a in res.train['all_answers_wikidata'])
+    assert hub_train > 30 and res.dropped['hub_answer_test_candidates'] > 0  # the hub questions that may train do
+    off = build_split(ds, SplitConfig(**{**cfg.__dict__, 'max_answer_questions': None}))
+    assert off.dropped['hub_answer_test_candidates'] == 0 and len(off.train) < len(res.train)
