@@ -368,7 +368,7 @@ def definite_chains(triples, k: int, rng, limit: int = 64) -> list:
     for a in rng.permutation(sorted(inc)): extend([str(a)], [])
     return out
 
-# %% ../nbs/06_generate.ipynb #c047
+# %% ../nbs/06_generate.ipynb #c048
 def graph_answers(triples, tree, seeds) -> dict:
     "Bindings of every non-seed node of `tree` (ID triples) that satisfy it inside `triples`: {node: set of IDs}."
     heads, tails = {}, {}
@@ -398,7 +398,7 @@ def graph_answers(triples, tree, seeds) -> dict:
     bt(0, {s: s for s in seeds})
     return found
 
-# %% ../nbs/06_generate.ipynb #c050
+# %% ../nbs/06_generate.ipynb #c051
 def _leaves(tree, answer) -> list:
     deg = {}
     for h, _, t in tree: deg[h] = deg.get(h, 0) + 1; deg[t] = deg.get(t, 0) + 1
@@ -434,7 +434,7 @@ def choose_answer_tree(triples, k: int, rng, tries: int = 12) -> tuple[str, list
         if tries <= 0: break
     return first_k or best
 
-# %% ../nbs/06_generate.ipynb #c053
+# %% ../nbs/06_generate.ipynb #c054
 _PERSON = {'person', 'actor', 'musician', 'politician', 'founder', 'participant'}
 
 def _wh(noun: str) -> str: return 'Who' if noun in _PERSON else f'Which {noun}'
@@ -480,7 +480,7 @@ class _TreeWriter:
         else: q = f'{_wh(self._noun_of(a, kids))} ' + _join_and([self.clause(a, j, c) for j, c in kids]) + '?'
         return q[0].upper() + q[1:]
 
-# %% ../nbs/06_generate.ipynb #c055
+# %% ../nbs/06_generate.ipynb #c056
 def tree_sparql(tree_triples, answer: str, seeds) -> str:
     "SELECT query for a tree of (h, r, t) ID triples: seeds as wd: constants, the answer as ?answer, others ?x1, ?x2, ..."
     seeds, dist, frontier = list(seeds), {s: 0 for s in seeds}, list(seeds)
@@ -505,7 +505,7 @@ def format_reply(question: str, seeds, answer: str, triples, sparql: str, style:
     name = (lambda f: f'**{f}:**') if style == 'bold' else (lambda f: f'{f}:')
     return '\n'.join(f'{name(f)} {v}' if not v.startswith('\n') else f'{name(f)}{v}' for f, v in zip(FIELDS, vals))
 
-# %% ../nbs/06_generate.ipynb #c058
+# %% ../nbs/06_generate.ipynb #c059
 def _last_graph(messages, param_re: str):
     text = messages[-1]['content']
     m = re.search(r'(?im)^\s*Graph:\s*(.*)\Z', text, re.S)
@@ -545,7 +545,7 @@ def offline_datapoint_model(messages: list[dict]) -> str:
     return format_reply(w.question(), [f'{labels[s]} ({s})' for s in seeds], f'{labels[answer]} ({answer})',
                         [triples_text[j] for j in used], tree_sparql(tree, answer, seeds), style)
 
-# %% ../nbs/06_generate.ipynb #c063
+# %% ../nbs/06_generate.ipynb #c064
 def _plural(noun: str) -> str:
     if noun == 'person': return 'people'
     if ' of ' in noun: first, _, rest = noun.partition(' '); return f'{_plural(first)} {rest}'
@@ -601,7 +601,7 @@ def offline_aggregation_model(messages: list[dict]) -> str:
     q = q[0].upper() + q[1:]
     return format_reply(q, [f'{labels[s]} ({s})' for s in seeds], f'{labels[ans]} ({ans})', [triples_text[j] for j in used], sparql)
 
-# %% ../nbs/06_generate.ipynb #c066
+# %% ../nbs/06_generate.ipynb #c067
 _SYNONYMS = [(r'\bwas directed by\b', 'was made by director'), (r'\bdirected\b', 'was the director of'),
              (r'\bdied in\b', 'passed away in'), (r'\bstars\b', 'features'),
              (r'\bappeared in\b', 'acted in'), (r'\bis located in\b', 'is situated in'), (r'\bis married to\b', 'is the spouse of'),
