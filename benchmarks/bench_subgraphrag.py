@@ -6,14 +6,26 @@ graphs) with 384-d text vectors (all-MiniLM-L6-v2's width; random unit vectors, 
 (1) Training: questions/s of one Adam step per question (forward, BCE over all triples, backward).
 (2) Scoring: triples/s of the block-wise forward pass (`SubgraphRAGRetriever.forward`) and of the plain concatenation it
 replaces (`forward_concat`), with their ratio; the two are asserted equal. Times are the minimum over repeats.
+(3) The training loop against the one it replaced: `train_retriever` reads each question once per run (`step_inputs`:
+feature rows, graph, DDE) and gathers vectors from one table; the loop before read every question from its graph file at
+every step, copied its label vectors and recomputed DDE. Both train the same epochs on the same question graphs (saved to
+disk as the study reads them: random graphs of E triples over E / 8 entities, as SynthKGQA's, each with a two-hop
+ground-truth path from its seed), scoring the validation questions after each epoch;
+the ratio of their wall times is reported and their final weights are asserted identical (the maths is unchanged).
 """
+import tempfile
+from pathlib import Path
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kgqa_nb.subgraphrag import SubgraphRAGRetriever
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.qgraphs import QuestionGraph, QuestionGraphs
+from kgqa_nb.subgraphrag import (SubgraphRAGRetriever, TrainConfig, label_key, mean_metric, prepare_examples, text_features,
+                                 train_retriever)
+from kgqa_nb.text import HashingEncoder
 
 
 def _graph(E, dim, device, seed=0):
@@ -55,9 +67,66 @@ def measure(E: int, dim: int = 384, device: str = 'cpu', steps: int = 5, repeats
                 score_triples_per_s=round(E / fast), score_concat_triples_per_s=round(E / concat), blockwise_speedup=round(concat / fast, 1))
 
 
+def previous_loop(train, val, feats, cfg: TrainConfig) -> SubgraphRAGRetriever:
+    "The training loop before `step_inputs`: each step reads its question from disk, copies its vectors and recomputes DDE."
+    torch.manual_seed(cfg.seed)
+    model = SubgraphRAGRetriever(feats.dim, cfg.hidden); opt = torch.optim.Adam(model.parameters(), lr=cfg.lr); key = label_key(cfg.labels)
+    for ep in range(cfg.epochs):
+        rng = np.random.default_rng([cfg.seed, ep]); order, para = rng.permutation(len(train)), rng.random(len(train))
+        model.train()
+        for i in order:
+            ex = train[i]; y = ex.labels[key]
+            if not y.any(): continue
+            row = 1 if len(ex.q) > 1 and para[i] < cfg.paraphrase_p else 0
+            x = (ex.q[row], torch.as_tensor(feats.entity_vectors(ex.nodes)), torch.as_tensor(feats.has_text[ex.nodes]),
+                 torch.as_tensor(feats.rel), ex.edge_index, ex.rel, ex.topic)
+            loss = F.binary_cross_entropy_with_logits(model(*x), y); opt.zero_grad(); loss.backward(); opt.step()
+        mean_metric(model, val, feats, 'gt_recall@100')
+    return model
+
+
+def wide_questions(n: int, E: int, seed: int = 0) -> tuple:
+    "(KG, records, question graphs): n random question graphs of E triples over E / 8 entities each, a two-hop GT path in each."
+    rng = np.random.default_rng(seed); N, R = max(E // 8, 4), 50
+    h, r, t = rng.integers(N, size=(n, E)), rng.integers(R, size=(n, E)), rng.integers(N, size=(n, E))
+    h[:, 0], t[:, 0], h[:, 1], t[:, 1] = 0, 1, 1, 2  # seed 0 -> 1 -> answer 2
+    off = (np.arange(n) * N)[:, None]; h, t = h + off, t + off
+    kg = KnowledgeGraph.from_id_triples([(f'E{a}', f'P{b}', f'E{c}') for a, b, c in zip(h.ravel(), r.ravel(), t.ravel())],
+                                        {f'E{i}': f'entity {i}' for i in range(n * N)}, {f'P{i}': f'relation {i}' for i in range(R)}, name=f'wide({n},{E})')
+    ix = lambda q, a: np.array([kg.entity(f'E{x}') for x in a[q]])
+    graphs = [QuestionGraph(f'w{q}', ix(q, h), np.array([kg.relation(f'P{x}') for x in r[q]]), ix(q, t), (np.arange(E) < 2).astype(np.uint8),
+                            np.array([kg.entity(f'E{off[q, 0]}')]), np.array([kg.entity(f'E{off[q, 0] + 2}')])) for q in range(n)]
+    recs = [dict(id=f'w{q}', question=f'question {q} about entity {off[q, 0]}', n_hops=2) for q in range(n)]
+    return kg, recs, graphs
+
+
+def compare_loops(n_questions: int = 40, E: int = 10_000, epochs: int = 2, threads: int = 1) -> dict:
+    "Wall time of `epochs` epochs of the previous loop and of `train_retriever` on the same question-graph files; weights equal."
+    kg, recs, graphs = wide_questions(n_questions, E)
+    tmp = Path(tempfile.mkdtemp()); enc = HashingEncoder(dim=384)
+    qgs = QuestionGraphs([g.save(tmp / f'{g.id}.npz') for g in graphs])
+    exs = prepare_examples(recs, qgs, enc, root=tmp); feats = text_features(kg, enc, root=tmp)
+    n_val = max(n_questions // 5, 1); train, val = exs[n_val:], exs[:n_val]
+    cfg = TrainConfig(epochs=epochs, patience=epochs + 1, val_metric=None, seed=0)
+    torch.set_num_threads(threads)
+    warm = TrainConfig(epochs=1, patience=2, val_metric=None); previous_loop(train[:2], val[:1], feats, warm); train_retriever(train[:2], val[:1], feats, warm)
+    old, t_old = _timed(lambda: previous_loop(train, val, feats, cfg))
+    (new, hist), t_new = _timed(lambda: train_retriever(train, val, feats, cfg))
+    same = all(torch.equal(a, b) for a, b in zip(old.state_dict().values(), new.state_dict().values()))
+    assert same, 'the two loops must give identical weights'
+    return dict(questions=len(train), validation=len(val), triples_per_question=round(float(np.mean([len(g) for g in graphs]))),
+                epochs=epochs, threads=threads, previous_loop_s=round(t_old, 2), train_retriever_s=round(t_new, 2),
+                speedup=round(t_old / t_new, 2), identical_weights=same)
+
+
+def _timed(f):
+    t0 = time.perf_counter(); out = f(); return out, time.perf_counter() - t0
+
+
 def run(quick: bool = False) -> dict:
     sizes = [1_000, 5_000] if quick else [1_000, 5_000, 20_000]
-    out = {'cpu': [measure(E, steps=2 if quick else 5, repeats=2 if quick else 3) for E in sizes]}
+    out = {'cpu': [measure(E, steps=2 if quick else 5, repeats=2 if quick else 3) for E in sizes],
+           'training_loop': compare_loops(10, 1000, 1) if quick else compare_loops()}
     if torch.cuda.is_available(): out['cuda'] = [measure(E, device='cuda') for E in sizes + [100_000]]
     return out
 

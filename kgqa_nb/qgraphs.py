@@ -19,8 +19,8 @@ from .dataset import empty_record
 
 # %% auto #0
 __all__ = ['QGRAPH_FORMAT', 'triple_ids', 'relation_edges', 'khop_edges', 'ppr_prune', 'metapath_edges', 'question_sp_labels',
-           'QuestionGraph', 'load_question_graph', 'build_question_graph', 'random_tree_question', 'record_question',
-           'QuestionGraphs', 'question_seed', 'build_question_graphs', 'question_graph_from_record',
+           'QuestionGraph', 'load_question_graph', 'sp_expansion', 'build_question_graph', 'random_tree_question',
+           'record_question', 'QuestionGraphs', 'question_seed', 'build_question_graphs', 'question_graph_from_record',
            'published_question_graphs']
 
 # %% ../nbs/12_qgraphs.ipynb #c006
@@ -69,7 +69,6 @@ def khop_edges(kg: KnowledgeGraph, seeds,  # seed entity indices
     last = edges[lv == L]
     take = rng.choice(last, max_edges - len(inner), replace=False) if L < k else last[:0]
     return np.sort(np.concatenate([inner, take])), True
-
 
 # %% ../nbs/12_qgraphs.ipynb #c012
 def ppr_prune(kg: KnowledgeGraph, edges,  # candidate edge ids (the neighbourhood)
@@ -156,6 +155,7 @@ class QuestionGraph:
     answers: np.ndarray  # answer entity indices used for the shortest-path labels
     sp: dict = field(default_factory=dict)  # convention -> SPLabels (pair rows in KG indices); missing ones are computed
     info: dict = field(default_factory=dict)  # sizes and caps of each construction step
+    readded: np.ndarray | None = None  # (E,) bool: a GT triple there only because the builder re-added it (None: not recorded)
     def __post_init__(self):
         missing = [c for c in CONVENTIONS if c not in self.sp]
         if missing: self.sp = {**self.sp, **question_sp_labels(self.h, self.t, self.seeds, self.answers, missing)}
@@ -213,7 +213,7 @@ def save(self: QuestionGraph, path):
     with atomic_path(path) as tmp, open(tmp, 'wb') as f:
         np.savez(f, id=np.array(str(self.id)), h=self.h, r=self.r, t=self.t, triple_scores=self.triple_scores,
                  triple_scores_sp=self.triple_scores_sp, seeds=self.seeds, answers=self.answers, sp_masks=masks,
-                 sp_labels=np.array(blob), info=np.array(json.dumps(self.info)))
+                 sp_labels=np.array(blob), info=np.array(json.dumps(self.info)), **({} if self.readded is None else dict(readded=self.readded)))
     return Path(path)
 
 def load_question_graph(path) -> QuestionGraph:
@@ -221,7 +221,7 @@ def load_question_graph(path) -> QuestionGraph:
     with np.load(path, allow_pickle=False) as z:
         sp = _sp_from_blob(z['sp_masks'], str(z['sp_labels'])) if 'sp_labels' in z.files else {}
         return QuestionGraph(str(z['id']), z['h'], z['r'], z['t'], z['triple_scores'], z['seeds'], z['answers'], sp,
-                             json.loads(str(z['info'])))
+                             json.loads(str(z['info'])), z['readded'].astype(bool) if 'readded' in z.files else None)
 
 # %% ../nbs/12_qgraphs.ipynb #c030
 def _gt_metapaths(gt, seeds, answers, R):
@@ -237,6 +237,19 @@ def _gt_metapaths(gt, seeds, answers, R):
             out |= {(int(s), q) for q in seqs if len(q)}
     return sorted(out)
 
+def sp_expansion(kg: KnowledgeGraph, hood,  # edge ids of the neighbourhood
+                 sp_mask,  # (len(hood),) bool: on a shortest seed–answer path in the neighbourhood
+                 seeds, answers, cap: int = 7500,  # most walk triples kept
+                 rng: np.random.Generator | None = None) -> np.ndarray:
+    "Edge ids always kept (SynthKGQA's builder): the neighbourhood's shortest-path triples and walks of their metapaths from the seeds."
+    hood = np.asarray(hood, np.int64); rng = rng or np.random.default_rng(0)
+    tri = np.stack([kg.head[hood], kg.rel[hood], kg.tail[hood]], 1)[np.asarray(sp_mask, bool)]
+    walks = [metapath_edges(kg, s, m, rng=rng) for s, m in _gt_metapaths(tri, seeds, answers, kg.num_relations)]
+    comp = np.unique(np.concatenate([np.zeros(0, np.int64), *[w[0] for w in walks]]))
+    part = np.setdiff1d(np.concatenate([np.zeros(0, np.int64), *[w[1] for w in walks]]), comp)
+    return np.unique(np.concatenate([hood[np.asarray(sp_mask, bool)], _cap_confounders(comp, part, cap, rng)]))
+
+# %% ../nbs/12_qgraphs.ipynb #c031
 def build_question_graph(kg: KnowledgeGraph, seeds,  # seed entity indices
                          answers,  # answer entity indices (GTSQA: the answer_node)
                          gt_triples,  # (k, 3) ground-truth (h, r, t) index triples
@@ -246,9 +259,11 @@ def build_question_graph(kg: KnowledgeGraph, seeds,  # seed entity indices
                          max_triples: int = 20_000,  # triple budget after PPR pruning
                          max_khop_edges: int = 500_000,  # cap on the k-hop neighbourhood
                          n_confounder_max: int = 650,  # confounder triples per ground-truth metapath
+                         sp_expand: bool = True,  # keep the neighbourhood's shortest-path triples and walks of their metapaths (the reference)
+                         n_sp_walk_max: int = 7500,  # walk triples of the SP metapaths kept
                          seed: int = 0,  # RNG seed
                          qid: str = '') -> QuestionGraph:  # question id
-    "Build one question-specific graph (SynthKGQA App. C.1): k-hop, PPR pruning, GT re-added, confounders, labels."
+    "Build one question-specific graph (SynthKGQA App. C.1): k-hop, SP expansion, PPR pruning, GT re-added, confounders, labels."
     rng = np.random.default_rng(seed)
     seeds, answers = np.unique(np.asarray(seeds, np.int64)), np.unique(np.asarray(answers, np.int64))
     if not len(seeds) or not len(answers): raise ValueError('a question needs at least one seed and one answer')
@@ -258,25 +273,29 @@ def build_question_graph(kg: KnowledgeGraph, seeds,  # seed entity indices
     if hops is None: hops = max((len(m) for _, m in metapaths), default=1)
     k = max(3, int(hops))
     hood, hood_cut = khop_edges(kg, seeds, k, max_khop_edges, rng)
+    sp_hood = question_sp_labels(kg.head[hood], kg.tail[hood], seeds, answers, ['synth-kgqa'])['synth-kgqa'].mask if sp_expand else None
+    spx = sp_expansion(kg, hood, sp_hood, seeds, answers, n_sp_walk_max, rng) if sp_expand else np.zeros(0, np.int64)
     kept, ranked = ppr_prune(kg, hood, seeds, n_nodes, max_triples, rng=rng)
     conf = [_cap_confounders(*metapath_edges(kg, s, m, rng=rng), n_confounder_max, rng) for s, m in metapaths]
     must = np.concatenate([gt, full]); must_ids = triple_ids(kg, must)
-    ids = np.unique(np.concatenate([kept, must_ids[must_ids >= 0], *conf]))
+    natural = np.unique(np.concatenate([kept, spx, *conf]))  # what the graph holds before the ground truth is re-added
+    ids = np.unique(np.concatenate([natural, must_ids[must_ids >= 0]]))
     extra = np.unique(must[must_ids < 0], axis=0)  # ground truth the KG lacks
     h = np.concatenate([kg.head[ids], extra[:, 0]]); r = np.concatenate([kg.rel[ids], extra[:, 1]]); t = np.concatenate([kg.tail[ids], extra[:, 2]])
-    perm = rng.permutation(len(h)); h, r, t = h[perm], r[perm], t[perm]
+    perm = rng.permutation(len(h)); h, r, t = h[perm], r[perm], t[perm]; eid = np.concatenate([ids, np.full(len(extra), -1)])[perm]
     key = lambda a, b, c: (a * kg.num_relations + b) * kg.num_entities + c
     scores = np.isin(key(h, r, t), key(gt[:, 0], gt[:, 1], gt[:, 2])).astype(np.uint8)
     sp_ = question_sp_labels(h, t, seeds, answers)
-    E = len(h)
+    readded = scores.astype(bool) & ~np.isin(eid, natural)
     info = dict(k=k, n_khop_edges=int(len(hood)), khop_capped=bool(hood_cut), n_ppr_nodes=int(len(ranked)), n_ppr_triples=int(len(kept)),
-                n_gt=int(len(gt)), n_gt_missing_from_kg=int((must_ids[:len(gt)] < 0).sum()),
-                n_readded=int(len(np.setdiff1d(must_ids[must_ids >= 0], kept))), n_metapaths=len(metapaths),
-                n_confounders=int(len(np.setdiff1d(np.concatenate([np.zeros(0, np.int64), *conf]), kept))), n_triples=int(E),
+                n_gt=int(len(gt)), n_gt_missing_from_kg=int((must_ids[:len(gt)] < 0).sum()), n_readded=int(len(np.setdiff1d(must_ids[must_ids >= 0], natural))),
+                n_gt_readded=int(readded.sum()), n_metapaths=len(metapaths), n_sp_expansion=int(len(np.setdiff1d(spx, kept))),
+                sp_as_neighbourhood=None if sp_hood is None else set(eid[sp_['synth-kgqa'].mask].tolist()) == set(hood[sp_hood].tolist()),
+                n_confounders=int(len(np.setdiff1d(np.concatenate([np.zeros(0, np.int64), *conf]), kept))), n_triples=int(len(h)),
                 sp_distance=[int(row[2]) for row in sp_['synth-kgqa'].rows], n_sp_paths=str(sp_['synth-kgqa'].n_paths))
-    return QuestionGraph(str(qid), h, r, t, scores, seeds, answers, sp_, info)
+    return QuestionGraph(str(qid), h, r, t, scores, seeds, answers, sp_, info, readded)
 
-# %% ../nbs/12_qgraphs.ipynb #c032
+# %% ../nbs/12_qgraphs.ipynb #c033
 def random_tree_question(kg: KnowledgeGraph, n_seeds: int = 2,  # branches (seed entities)
                          hops: int = 2,  # length of the longest branch
                          seed: int = 0,  # RNG seed
@@ -302,7 +321,7 @@ def random_tree_question(kg: KnowledgeGraph, n_seeds: int = 2,  # branches (seed
                         answer_node=kg.entity_text(a), answer_subgraph=[list(kg.triple_text(e)) for e in tri],
                         all_answers_wikikg2=[kg.entity_ids[a]], full_answer_subgraph_wikikg2=[ids(e) for e in tri], n_hops=hops)
 
-# %% ../nbs/12_qgraphs.ipynb #c034
+# %% ../nbs/12_qgraphs.ipynb #c035
 def _entity(kg, s, check):
     try: return kg.parse_entity(s, check_label=check)
     except ValueError: return kg.entity(str(s).strip())
@@ -326,8 +345,8 @@ def record_question(kg: KnowledgeGraph, rec,  # a GTSQA-schema record (dict or p
                 gt_triples=tri(list(get('answer_subgraph'))), full_answer_triples=None if full is None else tri(list(full)),
                 hops=None if hops is None else int(hops))
 
-# %% ../nbs/12_qgraphs.ipynb #c036
-QGRAPH_FORMAT = 2  # layout of the question-graph files (2: SP labels of every convention stored)
+# %% ../nbs/12_qgraphs.ipynb #c037
+QGRAPH_FORMAT = 3  # layout of the question-graph files (2: SP labels of every convention stored; 3: SP on the neighbourhood, re-added GT flagged)
 
 class QuestionGraphs(Sequence):
     "The question graphs of a dataset in record order, each read from its cache file when asked for."
@@ -367,7 +386,7 @@ def build_question_graphs(kg: KnowledgeGraph, records,  # GTSQA-schema records: 
         out.append(path)
     return QuestionGraphs(out)
 
-# %% ../nbs/12_qgraphs.ipynb #c043
+# %% ../nbs/12_qgraphs.ipynb #c044
 def _text_triples(kg: KnowledgeGraph, rows, check_labels: bool, qid) -> np.ndarray:
     "(n, 3) KG indices of `'Label (ID)'` text triples, each distinct string parsed once; errors name the question and the triple."
     rows = list(rows)

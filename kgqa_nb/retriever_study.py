@@ -4,19 +4,20 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import hashlib, inspect, json, time, zlib
+import hashlib, inspect, json, tempfile, time, zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from torch import nn
 
 from . import sr, subgraphrag
-from .core import (CLIParser, UsageError, artifact_dirs, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
-                          progress, write_text_atomic)
+from .core import (CLIParser, UsageError, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
+                          progress, user_cache_dir, write_text_atomic)
 from .dataset import gtsqa_files, read_gtsqa_parquet
-from .datasources import load_source, open_artifact, resolve_kg
+from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
 from .llm_local import REGISTRY_MODEL, registry_model_try
 from .metrics import RETRIEVAL_KS, answer_hit, one_sided_test
@@ -28,13 +29,15 @@ from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, T
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores',
-           'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'summarise_retrieval',
-           'is_validation', 'study_splits', 'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever',
-           'study_code', 'retriever_study', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
-           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'open_retriever_study', 'study_params',
-           'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_at_least',
-           'train_retriever_cli', 'retrieve_cli']
+__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED',
+           'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
+           'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation', 'study_splits',
+           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'study_code', 'retriever_study',
+           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
+           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
+           'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy',
+           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
+           'floor_reader_rows', 'check_at_least', 'check_out', 'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -79,9 +82,14 @@ def evaluate_retriever(retriever, examples: list, feats: TextFeatures, ks=RETRIE
         rows.append(dict(id=ex.id, **ex.meta, n_triples=len(ex), n_gt=int(ex.labels['gt'].sum()), **m))
     return pd.DataFrame(rows)
 
+def validation_recall(retriever, val, feats: TextFeatures, k: int = 100, seed: int = 0) -> float:
+    "Mean GT-triple recall@k over the validation questions of a trained model or a reference name (what `training_gate` compares)."
+    vals = [example_metrics(retriever_scores(retriever, ex, feats, seed), ex, ks=(k,))[f'gt_recall@{k}'] for ex in val]
+    return float(np.mean(vals)) if vals else float('nan')
+
 def summarise_retrieval(per_question: pd.DataFrame, by=None) -> pd.DataFrame:
     "Mean of every metric column overall (by=None) or per group, with the number of questions."
-    cols = [c for c in per_question.columns if '@' in c or c == 'gt_mrr']
+    cols = [c for c in per_question.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
     if by is None: return per_question[cols].mean().to_frame().T.assign(n_questions=len(per_question))
     g = per_question.groupby(by, dropna=False)
     return g[cols].mean().join(g.size().rename('n_questions')).reset_index()
@@ -109,21 +117,22 @@ def qgraphs_fingerprint(qgraphs) -> str:
         for a in (g.h, g.r, g.t, g.triple_scores, g.seeds, g.answers): h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()[:16]
 
-def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks) -> dict:
+def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks,
+                prefix: str = 'hits') -> dict:  # column name before '@K'
     "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`)."
     ids, labels = gold_answers(kg, rec)
     out = {}
     for k in ks:
         tri = [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, scores, k)]
-        out[f'hits@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, rec)], sorted(ids), labels))
+        out[f'{prefix}@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, rec)], sorted(ids), labels))
     return out
 
-def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, reader, reader_ks, ks):
+def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, readers, reader_ks, ks):
     rows = []
     for ex in test:
         s = retriever_scores(retriever, ex, feats, seed)
         m = example_metrics(s, ex, ks)
-        hits = reader_hits(ex, s, recs[ex.id], kg, reader, reader_ks) if reader is not None else {}
+        hits = {k: v for p, rd in readers.items() for k, v in reader_hits(ex, s, recs[ex.id], kg, rd, reader_ks, p).items()}
         rows.append(dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **m, **hits))
     return pd.DataFrame(rows)
 
@@ -138,11 +147,10 @@ def trained_retriever(name: str):
 # %% ../nbs/15c_retriever_study.ipynb #c019
 STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
 
-def study_code(reader=None) -> str:
-    "Fingerprint of the code behind a study's runs: the `STUDY_CODE` chapters, and the reader's chapter when it is one of ours."
-    mod = type(reader).__module__ if reader is not None else ''
-    pkg, _, name = mod.partition('.')
-    return code_fingerprint(*STUDY_CODE, *([name] if pkg == 'kgqa_nb' and name else []))
+def study_code(*readers) -> str:
+    "Fingerprint of the code behind a study's runs: the `STUDY_CODE` chapters, and the readers' chapters when they are ours."
+    mods = [type(r).__module__.partition('.') for r in readers if r is not None]
+    return code_fingerprint(*STUDY_CODE, *sorted({n for pkg, _, n in mods if pkg == 'kgqa_nb' and n}))
 
 def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     "Each trained retriever's config (SubgraphRAG's: `train_cfg`), checked before anything runs."
@@ -166,18 +174,22 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                     retriever_cfgs: dict | None = None,  # name -> its config fields (SubgraphRAG's default: train_cfg)
                     val_fraction: float = 0.2,  # share of training questions held out for early stopping
                     reader=None,  # a reader with .answer(question, triples, record) and .describe(); None: no hits
+                    extra_readers: dict | None = None,  # column prefix -> another reader, e.g. {'hits_nonoracle': a reader without the gold query}
                     reader_ks=(10, 50, 100, 200),  # K of the reader's top-K triples
                     ks=RETRIEVAL_KS,  # cut-offs of the retrieval metrics
                     root=None,  # embedding-store parent folder
                     verbose: bool = False,
                     threads: int | None = None,  # CPU threads for training (None: torch's setting)
-                    device: str = 'cpu') -> pd.DataFrame:  # training device ('auto': CUDA when present)
+                    device: str = 'cpu',  # training device ('auto': CUDA when present)
+                    gate_k: int = 100) -> pd.DataFrame:  # K of the validation GT-triple recall every run records (`training_gate`)
     "Train every (labels, seed) retriever and evaluate it and the reference retrievers on the test questions; cached."
     arms = [label_key(l) for l in labels]
     cfgs = _study_cfgs(train_cfg, retrievers, retriever_cfgs)
+    readers = {**({'hits': reader} if reader is not None else {}), **(extra_readers or {})}
     params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=cfgs['subgraphrag'],
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
-                  ks=list(ks), code=study_code(reader), format=1)
+                  extra_readers={p: r.describe() for p, r in (extra_readers or {}).items()} or None,
+                  ks=list(ks), gate_k=gate_k, code=study_code(*readers.values()), format=2)
     folder = keyed_folder(cache_dir, 'retriever-study', params)
     recs = {str(r['id']): r for r in records.to_dict('records')}
     exs = prepare_examples(records, qgraphs, encoder, root=root)  # every graph checked before anything is trained
@@ -192,13 +204,18 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     for name, arm, seed in progress(runs, desc='retriever study'):
         f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}{tag.get(name, '')}.csv"
         if not f.exists():
+            t0, hist = time.perf_counter(), []
             if name in retrievers:
                 sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
                 model, hist = trained_retriever(name)(kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
                                                       run_ckpt_dir(folder, arm, seed, sub), verbose=verbose,
                                                       threads=threads, device=device, root=root)
-                df = _run_rows(model, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=len(hist))
-            else: df = _run_rows(name, name, arm, seed, test, feats, recs, kg, reader, reader_ks, ks).assign(epochs=0)
+            else: model = name
+            seconds = time.perf_counter() - t0  # training time (0 for a reference retriever)
+            v = validation_recall(model, val, feats, gate_k)
+            df = _run_rows(model, name, arm, seed, test, feats, recs, kg, readers, reader_ks, ks).assign(
+                epochs=len(hist), train_seconds=round(seconds, 1), **{f'val_gt_recall@{gate_k}': v})
+            if hist: write_text_atomic(f.with_suffix('.history.json'), json.dumps(dict(retriever=name, labels=arm, seed=seed, history=hist), default=float))
             write_text_atomic(f, df.to_csv(index=False)); added = True
         frames.append(pd.read_csv(f, dtype={'id': str}))
     if added or not (folder / 'built.json').exists(): mark_built(folder)
@@ -207,9 +224,62 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     return out
 
 # %% ../nbs/15c_retriever_study.ipynb #c026
+STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
+    'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
+    'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
+    'p_seed_welch': 'seed-level one-sided Welch test over the per-run means (n = seeds per arm)',
+    'p_pooled_paper': "the paper's method: one-sided Welch test over per-question scores pooled across runs; pseudo-replication "
+                      "(each question counted once per seed as if independent), so its p-value is too small",
+    'ci_low/ci_high': 'hierarchical bootstrap 95% CI of GT - SP: test questions resampled, then each arm\'s seeds'}
+
+def paired_matrices(study: pd.DataFrame, retriever: str, gt: str, sp: str, metric: str) -> tuple:
+    "(seeds × questions) score matrices of the GT and SP arms on the questions both have for every seed (same column order)."
+    d = study[study.retriever == retriever]
+    piv = lambda lab: d[d.labels == lab].pivot_table(index='seed', columns='id', values=metric, aggfunc='mean', dropna=False)
+    A, B = piv(gt), piv(sp)
+    ids = [i for i in A.columns if i in B.columns]
+    A, B = A[ids].to_numpy(float), B[ids].to_numpy(float)
+    ok = np.isfinite(A).all(0) & np.isfinite(B).all(0)
+    return A[:, ok], B[:, ok]
+
+def paired_tests(A, B) -> dict:
+    "One-sided p-values of H1: GT > SP on per-question scores averaged over seeds: the paired t-test and its Wilcoxon twin."
+    a, b = np.asarray(A, float).mean(0), np.asarray(B, float).mean(0); d = a - b
+    if len(d) < 2: return dict(p_paired_t=float('nan'), p_wilcoxon=float('nan'))
+    p = stats.ttest_rel(a, b, alternative='greater').pvalue
+    p = float(p) if np.isfinite(p) else (0.0 if d.mean() > 0 else 1.0)  # every difference equal
+    return dict(p_paired_t=p, p_wilcoxon=float(stats.wilcoxon(d, alternative='greater').pvalue) if (d != 0).any() else 1.0)
+
+def bootstrap_means(A, B,  # (seeds × questions) scores of GT and SP on the same questions
+                    n_boot: int = 2000, seed: int = 0) -> tuple:
+    "(n_boot,) means of GT and of SP per replicate: the questions resampled with replacement, then each arm's seeds."
+    A, B = np.asarray(A, float), np.asarray(B, float); rng = np.random.default_rng(seed)
+    qi = rng.integers(A.shape[1], size=(n_boot, A.shape[1]))
+    sa, sb = rng.integers(len(A), size=(n_boot, len(A))), rng.integers(len(B), size=(n_boot, len(B)))
+    return np.take_along_axis(A[sa].mean(1), qi, 1).mean(1), np.take_along_axis(B[sb].mean(1), qi, 1).mean(1)
+
+def hierarchical_bootstrap(A, B, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple:
+    "CI of mean(GT) − mean(SP) from `bootstrap_means` (questions, then each arm's seeds, resampled)."
+    a, b = bootstrap_means(A, B, n_boot, seed)
+    lo, hi = np.quantile(a - b, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: str, gt: str = 'gt', sp: str = 'sp:synth-kgqa',
+                   n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> tuple:
+    "Interval of one group's GT/SP ratio of averages (Figure 12) from `bootstrap_means` over the group's questions; NaN when undefined."
+    d = study[(study.retriever == retriever) & (study[by].astype(str) == str(group))]
+    A, B = paired_matrices(d, retriever, gt, sp, metric)
+    if A.shape[1] < 2 or not len(A) or not len(B): return float('nan'), float('nan')
+    a, b = bootstrap_means(A, B, n_boot, seed)
+    r = np.where(b > 0, a / np.where(b > 0, b, 1), np.nan)
+    if np.isnan(r).mean() > (1 - level) / 2: return float('nan'), float('nan')  # SP's mean is 0 too often: no finite interval
+    lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+# %% ../nbs/15c_retriever_study.ipynb #c029
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
-    return [c for c in study.columns if '@' in c or c == 'gt_mrr']
+    return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
 
 def run_means(study: pd.DataFrame, by=()) -> pd.DataFrame:
     "Per (retriever, labels, seed[, by...]): mean of every metric over questions, and the question count."
@@ -217,8 +287,9 @@ def run_means(study: pd.DataFrame, by=()) -> pd.DataFrame:
     g = study.groupby(keys, dropna=False)
     return g[metric_columns(study)].mean().join(g.size().rename('n_questions')).reset_index()
 
-def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt') -> pd.DataFrame:
-    "Per trained retriever, SP arm and metric: SP and GT mean ± std over seeds, % variation (GT vs SP) and the p-value."
+def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt',
+             n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:  # bootstrap replicates and their generator's seed
+    "Per trained retriever, SP arm and metric: means ± std over seeds, % variation, the paired tests, the seed-level and pooled tests, the bootstrap CI."
     rm = run_means(study); metrics = metrics or metric_columns(study); rows = []
     for ret, d in rm.groupby('retriever'):
         if gt not in set(d.labels): continue
@@ -227,14 +298,17 @@ def gt_vs_sp(study: pd.DataFrame, metrics=None, gt: str = 'gt') -> pd.DataFrame:
                 a, b = d[d.labels == gt][m].to_numpy(), d[d.labels == arm][m].to_numpy()
                 if np.isnan(a).all() and np.isnan(b).all(): continue  # a metric this retriever has no value for
                 t = one_sided_test(a, b) if len(a) >= 2 and len(b) >= 2 else dict(p_value=float('nan'))
-                q = study[study.retriever == ret]  # the same test on per-question scores pooled over the runs
+                q = study[study.retriever == ret]  # the paper's test: per-question scores pooled over the runs
                 qa, qb = (q[q.labels == x][m].dropna().to_numpy(float) for x in (gt, arm))
                 tq = one_sided_test(qa, qb) if len(qa) >= 2 and len(qb) >= 2 else dict(p_value=float('nan'))
-                rows.append(dict(retriever=ret, sp_labels=arm, metric=m, n_runs_gt=len(a), n_runs_sp=len(b),
+                A, B = paired_matrices(study, ret, gt, arm, m)
+                lo, hi = hierarchical_bootstrap(A, B, n_boot, seed) if A.shape[1] else (float('nan'),) * 2
+                rows.append(dict(retriever=ret, sp_labels=arm, metric=m, n_runs_gt=len(a), n_runs_sp=len(b), n_questions=A.shape[1],
                                  sp_mean=b.mean(), sp_std=b.std(ddof=1) if len(b) > 1 else float('nan'),
                                  gt_mean=a.mean(), gt_std=a.std(ddof=1) if len(a) > 1 else float('nan'),
                                  pct_variation=100 * (a.mean() - b.mean()) / b.mean() if b.mean() else float('nan'),
-                                 p_value=t['p_value'], p_value_questions=tq['p_value']))
+                                 diff=float((A.mean(0) - B.mean(0)).mean()) if A.shape[1] else float('nan'), ci_low=lo, ci_high=hi,
+                                 **paired_tests(A, B), p_seed_welch=t['p_value'], p_pooled_paper=tq['p_value']))
     return pd.DataFrame(rows)
 
 def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' or 'test_type'
@@ -251,7 +325,38 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c034
+# %% ../nbs/15c_retriever_study.ipynb #c036
+GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
+UNDER_TRAINED = 'under-trained: no conclusion'
+
+def training_gate(study: pd.DataFrame, k: int = 100, references=GATE_REFERENCES) -> pd.DataFrame:
+    "Per trained (retriever, labels): mean validation GT-triple recall@k over its seeds beside each reference's, and whether it beats all."
+    col = f'val_gt_recall@{k}'
+    if col not in study.columns: raise ValueError(f'the study has no {col!r} column: run it with gate_k={k}')
+    runs = study.groupby(['retriever', 'labels', 'seed'], dropna=False)[col].first().reset_index()
+    ref = {r: float(runs[(runs.retriever == r) & (runs.labels == 'none')][col].mean()) for r in references}
+    if any(np.isnan(v) for v in ref.values()): raise ValueError(f'the gate needs the reference retrievers {list(references)} in the study')
+    g = runs[runs.labels != 'none'].groupby(['retriever', 'labels'])[col]
+    out = g.mean().rename('val_recall').to_frame().join(g.min().rename('val_recall_min_seed')).join(g.size().rename('n_runs')).reset_index()
+    for r, v in ref.items(): out[f'{r}_val_recall'] = v
+    return out.assign(k=k, passes=out.val_recall > max(ref.values()))
+
+def gate_verdict(gate: pd.DataFrame) -> str:
+    "One line: 'trained: ...' when every arm passes `training_gate`, else 'under-trained: no conclusion (...)' naming the arms below."
+    if gate.empty: return f'{UNDER_TRAINED} (no trained arm)'
+    k, refs = int(gate.k.iloc[0]), ' and '.join(c.removesuffix('_val_recall') for c in gate.columns if c.endswith('_val_recall') and c != 'val_recall')
+    if gate.passes.all(): return f'trained: every arm above {refs} on validation GT-triple recall@{k}'
+    low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
+    return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
+
+# %% ../nbs/15c_retriever_study.ipynb #c040
+def reader_metric_name(reader: str,  # the reader's `describe()`
+                       k: int | None = None) -> str:
+    "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
+    at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
+    return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
+
+# %% ../nbs/15c_retriever_study.ipynb #c044
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -272,7 +377,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c036
+# %% ../nbs/15c_retriever_study.ipynb #c046
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -289,13 +394,21 @@ class RetrieverStudy:
         if not ck.exists(): raise FileNotFoundError(f'no SubgraphRAG checkpoint for labels {arm!r}, seed {seed}: {ck} (was that run in the study?)')
         return ck
 
+    def histories(self) -> pd.DataFrame:
+        "One row per (retriever, labels, seed, epoch) of the study's trained runs: training loss and validation curves."
+        rows = []
+        for f in sorted(Path(self.folder).glob('run-*.history.json')):
+            h = json.loads(f.read_text())
+            rows += [dict(retriever=h['retriever'], labels=h['labels'], seed=h['seed'], **e) for e in h['history']]
+        return pd.DataFrame(rows)
+
     @property
     def upstream(self) -> list:
         "Build records (`core.built_by`) of the cached folders behind the study: the dataset's, when it has one, and the study's."
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c038
+# %% ../nbs/15c_retriever_study.ipynb #c048
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -303,13 +416,15 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          n_nodes: int = 500, max_triples: int = 5000,  # question-graph size (paper: 2500, 20000)
                          encoder: str = 'all-MiniLM-L6-v2',  # frozen text encoder
                          labels=('gt', 'sp'), n_seeds: int = 3, epochs: int = 4, patience: int = 2,
-                         val_metric: str = 'answer_recall@100', reader_ks=(10, 50, 100, 200),
+                         val_metric: str = 'label_recall@100', reader_ks=(10, 50, 100, 200),
                          threads: int = 0,  # CPU threads for training (0: torch's setting; 1 is fastest on a shared machine)
                          device: str = 'cpu',  # training device: cpu, cuda, cuda:N or auto
                          retrievers=('subgraphrag', 'sr'),  # trained retrievers (`TRAINED_RETRIEVERS`)
                          sr_tune: str = 'head', sr_encoder: str = '',  # SR: 'head' or 'encoder' fine-tuning; its encoder ('': `encoder`)
                          sr_epochs: int = 3, sr_max_hop: int = 3, sr_beam: int = 10,  # SR training epochs and search
                          graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
+                         second_reader: str = '',  # the `make_reader` kind of `extra_readers['hits_nonoracle']` ('': none), recorded
+                         extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     graph = resolve_kg(kg)
@@ -318,7 +433,8 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                         n_questions=n_questions, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
                         n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
                         reader_ks=list(reader_ks), cache_dir=cache_dir, retrievers=list(retrievers), sr_tune=sr_tune,
-                        sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, graphs=graphs, **gen, **params)
+                        sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, graphs=graphs, second_reader=second_reader,
+                        **gen, **params)
     cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
@@ -326,30 +442,33 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                   val_metric=val_metric)
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
                             train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
-                            retriever_cfgs={'sr': sr_cfg}, reader=reader, reader_ks=reader_ks, threads=threads or None, device=device)
-    rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe()), {}, Path(study.attrs['folder']), reader)
+                            retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device)
+    extra = {f'reader_{p}': r.describe() for p, r in (extra_readers or {}).items()}  # e.g. reader_hits_nonoracle: who gave that column
+    rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe(), **extra), {}, Path(study.attrs['folder']), reader)
     up = list(ctx.prov.get('upstream', []))
     up += [b for b in rs.upstream if b['folder'] not in {u.get('folder') for u in up}]
-    rs.prov = {**ctx.prov, 'llm_backend': reader.describe(), 'question_llm': ctx.prov['llm_backend'], 'upstream': up}
+    readers = '; '.join([reader.describe(), *(f'{p}: {r.describe()}' for p, r in (extra_readers or {}).items())])
+    rs.prov = {**ctx.prov, 'llm_backend': readers, 'question_llm': ctx.prov['llm_backend'], 'upstream': up}
     return rs
 
 READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorded with a study's parameters
 
 def study_params(ns: dict) -> dict:
     "The keyword arguments of `open_retriever_study` found in a notebook's namespace (`globals()`): its parameters, passed once."
-    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'params')]
+    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c040
+# %% ../nbs/15c_retriever_study.ipynb #c050
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
                out_dir: str = '', **recorded) -> RetrieverStudy:  # recorded: the reading notebook's own parameters
     "A retriever study opened from its parameters: its reader built once, its runs read from the cache (or run once)."
     reader = make_reader(params.get('reader', 'offline'), *(params.get(n, '') for n in READER_PARAMS))
-    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, **recorded)
+    extra = {'hits_nonoracle': make_reader(params['second_reader'])} if params.get('second_reader') else None
+    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c044
+# %% ../nbs/15c_retriever_study.ipynb #c054
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -368,7 +487,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c046
+# %% ../nbs/15c_retriever_study.ipynb #c056
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -383,14 +502,14 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
         recall = [float(runs.loc[(arm, i), f'answer_recall@{k}']) for i in ids]
         h = [bool(answer_hit([str(a) for a in p], sorted(g[0]), g[1])) for p, g in zip(replies, gold)]
         rows.append(dict(retriever='subgraphrag', labels=arm, seed=seed, k=k, role=FLOOR_ROLES[role], reader=reader, model=model,
-                         prompting=prompting, n_questions=len(ids), hits=round(100 * float(np.mean(h)), 2),
+                         prompting=prompting, metric=reader_metric_name(reader, k), n_questions=len(ids), hits=round(100 * float(np.mean(h)), 2),
                          hits_from_triples=round(100 * float(np.mean([x and r > 0 for x, r in zip(h, recall)])), 2),
                          answer_recall=round(100 * float(np.mean(recall)), 2)))
         per_q += [dict(id=i, labels=arm, seed=seed, k=k, role=FLOOR_ROLES[role], reader=reader, hit=x, answer_recall=r,
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c049
+# %% ../nbs/15c_retriever_study.ipynb #c059
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -430,32 +549,43 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c053
+# %% ../nbs/15c_retriever_study.ipynb #c063
 def _data_args(ap: CLIParser):
-    ap.add_argument('--kg', default='toyworld', help='KG name (a load_kg name) or data-dir folder')
-    ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size')
+    ap.add_argument('--dataset', default='', help='a kgqa generate / kgqa kgqagen folder, a split folder or the published GTSQA files (default: generate on --kg)')
+    ap.add_argument('--kg', default='', help='KG name (a load_kg name) or data-dir folder (default: the one --dataset names, else toyworld)')
+    ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size (without --dataset)')
     ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
     ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR')
     ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples')
     ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='frozen text encoder')
-    ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: the scratch results folder)')
+    ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: retriever-cli in the user cache)')
 
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
         if getattr(a, f) < lowest: raise UsageError(f"--{f.replace('_', '-')} must be at least {lowest}, not {getattr(a, f)}")
 
+def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else a file)
+    "UsageError unless `--out` can be written (a folder, or a file in a folder; created), checked before any work."
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir(): raise UsageError(f'--out {p}: a file is there; give a folder for the checkpoints')
+    if not folder and p.is_dir(): raise UsageError(f'--out {p}: a folder is there; give a file name for the JSON lines')
+    d = p if folder else p.parent
+    try: d.mkdir(parents=True, exist_ok=True); tempfile.TemporaryFile(dir=d).close()
+    except OSError as e: raise UsageError(f'--out {p}: cannot write in {d} ({e.strerror})') from None
+    return p
+
 def _cli_examples(a) -> tuple:
-    graph = resolve_kg(a.kg)
-    root = Path(a.cache_dir) if a.cache_dir else artifact_dirs('')[0]
-    src = load_source('generated', kg=graph, n_target=a.n_questions, seed=a.seed, root=root)
+    root = Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'retriever-cli'
+    if a.dataset: src = open_dataset_dir(a.dataset, a.seed); graph = dataset_kg(src, a.kg or None)
+    else: graph = resolve_kg(a.kg or 'toyworld'); src = load_source('generated', kg=graph, n_target=a.n_questions, seed=a.seed, root=root)
     recs = pd.concat([src.train.assign(split='train'), src.test.assign(split='test')], ignore_index=True)
     qgs = build_question_graphs(graph, recs, root / 'cache', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
     enc = TextEncoder(a.encoder)
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c054
+# %% ../nbs/15c_retriever_study.ipynb #c064
 def train_retriever_cli(argv=None) -> int:
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     ap = CLIParser(prog='kgqa train-retriever', description=train_retriever_cli.__doc__)
@@ -463,12 +593,13 @@ def train_retriever_cli(argv=None) -> int:
     ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
     ap.add_argument('--run-seed', type=int, default=0, help='training seed')
     ap.add_argument('--epochs', type=int, default=4); ap.add_argument('--patience', type=int, default=2)
-    ap.add_argument('--val-metric', default='answer_recall@100'); ap.add_argument('--val-fraction', type=float, default=0.2)
+    ap.add_argument('--val-metric', default='label_recall@100', help="early stopping: label_recall@K (the run's own labels) or a retrieval metric")
+    ap.add_argument('--val-fraction', type=float, default=0.2)
     ap.add_argument('--out', required=True, help='checkpoint folder (last.pt, best.pt); a rerun resumes')
     a = ap.parse_args(argv)
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
     if not 0 <= a.val_fraction < 1: raise UsageError(f'--val-fraction must be at least 0 and below 1, not {a.val_fraction}')
-    label_key(a.labels); check_val_metric(a.val_metric)
+    label_key(a.labels); check_val_metric(a.val_metric); check_out(a.out, folder=True)
     _, exs, feats, _ = _cli_examples(a)
     train, val, _ = study_splits(exs.where(lambda r: r['split'] == 'train'), a.val_fraction)
     cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric)
@@ -476,7 +607,7 @@ def train_retriever_cli(argv=None) -> int:
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c055
+# %% ../nbs/15c_retriever_study.ipynb #c065
 def retrieve_cli(argv=None) -> int:
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     ap = CLIParser(prog='kgqa retrieve', description=retrieve_cli.__doc__)
@@ -488,6 +619,7 @@ def retrieve_cli(argv=None) -> int:
     a = ap.parse_args(argv)
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
     if not Path(a.checkpoint).is_file(): raise FileNotFoundError(f'--checkpoint {a.checkpoint}: no such file')
+    check_out(a.out, folder=False); load_retriever(a.checkpoint)  # a damaged checkpoint or a bad --out stops here, before any work
     graph, exs, feats, enc = _cli_examples(a)
     model, _ = load_retriever(a.checkpoint, dim=enc.dim, encoder=enc.key)
     exs, lines = exs.where(lambda r: r['split'] == a.split), []

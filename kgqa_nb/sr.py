@@ -16,8 +16,8 @@ from fastcore.basics import patch
 
 from .core import atomic_path, get_device, jsonable, params_key
 from .kg import KnowledgeGraph
-from .subgraphrag import (CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError, check_val_metric, end_epoch,
-                                 label_key, mean_metric, torch_threads, train_state)
+from .subgraphrag import (VAL_CURVE_METRIC, CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError,
+                                 check_val_metric, end_epoch, label_key, read_checkpoint, torch_threads, train_state, val_metrics)
 from .text import TextEncoder
 
 # %% auto #0
@@ -170,8 +170,8 @@ class SRConfig:
     seed: int = 0  # weights, order, negatives and paraphrase draws
     tune: str = 'head'  # 'encoder': fine-tune the sentence encoder; 'head': frozen encoder + a shared trained layer
     text_encoder: str = ''  # in the retriever study: the encoder SR builds on ('': the study's; e.g. roberta-base on a GPU box)
-    epochs: int = 3  # most epochs
-    patience: int = 2  # epochs without validation improvement before stopping
+    epochs: int = 50  # most epochs (early stopping decides; the retriever study's convergence budget)
+    patience: int = 10  # epochs without validation improvement before stopping
     lr: float | None = None  # None: 5e-5 for 'encoder' (the original), 1e-3 for 'head'
     tau: float = 0.05  # temperature of cos / tau (the original: 0.05 WebQSP, 0.07 CWQ)
     n_neg: int = 15  # negatives per step
@@ -184,7 +184,7 @@ class SRConfig:
     max_hop: int = 3  # search: most relations per path
     path_score: str = 'logprob'  # 'logprob' (log-softmax per step) or 'sum' (the original's sum of cos / tau)
     max_nodes: int = 1000  # a path reaching more entities is skipped
-    val_metric: str | None = 'answer_recall@100'  # early stopping on validation; None: keep the last epoch
+    val_metric: str | None = 'label_recall@100'  # early stopping on validation: recall@100 of the run's own labels (as SubgraphRAG); None: keep the last epoch
 
 # %% ../nbs/15b_sr.ipynb #c026
 class SRModel(nn.Module):
@@ -275,7 +275,7 @@ def save_sr(model: SRModel, path, **meta) -> Path:
 def load_sr(path, encoder: TextEncoder | None = None,  # the encoder to build on (None: the one named in the checkpoint)
             root=None) -> tuple:
     "(model, meta) from an SR checkpoint; CheckpointMismatchError for another kind, width or encoder."
-    ck = torch.load(path, map_location='cpu', weights_only=True)
+    ck = read_checkpoint(path, fix='give the best.pt an SR training run wrote, or train again')
     if not isinstance(ck, dict) or ck.get('kind') != 'sr': raise CheckpointMismatchError('not_a_retriever', f'{path} is not an SR checkpoint')
     cfg = dict(ck['config']); key, dim = cfg.pop('encoder'), cfg.pop('dim')
     encoder = encoder or TextEncoder(key.split('|')[0])
@@ -335,9 +335,11 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
             loss = sr_loss(model, [steps[i] for i in order[b:b + cfg.batch_size]], rng, cfg, para)
             opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
         model.eval()
-        v = mean_metric(model, val, None, cfg.val_metric) if len(val) and cfg.val_metric else float('nan')
+        watch = list(dict.fromkeys([m for m in (cfg.val_metric, VAL_CURVE_METRIC) if m]))
+        vm = val_metrics(model, val, None, watch, cfg.labels) if len(val) else {m: float('nan') for m in watch}
+        v = vm[cfg.val_metric] if cfg.val_metric else float('nan')
         improved = not (len(val) and cfg.val_metric) or v > state['best']
-        end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps))
+        end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps), **{f'val_{VAL_CURVE_METRIC}': vm[VAL_CURVE_METRIC]})
         if verbose: print(f"SR epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state']); model = model.cpu().eval()

@@ -18,17 +18,18 @@ from torch_geometric.nn import MessagePassing
 
 from .core import ReasonError, atomic_path, get_device, jsonable, params_key
 from .kg import KnowledgeGraph
-from .metrics import RETRIEVAL_KS, retrieval_metrics
+from .metrics import RETRIEVAL_KS, retrieval_metrics, triple_ranking
 from .paths import CONVENTIONS
 from .qgraphs import QuestionGraph
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['RETRIEVAL_INPUT_REASONS', 'RetrievalInputError', 'CheckpointMismatchError', 'TextFeatures', 'entity_has_text',
-           'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever', 'save_retriever', 'load_retriever',
-           'train_state', 'end_epoch', 'torch_threads', 'RetrievalExample', 'label_key', 'check_question_graph',
-           'prepare_example', 'question_texts', 'ExampleSet', 'prepare_examples', 'check_width', 'score_example',
-           'top_triples', 'example_metrics', 'TrainConfig', 'mean_metric', 'check_val_metric', 'train_retriever',
+__all__ = ['RETRIEVAL_INPUT_REASONS', 'VAL_CURVE_METRIC', 'RetrievalInputError', 'CheckpointMismatchError', 'TextFeatures',
+           'entity_has_text', 'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever', 'save_retriever',
+           'read_checkpoint', 'load_retriever', 'train_state', 'end_epoch', 'torch_threads', 'RetrievalExample',
+           'label_key', 'check_question_graph', 'prepare_example', 'question_texts', 'ExampleSet', 'prepare_examples',
+           'check_width', 'score_example', 'top_triples', 'example_metrics', 'gt_recall_split', 'TrainConfig',
+           'label_recall', 'val_metrics', 'mean_metric', 'check_val_metric', 'step_inputs', 'train_retriever',
            'study_train', 'two_hop_dataset']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
@@ -105,10 +106,10 @@ class SubgraphRAGRetriever(nn.Module):
         self.pred = nn.Sequential(nn.Linear(2 * dim + 2 * self.ent_width, self.config['hidden']), nn.ReLU(),
                                   nn.Linear(self.config['hidden'], 1))
 
-    def entity_features(self, ent_x, has_text, topic, edge_index) -> torch.Tensor:
-        "(N, dim + 2 + 4 rounds): label vector (or the no-text vector), topic one-hot and DDE."
+    def entity_features(self, ent_x, has_text, topic, edge_index, dde_x=None) -> torch.Tensor:
+        "(N, dim + 2 + 4 rounds): label vector (or the no-text vector), topic one-hot and DDE (`dde_x` when computed before)."
         x = torch.where(has_text[:, None], ent_x, self.non_text_entity_emb.weight[0].expand_as(ent_x))
-        return torch.cat([x, dde(topic, edge_index, self.config['dde_rounds'])], 1)
+        return torch.cat([x, dde(topic, edge_index, self.config['dde_rounds']) if dde_x is None else dde_x], 1)
 
     def forward(self, q,  # (dim,) question vector
                 ent_x,  # (N, dim) entity label vectors
@@ -116,9 +117,10 @@ class SubgraphRAGRetriever(nn.Module):
                 rel_x,  # (R, dim) relation vectors (indexed by `edge_rel`)
                 edge_index,  # (2, E) local head/tail
                 edge_rel,  # (E,) row of `rel_x` of each triple
-                topic) -> torch.Tensor:  # (N,) bool seeds
+                topic,  # (N,) bool seeds
+                dde_x=None) -> torch.Tensor:  # (N, 2 + 4 rounds) `dde(topic, edge_index)` when computed before (it has no weights)
         "(E,) logits, computed block-wise: entity and relation projections added per triple."
-        z = self.entity_features(ent_x, has_text, topic, edge_index)
+        z = self.entity_features(ent_x, has_text, topic, edge_index, dde_x)
         d, e = self.config['dim'], self.ent_width
         Wq, Wh, Wr, Wt = self.pred[0].weight.split([d, e, d, e], dim=1)
         pre = (Wq @ q + self.pred[0].bias) + (z @ Wh.T)[edge_index[0]] + (rel_x @ Wr.T)[edge_rel] + (z @ Wt.T)[edge_index[1]]
@@ -137,10 +139,19 @@ def save_retriever(model: SubgraphRAGRetriever, path,  # the .pt file
     with atomic_path(path) as tmp: torch.save(dict(kind='subgraphrag', config=model.config, state_dict=model.state_dict(), meta=jsonable(meta)), tmp)
     return Path(path)
 
+def read_checkpoint(path, weights_only: bool = True,  # False only for our own last.pt (it holds the optimiser's state)
+                    fix: str = 'train it again') -> dict:  # what the user should do with a damaged file
+    "torch.load a checkpoint; CheckpointMismatchError naming the file and what to do when it is damaged, empty or not torch's."
+    try: return torch.load(path, map_location='cpu', weights_only=weights_only)
+    except FileNotFoundError: raise
+    except Exception as e:
+        why = 'empty' if Path(path).stat().st_size == 0 else f'damaged or not a torch checkpoint ({type(e).__name__})'
+        raise CheckpointMismatchError('unreadable', f'{path} is {why}: {fix}') from None
+
 def load_retriever(path, dim: int | None = None,  # the width of the encoder in use (None: not checked)
                    encoder: str | None = None) -> tuple:  # the encoder key in use (None: not checked)
     "(model, meta) from a checkpoint; CheckpointMismatchError when it was trained for another width or encoder."
-    ck = torch.load(path, map_location='cpu', weights_only=True)
+    ck = read_checkpoint(path, fix='give the best.pt that kgqa train-retriever wrote, or train again')
     if not isinstance(ck, dict) or ck.get('kind') != 'subgraphrag': raise CheckpointMismatchError('not_a_retriever', f'{path} is not a SubgraphRAG retriever checkpoint')
     cfg, meta = ck['config'], ck.get('meta', {})
     if dim is not None and cfg['dim'] != dim:
@@ -157,7 +168,7 @@ def train_state(model, opt, last, run_key: str, what: str = 'training run') -> d
     "A run's early-stopping state: fresh, or resumed with the model and optimiser from `last` after checking it is this run's."
     state = dict(epoch=0, best=-1.0, bad=0, best_state=copy.deepcopy(model.state_dict()), history=[], done=False)
     if last is None or not last.exists(): return state
-    ck = torch.load(last, map_location='cpu', weights_only=False)
+    ck = read_checkpoint(last, weights_only=False, fix=f'delete it to start the {what} again, or give a new output folder')
     if ck.get('run_key') != run_key: raise CheckpointMismatchError('other_run', f'{last} belongs to another {what} (config, encoder or questions differ)')
     model.load_state_dict(ck['model']); opt.load_state_dict(ck['opt'])
     return ck['state']
@@ -228,8 +239,9 @@ def prepare_example(rec: dict,  # GTSQA-schema record (question, paraphrased_que
     loc = lambda a: torch.as_tensor(np.searchsorted(nodes, np.asarray(a, np.int64)), dtype=torch.long)
     labels = {'gt': torch.as_tensor(np.asarray(qg.triple_scores), dtype=torch.float)}
     labels.update({f'sp:{c}': torch.as_tensor(qg.sp_mask(c), dtype=torch.float) for c in qg.sp})
+    if qg.readded is not None: labels['gt_readded'] = torch.as_tensor(qg.readded, dtype=torch.float)  # evaluation only, never trained on
     meta = dict(n_hops=rec.get('n_hops'), graph_isomorphism=rec.get('graph_isomorphism'), split=rec.get('split', 'train'),
-                test_type=_test_type(rec), n_seeds=len(qg.seeds))
+                test_type=_test_type(rec), n_seeds=len(qg.seeds), n_gt_readded=None if qg.readded is None else int(qg.readded.sum()))
     return RetrievalExample(str(qg.id), torch.as_tensor(np.asarray(qvecs, np.float32)), nodes, torch.stack([loc(qg.h), loc(qg.t)]),
                             torch.as_tensor(qg.r, dtype=torch.long), torch.as_tensor(np.isin(nodes, qg.seeds)),
                             np.searchsorted(nodes, qg.answers), labels, meta, tuple(question_texts(rec)))
@@ -306,7 +318,7 @@ def example_metrics(scores,  # (E,) triple scores of one example; -inf marks a t
     ranking of every triple (SR) scores the rest -inf: those triples never enter a top-K, however large K is."""
     s = np.asarray(scores, dtype=float); ei = ex.edge_index.numpy(); gt = ex.labels['gt'].numpy()
     got = s > -np.inf; n = int(got.sum())
-    if got.all(): return dict(retrieval_metrics(s, gt, ei[0], ei[1], ex.answers, ks), n_retrieved=n)
+    if got.all(): return dict(retrieval_metrics(s, gt, ei[0], ei[1], ex.answers, ks), n_retrieved=n, **gt_recall_split(s, ex, ks))
     # the retrieved triples first, then max(ks) placeholder triples that hold no GT triple and no entity, then the rest
     pad = max(ks); o = np.concatenate([np.nonzero(got)[0], np.nonzero(~got)[0]])
     h = np.concatenate([ei[0][o][:n], np.full(pad, -1), ei[0][o][n:]]); t = np.concatenate([ei[1][o][:n], np.full(pad, -1), ei[1][o][n:]])
@@ -315,7 +327,18 @@ def example_metrics(scores,  # (E,) triple scores of one example; -inf marks a t
     for k in ks:  # precision over what was retrieved, as for a ranking shorter than K
         m[f'gt_precision@{k}'] = float(round(m[f'gt_recall@{k}'] * gt.sum()) / min(k, n)) if n else 0.0
     if not gt[got].any(): m['gt_mrr'] = 0.0
-    return dict(m, n_retrieved=n)
+    return dict(m, n_retrieved=n, **gt_recall_split(s, ex, ks))
+
+def gt_recall_split(scores, ex: RetrievalExample, ks=RETRIEVAL_KS) -> dict:
+    "GT-triple recall@K apart on the GT triples the graph builder re-added and on those already there (NaN where none; {} if unrecorded)."
+    if 'gt_readded' not in ex.labels: return {}
+    s = np.asarray(scores, float); o = triple_ranking(s); gt, re = ex.labels['gt'].numpy() > 0, ex.labels['gt_readded'].numpy() > 0
+    out = {}
+    for k in ks:
+        top = np.zeros(len(s), bool); sel = o[:k]; top[sel[s[sel] > -np.inf]] = True
+        for name, m in (('readded', re), ('natural', gt & ~re)):
+            out[f'gt_recall_{name}@{k}'] = float((top & m).sum() / m.sum()) if m.any() else float('nan')
+    return out
 
 # %% ../nbs/15_subgraphrag.ipynb #c038
 @dataclass
@@ -323,25 +346,44 @@ class TrainConfig:
     "Hyper-parameters of one retriever training run (all recorded in the checkpoint)."
     labels: str = 'gt'  # 'gt', 'sp' (= 'sp:synth-kgqa') or 'sp:<convention>'
     seed: int = 0  # weights, order and paraphrase draws
-    epochs: int = 20  # most epochs
-    patience: int = 3  # epochs without validation improvement before stopping
+    epochs: int = 50  # most epochs (SubgraphRAG allows 10,000 and relies on early stopping)
+    patience: int = 10  # epochs without validation improvement before stopping (SubgraphRAG's patience)
     lr: float = 1e-3  # Adam learning rate
     paraphrase_p: float = 0.5  # probability of training on the paraphrase instead of the question
-    val_metric: str | None = 'answer_recall@100'  # a `retrieval_metrics` key averaged over validation questions; None: keep the last epoch
+    val_metric: str | None = 'label_recall@100'  # 'label_recall@K' (the run's own labels) or a `retrieval_metrics` key; None: keep the last epoch
     hidden: int | None = None  # MLP width (None: the encoder's)
 
-def mean_metric(model, examples, feats, metric: str) -> float:
-    "Mean of one `retrieval_metrics` value over examples."
-    k = int(metric.split('@')[1]) if '@' in metric else RETRIEVAL_KS[0]
+def label_recall(scores,  # (E,) triple scores; -inf marks a triple as not retrieved
+                 y,  # (E,) the labels a run trains on (GT or SP)
+                 k: int) -> float:  # triples kept
+    "Share of the positive labels among the k best-scored retrieved triples (SubgraphRAG's triple_recall@k on its own labels)."
+    s, y = np.asarray(scores, float), np.asarray(y, bool)
+    if not y.any(): return float('nan')
+    o = triple_ranking(s)[:k]
+    return float(y[o[s[o] > -np.inf]].sum() / y.sum())
+
+def val_metrics(model, examples, feats, metrics,  # `retrieval_metrics` keys and 'label_recall@K'
+                labels: str = 'gt') -> dict:  # whose labels 'label_recall@K' reads
+    "Means over examples of several metrics from one scoring pass per example (questions without a positive label skipped)."
     score = (lambda ex: model.example_scores(ex)) if hasattr(model, 'example_scores') else (lambda ex: score_example(model, ex, feats))
-    vals = [example_metrics(score(ex), ex, ks=(k,))[metric] for ex in examples]
-    return float(np.mean(vals)) if vals else float('nan')
+    key, ks = label_key(labels), sorted({int(m.split('@')[1]) for m in metrics if '@' in m} or {RETRIEVAL_KS[0]})
+    vals = {m: [] for m in metrics}
+    for ex in examples:
+        s, em = score(ex), None
+        for m in metrics:
+            if m.startswith('label_recall@'): vals[m].append(label_recall(s, ex.labels[key].numpy(), int(m.split('@')[1])))
+            else: em = em or example_metrics(s, ex, ks=ks); vals[m].append(em[m])
+    return {m: float(np.nanmean(v)) if v and not np.isnan(v).all() else float('nan') for m, v in vals.items()}
+
+def mean_metric(model, examples, feats, metric: str, labels: str = 'gt') -> float:
+    "Mean of one metric over examples (`val_metrics`)."
+    return val_metrics(model, examples, feats, [metric], labels)[metric]
 
 def check_val_metric(metric: str | None) -> None:
-    "ValueError (one line) unless `metric` is None or a `retrieval_metrics` key, e.g. 'answer_recall@100' or 'gt_mrr'."
+    "ValueError (one line) unless `metric` is None, 'label_recall@K' or a `retrieval_metrics` key, e.g. 'gt_recall@100' or 'gt_mrr'."
     if metric is None: return
     name, at, k = str(metric).partition('@')
-    keys = retrieval_metrics(np.ones(1), np.ones(1), np.zeros(1), np.ones(1), np.ones(1), ks=(1,))
+    keys = [*retrieval_metrics(np.ones(1), np.ones(1), np.zeros(1), np.ones(1), np.ones(1), ks=(1,)), 'label_recall@1']
     if (f'{name}@1' if at else name) not in keys or (at and not (k.isdigit() and int(k) > 0)):
         raise ValueError(f"unknown validation metric {metric!r}: use one of {sorted(k.replace('@1', '@K') for k in keys)} (K a positive whole number)")
 
@@ -350,8 +392,24 @@ def _run_key(cfg: TrainConfig, feats: TextFeatures, train, val) -> str:
     return params_key(dict(cfg=asdict(cfg), encoder=feats.encoder, dim=feats.dim, train=ids(train), val=ids(val)), 16)
 
 # %% ../nbs/15_subgraphrag.ipynb #c040
+VAL_CURVE_METRIC = 'gt_recall@100'  # recorded per epoch beside the selection metric: the study's gate reads it
+
+def step_inputs(ex: RetrievalExample, feats: TextFeatures, key: str,  # the labels trained on ('gt' or 'sp:<convention>')
+                dde_rounds: int = 2) -> dict:
+    "What a training step reads of one question, computed once per run: feature rows, graph, DDE and labels (no vectors copied)."
+    rows = feats.row[ex.nodes]
+    return dict(q=ex.q, rows=torch.as_tensor(np.where(rows >= 0, rows, len(feats.ent))), has_text=torch.as_tensor(rows >= 0),
+                edge_index=ex.edge_index, rel=ex.rel, topic=ex.topic, dde=dde(ex.topic, ex.edge_index, dde_rounds), y=ex.labels[key])
+
+def _step_loss(model, it, ent, rel_x, row, dev):
+    "BCE of one question from its `step_inputs` (`ent`: the label vectors with a zero row last, for entities without text)."
+    x = lambda k: it[k].to(dev)
+    logits = model(it['q'][row].to(dev), ent[it['rows']].to(dev), x('has_text'), rel_x, x('edge_index'), x('rel'), x('topic'), dde_x=x('dde'))
+    return F.binary_cross_entropy_with_logits(logits, x('y'))
+
+# %% ../nbs/15_subgraphrag.ipynb #c041
 def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device):
-    "The training loop of `train_retriever`, inside its thread setting."
+    "The training loop of `train_retriever`, inside its thread setting: every question read once, then epochs over memory."
     dev = get_device(device)
     key = label_key(cfg.labels); check_val_metric(cfg.val_metric)
     if not train: raise RetrievalInputError('empty_graph', 'no training question')
@@ -362,19 +420,24 @@ def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device):
     run_key = _run_key(cfg, feats, train, val)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
     state = train_state(model, opt, last, run_key)
+    items = [step_inputs(ex, feats, key, model.config['dde_rounds']) for ex in train] if not state['done'] and state['epoch'] < cfg.epochs else []
+    val = list(val)  # read once: scored after every epoch
+    ent = torch.cat([torch.as_tensor(feats.ent), torch.zeros(1, feats.dim)]); rel_x = torch.as_tensor(feats.rel).to(dev)
+    watch = list(dict.fromkeys([m for m in (cfg.val_metric, VAL_CURVE_METRIC) if m]))
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order, para = rng.permutation(len(train)), rng.random(len(train))
         model.train(); losses = []
         for i in order:
-            ex = train[i]; y = ex.labels[key]
-            if not y.any(): continue
-            row = 1 if len(ex.q) > 1 and para[i] < cfg.paraphrase_p else 0
-            loss = F.binary_cross_entropy_with_logits(model(*_inputs(ex, feats, row, dev)), y.to(dev))
+            it = items[i]
+            if not it['y'].any(): continue
+            loss = _step_loss(model, it, ent, rel_x, 1 if len(it['q']) > 1 and para[i] < cfg.paraphrase_p else 0, dev)
             opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
-        v = mean_metric(model, val, feats, cfg.val_metric) if val and cfg.val_metric else float('nan')
+        vm = val_metrics(model, val, feats, watch, key) if val else {m: float('nan') for m in watch}
+        v = vm[cfg.val_metric] if cfg.val_metric else float('nan')
         improved = not (val and cfg.val_metric) or v > state['best']
-        end_epoch(state, model, opt, last, run_key, float(np.mean(losses)) if losses else float('nan'), v, improved, cfg.patience)
+        end_epoch(state, model, opt, last, run_key, float(np.mean(losses)) if losses else float('nan'), v, improved, cfg.patience,
+                  **{f'val_{VAL_CURVE_METRIC}': vm[VAL_CURVE_METRIC]})
         if verbose: print(f"epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state'])
@@ -394,14 +457,14 @@ def train_retriever(train: list,  # RetrievalExamples to train on
     "Train (or resume) one retriever; returns (best model, history rows)."
     with torch_threads(threads): return _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c042
+# %% ../nbs/15_subgraphrag.ipynb #c043
 def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dict, ckpt_dir=None, verbose: bool = False,
                 threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SubgraphRAG training of one (labels, seed) arm: (model, history)."
     return train_retriever(train, val, feats, TrainConfig(**{**cfg, 'labels': labels, 'seed': int(seed)}), ckpt_dir,
                            verbose=verbose, threads=threads, device=device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c044
+# %% ../nbs/15_subgraphrag.ipynb #c045
 def two_hop_dataset(n: int = 60,  # questions
                     n_distractors: int = 40,  # random distractor triples per question
                     shortcut: bool = False,  # add a seed -shortcut-> answer triple to every question

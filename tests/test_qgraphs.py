@@ -47,7 +47,8 @@ def test_ground_truth_present_and_caps_respected(kg, records):
         assert i['n_khop_edges'] <= CAPS['max_khop_edges']
         assert i['n_ppr_triples'] <= CAPS['max_triples'] and i['n_ppr_nodes'] <= CAPS['n_nodes']
         assert i['n_confounders'] <= CAPS['n_confounder_max'] * i['n_metapaths']
-        assert len(qg) <= CAPS['max_triples'] + len(gt | full) + CAPS['n_confounder_max'] * i['n_metapaths']
+        assert len(qg) <= CAPS['max_triples'] + len(gt | full) + CAPS['n_confounder_max'] * i['n_metapaths'] + i['n_sp_expansion']
+        assert not (qg.readded & (qg.triple_scores == 0)).any() and int(qg.readded.sum()) == i['n_gt_readded']  # only GT is re-added
         assert set(qg.seeds.tolist()) == set(q['seeds']) and qg.triple_scores_sp.any()
 
 
@@ -234,3 +235,24 @@ def test_metapath_edges_match_walk_enumeration(n, E, data):
     start = data.draw(st.integers(0, n - 1))
     comp, part = metapath_edges(kg, start, mp)
     assert (comp.tolist(), part.tolist()) == brute_metapath(kg, start, mp)
+
+
+def test_sp_expansion_keeps_every_shortest_path_of_the_neighbourhood(kg, records):
+    for rec in records[:8]:
+        q = record_question(kg, rec)
+        hood, capped = khop_edges(kg, q['seeds'], max(3, q['hops']))
+        qg = build_question_graph(kg, **q, n_nodes=40, max_triples=100, n_confounder_max=10, seed=4)  # pruned hard
+        lab = shortest_path_labels((kg.head[hood], kg.tail[hood]), q['seeds'], q['answers'], 'synth-kgqa', kg.num_entities)
+        have = set(keys(kg, qg.h, qg.r, qg.t).tolist())
+        assert set(keys(kg, kg.head[hood], kg.rel[hood], kg.tail[hood])[lab.mask].tolist()) <= have  # every SP triple kept
+        if not capped and not qg.info['n_gt_missing_from_kg']: assert qg.info['sp_as_neighbourhood']
+        off = build_question_graph(kg, **q, n_nodes=40, max_triples=100, n_confounder_max=10, seed=4, sp_expand=False)
+        assert off.info['n_sp_expansion'] == 0 and off.info['sp_as_neighbourhood'] is None
+
+
+def test_readded_flags_ground_truth_that_pruning_dropped(kg, records, tmp_path):
+    q = record_question(kg, records[7])
+    qg = build_question_graph(kg, **q, n_nodes=5, max_triples=10, n_confounder_max=0, seed=5, sp_expand=False)  # little survives pruning
+    assert qg.readded.any() and (qg.triple_scores[qg.readded] == 1).all()
+    back = load_question_graph(qg.save(tmp_path / 'q.npz'))
+    assert np.array_equal(back.readded, qg.readded)
