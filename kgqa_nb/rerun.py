@@ -208,7 +208,7 @@ def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
     ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
     ap.add_argument('--profile', default='smoke', help='params/<profile>.yaml or a path (smoke | companion | paper)')
-    ap.add_argument('--only', nargs='*', help='artifact names (default: all in params/manifest.yaml)')
+    ap.add_argument('--only', nargs='+', metavar='ARTIFACT', help='artifact names (default, without --only: all in params/manifest.yaml)')
     ap.add_argument('--stop-on-error', action='store_true', help='stop at the first failing artifact')
     ap.add_argument('--list', action='store_true', help='list artifacts with their parameters and their needs under --profile, and exit')
     ap.add_argument('--plan', action='store_true', help='print what the run needs, calls, spends and takes per artifact (no network call), write it as JSON, and exit')

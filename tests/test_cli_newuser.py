@@ -107,6 +107,7 @@ def test_printed_query_has_no_placeholder_ids(home):
     (['kgqagen', '--out', '{tmp}/never', '--n', '-1'], '--n must be an integer >= 1, got -1'),
     (['kgqagen', '--out', '{tmp}/never', '--max-triples', '1'], '--max-triples must be an integer >= 2, got 1'),
     (['rerun', '--max-cost', '-1'], '--max-cost must be >= 0 USD, got -1'),
+    (['rerun', '--only'], 'argument --only: expected at least one argument'),  # was read as every artifact
 ])
 def test_an_impossible_number_is_refused_by_its_flag(tmp_path, argv, fragment):
     argv = [a.replace('{tmp}', str(tmp_path)) for a in argv]
