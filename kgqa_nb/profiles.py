@@ -16,8 +16,8 @@ from .core import data_dir, project_dirs
 __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'SERVER_PARAMS', 'READS', 'LLM_ENV', 'LOOPBACK', 'Artifact', 'load_manifest', 'Param',
            'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path',
            'read_profile', 'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError',
-           'select_artifacts', 'profile_name', 'data_folders', 'param_needs', 'section_params', 'read_params',
-           'artifact_needs', 'server_silent', 'unmet_needs', 'output_root', 'publish_dirs']
+           'select_artifacts', 'profile_name', 'uses_batch', 'data_folders', 'param_needs', 'section_params',
+           'read_params', 'artifact_needs', 'server_silent', 'unmet_needs', 'output_root', 'publish_dirs']
 
 # %% ../nbs/40_profiles.ipynb #c006
 @dataclass
@@ -83,7 +83,7 @@ def accepts(p: Param,  # the declared parameter
     return isinstance(value, types)
 
 # %% ../nbs/40_profiles.ipynb #c015
-PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict, 'not_run': dict, 'plan': dict}  # top-level keys that are not artifact sections
+PROFILE_KEYS = {'publish': bool, 'publish_dir': str, 'defaults': dict, 'not_run': dict, 'plan': dict, 'llm_batch': list}  # top-level keys that are not artifact sections
 
 class ProfileError(ValueError):
     "A profile that names an unknown artifact or parameter, or gives a parameter a value of the wrong type."
@@ -141,6 +141,8 @@ def check_profile(profile: str,  # a profile name in params/ or a path to a YAML
     for key, why in (prof.get('not_run') or {}).items():  # artifacts this profile leaves out, each with the reason
         if key not in manifest: fail(f'not_run.{key}: not an artifact of params/manifest.yaml{nearest_hint(key, manifest)}')
         if not isinstance(why, str) or not why.strip(): fail(f'not_run.{key}: give the reason this profile does not run it')
+    for key in prof.get('llm_batch') or []:  # artifacts whose LLM roles go through the provider's Batch API
+        if key not in manifest: fail(f'llm_batch: {key!r} is not an artifact of params/manifest.yaml{nearest_hint(str(key), manifest)}')
     declared = {n: {p.name: p for p in notebook_parameters(a.notebook)} for n, a in manifest.items()}
     defaults = prof.get('defaults') or {}
     for k in defaults:
@@ -179,6 +181,11 @@ def profile_name(profile: str) -> str:  # a profile name in params/ or a path to
     "How a record names a profile: `companion` for params/companion.yaml, else the file as messages show it."
     p = profile_file(profile)
     return p.stem if p.resolve().parent == project_dirs.params.resolve() else shown_path(p)
+
+def uses_batch(name: str,  # an artifact name
+               profile: str) -> bool:  # a profile name in params/ or a path to a YAML file
+    "Whether the profile sends this artifact's LLM calls through the provider's Batch API (its `llm_batch` list)."
+    return name in (read_profile(profile).get('llm_batch') or [])
 
 # %% ../nbs/40_profiles.ipynb #c029
 def _cuda(v) -> bool: return str(v).startswith('cuda')

@@ -12,7 +12,7 @@ from fastcore.xtras import modified_env
 from .core import CLIParser, Timer, UsageError, git_changes, jsonable, portable, project_dirs, provenance, write_text_atomic
 from .profiles import (Artifact, ArtifactError, ProfileError, accepts, artifact_needs, check_profile, load_manifest,
                               nearest_hint, notebook_parameters, output_root, profile_name, publish_dirs, read_profile,
-                              select_artifacts, shown_path, unmet_needs)
+                              select_artifacts, shown_path, unmet_needs, uses_batch)
 from .plan import (SpendGuard, SpendMeter, check_budget, fmt_seconds, fmt_tokens, fmt_usd, format_plan, llm_roots,
                           plan_profile, plan_settings, spent_since)
 
@@ -79,14 +79,15 @@ def execute_artifact(art: Artifact,  # the artifact to run
                      executed: Path,  # where the executed notebook goes (replaced only when the run finished)
                      params: dict,  # its parameters (`resolve_params`)
                      profile: str) -> None:  # profile name or YAML path
-    "Run the notebook with papermill in nbs/ into a temporary file, its profile in $KGQA_PROFILE; moved to `executed` when it finished."
+    "Run the notebook with papermill in nbs/ into a temporary file (profile in $KGQA_PROFILE, Batch API per `llm_batch`); moved into place when it finished."
     import papermill as pm
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
     running = executed.with_name(f'.{executed.stem}.running-{os.getpid()}.ipynb')
     try:
         # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
         # echo it a second time through its logger); its stdout stays in the notebook
-        with open(os.devnull, 'w') as quiet, modified_env(KGQA_PROFILE=profile_name(profile)):
+        env = dict(KGQA_PROFILE=profile_name(profile), **({'KGQA_LLM_BATCH': '1'} if uses_batch(art.name, profile) else {}))
+        with open(os.devnull, 'w') as quiet, modified_env(**env):
             pm.execute_notebook(str(art.notebook), str(running), parameters=params, kernel_name='python3', language='python',
                                 cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=sys.stderr)
     except BaseException as e:  # failed or interrupted: the previous executed notebook stays; this one goes to the scratch folder
@@ -116,7 +117,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     spent = spent_since(before, meter.poll()) if meter else None
     llm = {k: plan[k] for k in ('api_calls', 'prompt_tokens', 'completion_tokens', 'cost_usd', 'seconds') if k in plan} if plan else None
     rec = provenance(params, profile=profile_name(profile), artifact=art.name, notebook=str(art.notebook.relative_to(project_dirs.root)),
-                     outputs=art.outputs, seconds=round(t.s, 1), **({'plan': llm} if plan else {}), **({'llm_spent': spent} if meter else {}))
+                     outputs=art.outputs, seconds=round(t.s, 1), llm_batch=uses_batch(art.name, profile), **({'plan': llm} if plan else {}), **({'llm_spent': spent} if meter else {}))
     write_text_atomic(executed.with_suffix('.provenance.json'), json.dumps(rec, indent=1) + '\n')
     outputs = [out_root / o for o in art.outputs]
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)

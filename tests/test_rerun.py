@@ -258,3 +258,17 @@ def test_a_notebook_status_line_reaches_stderr_once(tmp_path):
     res = subprocess.run([sys.executable, '-c', code, str(p), str(tmp_path / 'executed.ipynb'), str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stderr.count('kgqa generate: 3 candidates done') == 1, res.stderr
+
+
+@pytest.mark.parametrize('listed', [True, False])
+def test_llm_batch_profile_key_reaches_the_notebook(tmp_path, monkeypatch, listed):
+    "A profile's `llm_batch` list sends that artifact's LLM calls through the Batch API: its kernel sees KGQA_LLM_BATCH=1."
+    import nbformat
+    monkeypatch.delenv('KGQA_LLM_BATCH', raising=False)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('out_dir: str = ""  # output folder', metadata={'tags': ['parameters']}),
+                nbformat.v4.new_code_cell("import os, pathlib; pathlib.Path(out_dir, 'env.txt').write_text(os.environ.get('KGQA_LLM_BATCH', 'unset'))")]
+    p = tmp_path / 'batchy.ipynb'; nbformat.write(nb, p)
+    prof = profile(tmp_path, f'llm_batch: [{"batchy" if listed else "other"}]\n')
+    rr.execute_artifact(rr.Artifact('batchy', p), tmp_path / 'executed.ipynb', dict(out_dir=str(tmp_path)), prof)
+    assert (tmp_path / 'env.txt').read_text() == ('1' if listed else 'unset')
