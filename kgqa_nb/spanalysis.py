@@ -153,7 +153,8 @@ def wilson_interval(k: int,  # successes
     if n <= 0: return (np.nan, np.nan)
     z, p = stats.norm.ppf(0.5 + level / 2), k / n
     mid, half = (p + z * z / (2 * n)), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (max(0., (mid - half) / (1 + z * z / n)), min(1., (mid + half) / (1 + z * z / n)))
+    lo, hi = (mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n)
+    return (min(max(0., lo), p), max(min(1., hi), p))  # exact at 0 and 1 (rounding can leave 1e-17 past them)
 
 # %% ../nbs/12b_spanalysis.ipynb #c035
 def sp_gt_overlap_by_hops(questions: pd.DataFrame) -> pd.DataFrame:

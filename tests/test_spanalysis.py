@@ -224,3 +224,14 @@ def test_spanalysis_imports_no_later_chapter():
     tree = ast.parse(inspect.getsource(spa))
     mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in mods if m.split('.')[-1] in later], mods
+
+
+def test_wilson_interval_holds_its_share_at_0_and_1():
+    """Regression: at 0 of n the Wilson lower bound came out 4.9e-17 (n = 3) instead of 0, above the share itself, which
+    failed Figure 9's check on the companion questions."""
+    from kgqa_nb.spanalysis import wilson_interval
+    for n in range(1, 60):
+        lo, hi = wilson_interval(0, n); assert lo == 0.0 < hi
+        lo, hi = wilson_interval(n, n); assert lo < hi == 1.0
+        for k in range(n + 1):
+            lo, hi = wilson_interval(k, n); assert 0 <= lo <= k / n <= hi <= 1
