@@ -8,7 +8,7 @@ import importlib, os, sys
 
 # %% auto #0
 __all__ = ['COMMANDS', 'KGRAG_MODES', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser', 'kgrag_parser',
-           'user_error_types', 'error_line', 'main', 'port_number', 'serve_offline_cli']
+           'retriever_parser', 'user_error_types', 'error_line', 'main', 'port_number', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
@@ -71,9 +71,41 @@ def kgrag_parser():
     ap.add_argument('--base-url', default=None, help='the server, e.g. http://127.0.0.1:8080/v1')
     return ap
 
-PARSERS = {'ultrag': ultrag_parser, 'kgrag': kgrag_parser}  # command -> its parser here; its runner takes the parsed arguments
+# %% ../nbs/41_cli.ipynb #c009
+def retriever_parser(command: str = 'train-retriever'):  # 'train-retriever' or 'retrieve'
+    "The flags of `kgqa train-retriever` and `kgqa retrieve`: the dataset and its question graphs, then each command's own."
+    from kgqa_nb.core import CLIParser
+    doc = {'train-retriever': 'train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints',
+           'retrieve': "score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics"}
+    if command not in doc: raise ValueError(f'command must be one of {sorted(doc)}, not {command!r}')
+    ap = CLIParser(prog=f'kgqa {command}', description=doc[command])
+    ap.add_argument('--dataset', default='', help='a kgqa generate / kgqa kgqagen folder, a split folder or the published GTSQA files (default: generate on --kg)')
+    ap.add_argument('--kg', default='', help='KG name (a load_kg name) or data-dir folder (default: the one --dataset names, else toyworld)')
+    ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size (without --dataset)')
+    ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
+    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR (at least 1)')
+    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples')
+    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='frozen text encoder')
+    ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: retriever-cli in the user cache)')
+    if command == 'train-retriever':
+        ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
+        ap.add_argument('--run-seed', type=int, default=0, help='training seed')
+        ap.add_argument('--epochs', type=int, default=4, help='most training epochs (at least 1)')
+        ap.add_argument('--patience', type=int, default=2, help='epochs without improvement before stopping (at least 1)')
+        ap.add_argument('--val-metric', default='label_recall@100', help="early stopping: label_recall@K (the run's own labels) or a retrieval metric")
+        ap.add_argument('--val-fraction', type=float, default=0.2, help='share of the training questions held out for validation, in [0, 1)')
+        ap.add_argument('--out', required=True, help='checkpoint folder (last.pt, best.pt); a rerun resumes')
+    else:
+        ap.add_argument('--checkpoint', required=True, help='best.pt of kgqa train-retriever')
+        ap.add_argument('--split', default='test', choices=['train', 'test'])
+        ap.add_argument('--k', type=int, default=100, help='triples kept per question (at least 1)')
+        ap.add_argument('--out', required=True, help='JSON-lines file of the retrieved triples (metrics go beside it as .csv)')
+    return ap
 
-# %% ../nbs/41_cli.ipynb #c011
+PARSERS = {'ultrag': ultrag_parser, 'kgrag': kgrag_parser,  # command -> its parser here; its runner takes the parsed arguments
+           'train-retriever': lambda: retriever_parser('train-retriever'), 'retrieve': lambda: retriever_parser('retrieve')}
+
+# %% ../nbs/41_cli.ipynb #c013
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
     'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.runs:GenerationError',
@@ -97,7 +129,7 @@ def error_line(e: BaseException) -> str:
     else: msg = str(e) or type(e).__name__
     return ' '.join(msg.split())
 
-# %% ../nbs/41_cli.ipynb #c013
+# %% ../nbs/41_cli.ipynb #c015
 def main(argv=None) -> int:
     "Entry point of the `kgqa` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -119,7 +151,7 @@ def main(argv=None) -> int:
         print(f'kgqa {argv[0]}: {error_line(e)}', file=sys.stderr)
         return 2
 
-# %% ../nbs/41_cli.ipynb #c021
+# %% ../nbs/41_cli.ipynb #c023
 OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag', 'kgqa_nb.kgqagen')  # chapters that register offline models
 
 def port_number(s: str) -> int:  # the command-line text
@@ -147,5 +179,5 @@ def serve_offline_cli(argv=None) -> int:
     server.serve_forever()
     return 0
 
-# %% ../nbs/41_cli.ipynb #c023
+# %% ../nbs/41_cli.ipynb #c025
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # python -m kgqa_nb.cli (not when run as a notebook)

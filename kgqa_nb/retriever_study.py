@@ -14,7 +14,7 @@ from scipy import stats
 from torch import nn
 
 from . import sr, subgraphrag
-from .core import (CLIParser, UsageError, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
+from .core import (UsageError, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
                           progress, user_cache_dir, write_text_atomic)
 from .dataset import gtsqa_files, read_gtsqa_parquet
 from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
@@ -550,16 +550,6 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
 # %% ../nbs/15c_retriever_study.ipynb #c063
-def _data_args(ap: CLIParser):
-    ap.add_argument('--dataset', default='', help='a kgqa generate / kgqa kgqagen folder, a split folder or the published GTSQA files (default: generate on --kg)')
-    ap.add_argument('--kg', default='', help='KG name (a load_kg name) or data-dir folder (default: the one --dataset names, else toyworld)')
-    ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size (without --dataset)')
-    ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
-    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR')
-    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples')
-    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='frozen text encoder')
-    ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: retriever-cli in the user cache)')
-
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -586,17 +576,8 @@ def _cli_examples(a) -> tuple:
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
 # %% ../nbs/15c_retriever_study.ipynb #c064
-def train_retriever_cli(argv=None) -> int:
+def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
-    ap = CLIParser(prog='kgqa train-retriever', description=train_retriever_cli.__doc__)
-    _data_args(ap)
-    ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
-    ap.add_argument('--run-seed', type=int, default=0, help='training seed')
-    ap.add_argument('--epochs', type=int, default=4); ap.add_argument('--patience', type=int, default=2)
-    ap.add_argument('--val-metric', default='label_recall@100', help="early stopping: label_recall@K (the run's own labels) or a retrieval metric")
-    ap.add_argument('--val-fraction', type=float, default=0.2)
-    ap.add_argument('--out', required=True, help='checkpoint folder (last.pt, best.pt); a rerun resumes')
-    a = ap.parse_args(argv)
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
     if not 0 <= a.val_fraction < 1: raise UsageError(f'--val-fraction must be at least 0 and below 1, not {a.val_fraction}')
     label_key(a.labels); check_val_metric(a.val_metric); check_out(a.out, folder=True)
@@ -608,15 +589,8 @@ def train_retriever_cli(argv=None) -> int:
     return 0
 
 # %% ../nbs/15c_retriever_study.ipynb #c065
-def retrieve_cli(argv=None) -> int:
+def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
-    ap = CLIParser(prog='kgqa retrieve', description=retrieve_cli.__doc__)
-    _data_args(ap)
-    ap.add_argument('--checkpoint', required=True, help='best.pt of kgqa train-retriever')
-    ap.add_argument('--split', default='test', choices=['train', 'test'])
-    ap.add_argument('--k', type=int, default=100, help='triples kept per question')
-    ap.add_argument('--out', required=True, help='JSON-lines file of the retrieved triples (metrics go beside it as .csv)')
-    a = ap.parse_args(argv)
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
     if not Path(a.checkpoint).is_file(): raise FileNotFoundError(f'--checkpoint {a.checkpoint}: no such file')
     check_out(a.out, folder=False); load_retriever(a.checkpoint)  # a damaged checkpoint or a bad --out stops here, before any work

@@ -12,10 +12,16 @@ from kgqa_nb.core import UsageError
 from kgqa_nb.metrics import one_sided_test
 from scipy import stats
 
+from kgqa_nb.cli import PARSERS
 from kgqa_nb.retriever_study import (gate_verdict, gt_vs_sp, hierarchical_bootstrap, paired_matrices, retrieve_cli, retriever_study,
                                      train_retriever_cli, training_gate)
 from kgqa_nb.subgraphrag import RetrievalInputError, two_hop_dataset
 from kgqa_nb.text import HashingEncoder
+
+
+def cli_args(command, argv):
+    "What `kgqa <command>` parses from argv (the flags are declared in the cli chapter)."
+    return PARSERS[command]().parse_args(argv)
 
 
 def _made_up_study(p_gt=0.6, p_sp=0.4, n=50, seeds=3, seed=0):
@@ -107,7 +113,7 @@ def test_study_refuses_an_unknown_validation_metric_before_training(tmp_path):
                                         (['--labels', 'sp:nope'], 'unknown_labels')])
 def test_train_retriever_cli_refuses_bad_flags_before_any_work(tmp_path, argv, flag):
     with pytest.raises(ValueError, match=flag):
-        train_retriever_cli([*argv, '--cache-dir', str(tmp_path / 'data'), '--out', str(tmp_path / 'ck')])
+        train_retriever_cli(cli_args('train-retriever', [*argv, '--cache-dir', str(tmp_path / 'data'), '--out', str(tmp_path / 'ck')]))
     assert not (tmp_path / 'ck').exists() and not (tmp_path / 'data').exists()  # no checkpoint, no dataset built
 
 
@@ -115,7 +121,7 @@ def test_train_retriever_cli_refuses_bad_flags_before_any_work(tmp_path, argv, f
                                         (['--max-triples', '0'], '--max-triples must be at least 1')])
 def test_retrieve_cli_refuses_bad_flags_before_any_work(tmp_path, argv, flag):
     with pytest.raises(UsageError, match=flag):
-        retrieve_cli([*argv, '--checkpoint', str(tmp_path / 'best.pt'), '--cache-dir', str(tmp_path / 'data'), '--out', str(tmp_path / 'top.jsonl')])
+        retrieve_cli(cli_args('retrieve', [*argv, '--checkpoint', str(tmp_path / 'best.pt'), '--cache-dir', str(tmp_path / 'data'), '--out', str(tmp_path / 'top.jsonl')]))
     assert not (tmp_path / 'top.jsonl').exists() and not (tmp_path / 'data').exists()
 
 
@@ -131,13 +137,13 @@ def test_kgqa_prints_one_line_on_stderr_and_exits_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_train_then_retrieve(tmp_path):
     data = ['--n-questions', '60', '--n-nodes', '200', '--max-triples', '1500', '--cache-dir', str(tmp_path / 'data')]
-    assert train_retriever_cli([*data, '--epochs', '1', '--out', str(tmp_path / 'ck')]) == 0
+    assert train_retriever_cli(cli_args('train-retriever', [*data, '--epochs', '1', '--out', str(tmp_path / 'ck')])) == 0
     assert (tmp_path / 'ck' / 'best.pt').exists()
-    assert retrieve_cli([*data, '--checkpoint', str(tmp_path / 'ck' / 'best.pt'), '--k', '20', '--out', str(tmp_path / 'top.jsonl')]) == 0
+    assert retrieve_cli(cli_args('retrieve', [*data, '--checkpoint', str(tmp_path / 'ck' / 'best.pt'), '--k', '20', '--out', str(tmp_path / 'top.jsonl')])) == 0
     lines = (tmp_path / 'top.jsonl').read_text().splitlines()
     assert lines and all(len(json.loads(l)['triples']) <= 20 for l in lines)
     with pytest.raises(RetrievalInputError, match='unknown_labels'):
-        train_retriever_cli([*data, '--labels', 'sp:nope', '--out', str(tmp_path / 'x')])
+        train_retriever_cli(cli_args('train-retriever', [*data, '--labels', 'sp:nope', '--out', str(tmp_path / 'x')]))
     assert not (tmp_path / 'x').exists()
 
 
@@ -194,9 +200,9 @@ def test_train_and_retrieve_read_a_dataset_folder(tmp_path):
     for split, part in (('train', recs[:10]), ('test', recs[10:])):
         (folder / f'{split}.jsonl').write_text(''.join(json.dumps(dict(r, split=split)) + '\n' for r in part))
     data = ['--dataset', str(folder), '--kg', 'toyworld', '--n-nodes', '60', '--max-triples', '300', '--cache-dir', str(tmp_path / 'cache')]
-    assert train_retriever_cli([*data, '--epochs', '1', '--val-fraction', '0.3', '--out', str(tmp_path / 'ck')]) == 0
-    assert retrieve_cli([*data, '--checkpoint', str(tmp_path / 'ck' / 'best.pt'), '--k', '5', '--out', str(tmp_path / 'top.jsonl')]) == 0
+    assert train_retriever_cli(cli_args('train-retriever', [*data, '--epochs', '1', '--val-fraction', '0.3', '--out', str(tmp_path / 'ck')])) == 0
+    assert retrieve_cli(cli_args('retrieve', [*data, '--checkpoint', str(tmp_path / 'ck' / 'best.pt'), '--k', '5', '--out', str(tmp_path / 'top.jsonl')])) == 0
     got = [json.loads(l) for l in (tmp_path / 'top.jsonl').read_text().splitlines()]
     assert [g['id'] for g in got] == ['d10', 'd11', 'd12', 'd13'] and all(len(g['triples']) == 5 for g in got)  # the folder's test questions
     with pytest.raises(FileNotFoundError, match='--dataset .*no such folder'):
-        train_retriever_cli(['--dataset', str(tmp_path / 'nowhere'), '--out', str(tmp_path / 'ck2')])
+        train_retriever_cli(cli_args('train-retriever', ['--dataset', str(tmp_path / 'nowhere'), '--out', str(tmp_path / 'ck2')]))
