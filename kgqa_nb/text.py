@@ -218,7 +218,7 @@ class EmbeddingStore:
     "One encoder's vectors on disk, keyed by (role prefix, text): append-only, shared by processes, intact after a crash."
     def __init__(self,
                  folder,  # the store's folder (created on first write)
-                 chunk: int = 1024):  # misses embedded and appended per lock
+                 chunk: int = 256):  # misses embedded and appended per lock (and per step of the progress bar: a few seconds each on a CPU)
         self.folder, self.chunk = Path(folder), chunk
         self.data, self.keys = self.folder / 'vectors.npy', self.folder / 'keys.bin'
         self._rows, self._n, self.meta = {}, 0, None
