@@ -53,10 +53,13 @@ def rotating_sample(n: int = 2,  # chapters to pick
     return sorted(random.Random(key).sample(library_chapters(), n))
 
 
+TIMINGS_LINE = re.compile(r'(CPU times|Wall time|timings):')  # %time's lines and a command's own timings line (kgqa ultrag ask)
+
+
 def normalise_text(s: str, reps) -> str:
-    "Apply the machine-independence replacements and drop %time lines."
+    "Apply the machine-independence replacements and drop timing lines (%time, a command's `timings:` line)."
     for pat, rep in reps: s = pat.sub(rep, s)
-    return ''.join(l for l in s.splitlines(keepends=True) if not re.match(r'(CPU times|Wall time):', l))
+    return ''.join(l for l in s.splitlines(keepends=True) if not TIMINGS_LINE.match(l))
 
 
 STATUS_LINE = re.compile(r'kgqa [\w-]+: \d+ candidates done')  # `runs.StatusLine`'s lines on a non-terminal stderr
