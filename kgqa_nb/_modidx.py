@@ -951,6 +951,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'kgqa_nb.plan.retriever_study_calls': ('plan.html#retriever_study_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.sp_reader_calls': ('plan.html#sp_reader_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.spent_since': ('plan.html#spent_since', 'kgqa_nb/plan.py'),
+                              'kgqa_nb.plan.synthkgqa_dataset_calls': ('plan.html#synthkgqa_dataset_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.test_questions': ('plan.html#test_questions', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.ultrag_calls': ('plan.html#ultrag_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.unknown_cost_fix': ('plan.html#unknown_cost_fix', 'kgqa_nb/plan.py'),

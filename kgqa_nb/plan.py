@@ -18,13 +18,14 @@ from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, fu
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE',
-           'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls', 'sp_reader_calls',
-           'retriever_study_calls', 'ultrag_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls',
-           'api_groups', 'artifact_calls', 'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for',
-           'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size',
-           'prior_runs', 'group_limits', 'interactive_seconds', 'estimate_seconds', 'unknown_cost_fix', 'plan_group',
-           'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since',
-           'check_budget', 'python_sigint', 'interrupt_main_thread', 'SpendGuard']
+           'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
+           'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'kgrag_calls',
+           'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
+           'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens',
+           'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits', 'interactive_seconds',
+           'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError', 'llm_roots',
+           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'python_sigint',
+           'interrupt_main_thread', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -32,6 +33,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     test_fraction=0.165,  # share of requested generated questions that end in the zero-shot test split (companion: 99 of 600)
     split_sizes={'train': 30477, 'test': 1622},  # GTSQA questions per split (SynthKGQA Table 1), when n_questions is 0 (all)
     sp_triples=12,  # shortest-path triples per question given to the Figure 4 reader (assumed; Table 6 has GT 1-4 hop paths)
+    gt_triples=2.0,  # ground-truth triples per SynthKGQA question, the answerability reader's prompt (companion CoDEx-M: mean 1.99, Table 1)
     kgqagen_acceptance_rate=0.417,  # share of KGQAGen candidates kept (measured with the offline roles on CoDEx-M: 300 of 720)
     kgqagen_generator_calls=2.0,  # generator calls per KGQAGen candidate: expansion rounds + the question (offline on CoDEx-M: 1,440 / 720)
     kgqagen_reviser_calls=1.83,  # SPARQL-reviser calls per KGQAGen candidate (offline on CoDEx-M: 1,314 / 720, cache hits included)
@@ -102,6 +104,14 @@ def generation_calls(p, plan) -> list:
     key = f"generation:{p['kg']}:{n}:{p['seed']}:{api['backend']}:{api['model']}"
     return [CallGroup('question writer', 'synthkgqa-datapoint', **api, calls=math.ceil(n / plan['acceptance_rate']), shared=key),
             CallGroup('paraphraser', 'synthkgqa-paraphrase', **api, calls=n, shared=key)]
+
+def synthkgqa_dataset_calls(p, plan) -> list:
+    "SynthKGQA's dataset: its generation, then (answerability: llm) the filter's reader, two tries per test question on its GT subgraph."
+    out = generation_calls(p, plan)
+    if p.get('answerability') == 'llm':
+        out.append(CallGroup('answerability reader (2 tries)', 'kgqa-reader', **_api(p['backend'], p['answerability_model'] or p['model'], p.get('base_url'), 'answerability_model'),
+                             calls=2 * test_questions(p, plan), triples=plan['gt_triples']))
+    return out
 
 def sp_reader_calls(p, plan) -> list:
     "Figure 4: generation (when generated), then one reader call per question with its shortest-path triples."
@@ -181,7 +191,7 @@ def kgqagen_table2_calls(p, plan) -> list:
 _GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
                 'fig6_seeds_hops_answers', 'fig7_subgraph_sizes', 'fig8_minimal_types', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths')
 LLM_WORK = {  # artifact -> (its full parameters, planning assumptions) -> [CallGroup]; an artifact not listed makes no LLM call
-    **{n: generation_calls for n in _GEN_READERS},
+    **{n: generation_calls for n in _GEN_READERS}, 'synthkgqa_dataset': synthkgqa_dataset_calls,
     'fig4_sp_reader': sp_reader_calls,
     **{n: retriever_study_calls for n in ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')},
     'ultrag_end_to_end': lambda p, plan: ultrag_calls(p, plan, evaluations=2 if p['link'] else 1),
