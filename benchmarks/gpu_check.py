@@ -214,6 +214,14 @@ def encoder_cpu():
     return TextEncoder('all-MiniLM-L6-v2', device='cpu')
 
 
+def with_training_checks(out: dict) -> dict:
+    "A training section's result with its speed-up and checks (finite weights and final loss on both devices)."
+    out['speedup'] = r(out['accelerator']['questions_per_s'] / out['cpu']['questions_per_s'], 2)
+    out['checks'] = dict(weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
+                         loss_finite=all(math.isfinite(out[x]['final_loss']) for x in ('cpu', 'accelerator')))
+    return out
+
+
 def section_subgraphrag(dev, s: dict, work: Path) -> dict:
     "SubgraphRAG retriever training questions/s on the CPU and the accelerator (`subgraphrag.train_retriever`), weights finite."
     from kgqa_nb.subgraphrag import TrainConfig, prepare_examples, text_features, train_retriever, two_hop_dataset
@@ -227,10 +235,7 @@ def section_subgraphrag(dev, s: dict, work: Path) -> dict:
         (model, hist), sec = timed(lambda: train_retriever(exs, [], feats, cfg, device=str(d)), d)
         out[side] = dict(device=str(d), seconds=r(sec, 2), questions_per_s=r(n / sec, 1), final_loss=r(hist[-1]['loss']),
                          weights_finite=finite_weights(model))
-    out['speedup'] = r(out['accelerator']['questions_per_s'] / out['cpu']['questions_per_s'], 2)
-    out['checks'] = dict(weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
-                         loss_finite=all(math.isfinite(out[x]['final_loss']) for x in ('cpu', 'accelerator')))
-    return out
+    return with_training_checks(out)
 
 
 def section_sr(dev, s: dict, work: Path) -> dict:
@@ -248,10 +253,7 @@ def section_sr(dev, s: dict, work: Path) -> dict:
         steps = sum(h['steps'] for h in hist)
         out[side] = dict(device=str(d), seconds=r(sec, 2), steps=steps, steps_per_s=r(steps / sec, 1),
                          questions_per_s=r(len(exs) * len(hist) / sec, 2), final_loss=r(hist[-1]['loss']), weights_finite=finite_weights(model))
-    out['speedup'] = r(out['accelerator']['questions_per_s'] / out['cpu']['questions_per_s'], 2)
-    out['checks'] = dict(weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
-                         loss_finite=all(math.isfinite(out[x]['final_loss']) for x in ('cpu', 'accelerator')))
-    return out
+    return with_training_checks(out)
 
 
 def section_text(dev, s: dict, work: Path) -> dict:

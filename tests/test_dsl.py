@@ -475,13 +475,9 @@ def test_sparql_and_dsl_agree_on_oxigraph(seed):
     want = {str(s['answer'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
     assert set(SymbolicExecutor(kg).answers(q)) == want
 
-@settings(max_examples=300, derandomize=True, deadline=None)
-@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3']), st.sampled_from(['P0', 'P1']),
-                                             st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3'])), min_size=1, max_size=5))
-def test_random_conjunctive_patterns_translate_exactly_or_are_refused(seed, patterns):
-    "Any basic graph pattern over a few variables and constants: the translation returns what Oxigraph returns."
+def assert_translation_agrees(seed, sparql):
+    "The DSL translation of `sparql` returns what Oxigraph returns on a random graph, or is refused for its shape."
     ox = pytest.importorskip('pyoxigraph')
-    sparql = 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} wdt:{p} {o} .' for s, p, o in patterns) + ' }'
     try: q = sparql_to_query(sparql)
     except QueryConversionError as e:
         assert e.reason in ('cyclic', 'disconnected', 'hanging_branch', 'projection'), str(e); return
@@ -491,6 +487,14 @@ def test_random_conjunctive_patterns_translate_exactly_or_are_refused(seed, patt
     prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
     want = {str(s['a'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
     assert set(SymbolicExecutor(kg).answers(q)) == want, (sparql, format_query(q))
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.integers(0, 3), st.lists(st.tuples(st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3']), st.sampled_from(['P0', 'P1']),
+                                             st.sampled_from(['?a', '?b', '?c', 'wd:Q1', 'wd:Q2', 'wd:Q3'])), min_size=1, max_size=5))
+def test_random_conjunctive_patterns_translate_exactly_or_are_refused(seed, patterns):
+    "Any basic graph pattern over a few variables and constants: the translation returns what Oxigraph returns."
+    assert_translation_agrees(seed, 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} wdt:{p} {o} .' for s, p, o in patterns) + ' }')
 
 path_steps = st.lists(st.tuples(st.sampled_from(['P0', 'P1']), st.booleans()), min_size=1, max_size=3)
 
@@ -499,18 +503,8 @@ path_steps = st.lists(st.tuples(st.sampled_from(['P0', 'P1']), st.booleans()), m
                                              st.sampled_from(['?a', '?b', 'wd:Q1', 'wd:Q2', 'wd:Q3'])), min_size=1, max_size=3))
 def test_sequence_and_inverse_paths_agree_with_sparql_on_random_graphs(seed, patterns):
     "Issue 29 item 3: patterns whose predicates are paths of / and ^ translate to what Oxigraph returns, or are refused for their shape."
-    ox = pytest.importorskip('pyoxigraph')
     path = lambda steps: '/'.join(('^' if inv else '') + f'wdt:{p}' for p, inv in steps)
-    sparql = 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} {path(ps)} {o} .' for s, ps, o in patterns) + ' }'
-    try: q = sparql_to_query(sparql)
-    except QueryConversionError as e:
-        assert e.reason in ('cyclic', 'disconnected', 'hanging_branch', 'projection'), str(e); return
-    kg = random_kg(seed, n_ent=6, n_rel=2, n_tri=18)
-    store = ox.Store()
-    store.load(''.join(kg.iter_ntriples(labels=False)).encode(), format=ox.RdfFormat.N_TRIPLES)
-    prefixes = 'PREFIX wd: <http://www.wikidata.org/entity/> PREFIX wdt: <http://www.wikidata.org/prop/direct/> '
-    want = {str(s['a'].value).rsplit('/', 1)[1] for s in store.query(prefixes + sparql)}
-    assert set(SymbolicExecutor(kg).answers(q)) == want, (sparql, format_query(q))
+    assert_translation_agrees(seed, 'SELECT DISTINCT ?a WHERE { ' + ' '.join(f'{s} {path(ps)} {o} .' for s, ps, o in patterns) + ' }')
 
 def test_path_translations_are_not_vacuous():
     "The random graphs above are dense enough that most two-step paths from an entity answer something."
