@@ -352,11 +352,43 @@ def parse(argv=None):
     ap.add_argument('--only', nargs='*', choices=SECTIONS, help='sections to run (default: all; the report then holds only these)')
     ap.add_argument('--out', help='the JSON report (default: benchmarks/results/gpu.json for the real run, _smoke/gpu_check/ otherwise)')
     ap.add_argument('--work', help='scratch folder, new or empty (default: _smoke/gpu_check/work[-tiny], emptied first)')
+    ap.add_argument('--merge', nargs='+', metavar='REPORT', help='no run: join the reports of runs that split the sections '
+                    '(--only) on one device into one report at --out (a device lease too small to carry every input at once)')
     return ap.parse_args(argv)
+
+
+def merge_reports(reps: list) -> dict:
+    "One report from the reports of `--only` runs on the same device and versions, each section from exactly one run."
+    same = ('device', 'device_type', 'torch', 'cuda', 'tiny')
+    for k in same:
+        if len({json.dumps(x.get(k)) for x in reps}) > 1: raise ValueError(f'the reports differ in {k!r}: {[x.get(k) for x in reps]}')
+    sections = {}
+    for x in reps:
+        twice = set(sections) & set(x['sections'])
+        if twice: raise ValueError(f'section(s) {sorted(twice)} appear in more than one report')
+        sections.update(x['sections'])
+    sections = {n: sections[n] for n in SECTIONS if n in sections}
+    done = list(sections) == list(SECTIONS)
+    return {**{k: v for k, v in reps[0].items() if k not in ('sections', 'provenance', 'seconds', 'complete', 'ok', 'cpu_threads')},
+            'cpu_threads': sorted({x.get('cpu_threads') for x in reps}, key=str)[-1], 'seconds': r(sum(x['seconds'] for x in reps), 1),
+            'complete': done, 'ok': done and all(s_['ok'] for s_ in sections.values()), 'sections': sections,
+            'parts': [dict(sections=list(x['sections']), seconds=x['seconds'], provenance=x['provenance']) for x in reps]}
 
 
 def main(argv=None) -> int:
     a = parse(argv)
+    if a.merge:
+        try:
+            reps = [json.loads(Path(f).read_text()) for f in a.merge]
+            rep = merge_reports(reps)
+            out = Path(a.out) if a.out else DEFAULT_OUT if rep['device_type'] == 'cuda' and not rep['tiny'] else project_dirs.scratch / 'gpu_check' / 'gpu-merged.json'
+            if out.resolve() == DEFAULT_OUT.resolve() and (rep['device_type'] != 'cuda' or rep['tiny']):
+                raise ValueError(f'{DEFAULT_OUT.relative_to(project_dirs.root)} holds the real run only (on CUDA, without --tiny): give another --out')
+        except (OSError, ValueError, KeyError) as e:
+            print(f'gpu_check --merge: {type(e).__name__}: {e}', file=sys.stderr); return 2
+        out.parent.mkdir(parents=True, exist_ok=True); write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
+        print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} (merged from {len(reps)} runs); wrote {out}')
+        return 0 if rep['ok'] else 1
     real = not a.tiny and a.device.startswith('cuda')
     out = Path(a.out) if a.out else DEFAULT_OUT if real else project_dirs.scratch / 'gpu_check' / f'gpu-{a.device}{"-tiny" if a.tiny else ""}.json'
     try:

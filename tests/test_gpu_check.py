@@ -68,6 +68,21 @@ def test_cpu_dry_run(tmp_path):
     assert 'all checks hold' in p.stdout and 'rerun' in p.stdout  # the printed table
     assert (real.read_bytes() if real.exists() else None) == before
     assert set(rep['sections']['rerun']['checks']) >= {'ultra_ilpc_zero_shot_ok', 'retriever_study_ok', 'ultra_ilpc_zero_shot_ran_on_device'}
+    # --merge joins runs that split the sections (a lease too small to carry every input at once) into the same report
+    parts = [('ultra', 'ultrag'), ('subgraphrag', 'sr', 'text', 'rerun')]
+    for i, names in enumerate(parts):
+        (tmp_path / f'part{i}.json').write_text(json.dumps({**rep, 'sections': {n: rep['sections'][n] for n in names}}))
+    m = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'part1.json'), '--out', str(tmp_path / 'merged.json'), timeout=120)
+    assert m.returncode == 0 and 'merged from 2 runs' in m.stdout, m.stderr
+    merged = json.loads((tmp_path / 'merged.json').read_text())
+    check_report(merged, 'cpu')
+    assert merged['sections'] == rep['sections'] and [x['sections'] for x in merged['parts']] == [list(n) for n in parts]
+    twice = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'part0.json'), '--out', str(tmp_path / 'm2.json'), timeout=120)
+    assert twice.returncode == 2 and 'more than one report' in twice.stderr and not (tmp_path / 'm2.json').exists()
+    (tmp_path / 'other.json').write_text(json.dumps({**rep, 'device': 'NVIDIA H200', 'sections': {'text': rep['sections']['text']}}))
+    other = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'other.json'), '--out', str(tmp_path / 'm3.json'), timeout=120)
+    assert other.returncode == 2 and "differ in 'device'" in other.stderr
+    assert (real.read_bytes() if real.exists() else None) == before
 
 
 def test_dry_run_never_writes_the_real_report(tmp_path):
