@@ -354,6 +354,7 @@ def parse(argv=None):
     ap.add_argument('--work', help='scratch folder, new or empty (default: _smoke/gpu_check/work[-tiny], emptied first)')
     ap.add_argument('--merge', nargs='+', metavar='REPORT', help='no run: join the reports of runs that split the sections '
                     '(--only) on one device into one report at --out (a device lease too small to carry every input at once)')
+    ap.add_argument('--note', action='append', default=[], help='with --merge: a line on how the runs were made, kept in the report (repeatable)')
     return ap.parse_args(argv)
 
 
@@ -380,7 +381,7 @@ def main(argv=None) -> int:
     if a.merge:
         try:
             reps = [json.loads(Path(f).read_text()) for f in a.merge]
-            rep = merge_reports(reps)
+            rep = {**merge_reports(reps), 'notes': a.note}
             out = Path(a.out) if a.out else DEFAULT_OUT if rep['device_type'] == 'cuda' and not rep['tiny'] else project_dirs.scratch / 'gpu_check' / 'gpu-merged.json'
             if out.resolve() == DEFAULT_OUT.resolve() and (rep['device_type'] != 'cuda' or rep['tiny']):
                 raise ValueError(f'{DEFAULT_OUT.relative_to(project_dirs.root)} holds the real run only (on CUDA, without --tiny): give another --out')

@@ -135,3 +135,15 @@ def test_real_check_on_cuda(tmp_path):
     assert rep['tiny'] is False and rep['cuda'] and rep['device'] != 'cpu'
     assert rep['sections']['ultra']['test_set']['whole'] and rep['sections']['ultra']['checks']['parity_test_set_vs_companion_cpu']
     assert rep['sections']['ultrag']['k'] == 30_000
+
+
+def test_committed_gpu_report():
+    "benchmarks/results/gpu.json, once committed, is a complete green CUDA run: a CUDA device, ULTRA parity within 1e-4, ULTRAG latency."
+    path = project_dirs.root / 'benchmarks' / 'results' / 'gpu.json'
+    if not path.exists(): pytest.skip('no GPU run committed yet')
+    rep = json.loads(path.read_text())
+    check_report(rep, 'cuda')
+    assert rep['tiny'] is False and 'NVIDIA' in rep['device'] and rep['cuda']
+    u, g = rep['sections']['ultra'], rep['sections']['ultrag']
+    assert u['max_metric_diff'] <= 1e-4 and u['test_set']['whole'] and u['test_set']['max_diff_vs_companion_cpu'] <= 1e-4
+    assert g['k'] == 30_000 and 0 < g['accelerator']['total_s'] and g['paper_latency_s'] == 0.10
