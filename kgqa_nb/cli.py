@@ -7,8 +7,9 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'KGRAG_MODES', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser', 'kgrag_parser',
-           'retriever_parser', 'user_error_types', 'error_line', 'main', 'port_number', 'serve_offline_cli']
+__all__ = ['COMMANDS', 'KGRAG_MODES', 'BENCHMARK_READERS', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser',
+           'kgrag_parser', 'retriever_parser', 'benchmark_parser', 'user_error_types', 'error_line', 'main',
+           'port_number', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
@@ -17,6 +18,7 @@ COMMANDS = {
     'ultra-eval': ('kgqa_nb.ultra_eval:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
     'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
     'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
+    'benchmark': ('kgqa_nb.benchmark:benchmark_cli', "SynthKGQA's Table 2: chosen models on a dataset folder's test questions, one reader, EM and GT-triple metrics with 95% CIs"),
     'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
     'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
     'kgqagen': ('kgqa_nb.kgqagen:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
@@ -102,10 +104,34 @@ def retriever_parser(command: str = 'train-retriever'):  # 'train-retriever' or 
         ap.add_argument('--out', required=True, help='JSON-lines file of the retrieved triples (metrics go beside it as .csv)')
     return ap
 
-PARSERS = {'ultrag': ultrag_parser, 'kgrag': kgrag_parser,  # command -> its parser here; its runner takes the parsed arguments
-           'train-retriever': lambda: retriever_parser('train-retriever'), 'retrieve': lambda: retriever_parser('retrieve')}
+# %% ../nbs/41_cli.ipynb #c011
+BENCHMARK_READERS = ('offline-text', 'llm', 'few-shot')  # `readers.make_reader` kinds that never read the gold (the oracle query reader is left out)
 
-# %% ../nbs/41_cli.ipynb #c013
+def benchmark_parser():
+    "The flags of `kgqa benchmark`: the models, the dataset and its question graphs, the retrievers' checkpoints, the reader."
+    from kgqa_nb.core import CLIParser
+    ap = CLIParser(prog='kgqa benchmark', description="SynthKGQA's Table 2 for the chosen models on a dataset folder's test questions, read by one reader")
+    ap.add_argument('--models', required=True, help='comma-separated model names, e.g. llm-only,subgraphrag (the benchmark registry; unknown names are refused)')
+    ap.add_argument('--dataset', required=True, help='a kgqa generate / kgqa kgqagen folder, a split folder or the published GTSQA files')
+    ap.add_argument('--kg', default='', help="a load_kg name or a KG folder (default: the dataset's KG)")
+    ap.add_argument('--n-questions', type=int, default=0, help='first N test questions (0 = all)')
+    ap.add_argument('--seed', type=int, default=0, help='split seed of a run folder and question-graph seed')
+    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR (at least 1)')
+    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples (at least 1)')
+    ap.add_argument('--k', type=int, default=200, help='triples SubgraphRAG and SR keep (at least 1; the paper: 200)')
+    ap.add_argument('--subgraphrag-ckpt', default='', help='best.pt of kgqa train-retriever (needed for subgraphrag)')
+    ap.add_argument('--sr-ckpt', default='', help='best.pt of an SR run of the retriever study (needed for sr)')
+    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help="SubgraphRAG's frozen text encoder")
+    ap.add_argument('--reader', choices=BENCHMARK_READERS, default='offline-text', help='the one reader: offline-text (non-oracle), llm or few-shot')
+    ap.add_argument('--cache-dir', default='', help='question graphs (default: benchmark-cli in the user cache)')
+    ap.add_argument('--out', default='', help='write the per-question table to this CSV file (checked before the run)')
+    return ap
+
+PARSERS = {'ultrag': ultrag_parser, 'kgrag': kgrag_parser,  # command -> its parser here; its runner takes the parsed arguments
+           'train-retriever': lambda: retriever_parser('train-retriever'), 'retrieve': lambda: retriever_parser('retrieve'),
+           'benchmark': benchmark_parser}
+
+# %% ../nbs/41_cli.ipynb #c016
 USER_ERRORS = (  # 'module:class' of errors that mean bad input or an unmet condition (looked up once the module is loaded)
     'builtins:ValueError', 'builtins:OSError', 'kgqa_nb.core:CacheMissError', 'kgqa_nb.kg:UnknownIdError',
     'kgqa_nb.llm:LLMError', 'kgqa_nb.sparql:SparqlError', 'kgqa_nb.runs:GenerationError',
@@ -129,7 +155,7 @@ def error_line(e: BaseException) -> str:
     else: msg = str(e) or type(e).__name__
     return ' '.join(msg.split())
 
-# %% ../nbs/41_cli.ipynb #c015
+# %% ../nbs/41_cli.ipynb #c018
 def main(argv=None) -> int:
     "Entry point of the `kgqa` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -151,7 +177,7 @@ def main(argv=None) -> int:
         print(f'kgqa {argv[0]}: {error_line(e)}', file=sys.stderr)
         return 2
 
-# %% ../nbs/41_cli.ipynb #c023
+# %% ../nbs/41_cli.ipynb #c026
 OFFLINE_MODEL_MODULES = ('kgqa_nb.generate', 'kgqa_nb.readers', 'kgqa_nb.ultrag', 'kgqa_nb.kgrag', 'kgqa_nb.kgqagen')  # chapters that register offline models
 
 def port_number(s: str) -> int:  # the command-line text
@@ -179,5 +205,5 @@ def serve_offline_cli(argv=None) -> int:
     server.serve_forever()
     return 0
 
-# %% ../nbs/41_cli.ipynb #c025
+# %% ../nbs/41_cli.ipynb #c028
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # python -m kgqa_nb.cli (not when run as a notebook)
