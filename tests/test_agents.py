@@ -1,0 +1,176 @@
+"""KG agents (ToG, PoG): each loop with scripted replies through the local OpenAI-compatible server (a malformed reply
+retried then named, the depth limit honoured, ToG's fallback to an empty subgraph, PoG's backtrack on an 'insufficient'
+verdict), the offline MiniLM policy on a two-hop toy question, and `retrieve` reading no gold field."""
+import json
+
+import numpy as np
+import pytest
+
+from kgqa_nb import llm
+from kgqa_nb.agents import PoG, ToG, prompt_step
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+
+QUESTION = 'Where was the director of Night Harbour born?'
+REC = {'question': QUESTION, 'seed_entities': ['Night Harbour (Q1)']}
+KEEP = lambda *n: json.dumps({'keep': list(n)})
+NO = '{"sufficient": false, "answer": []}'
+
+
+@pytest.fixture(scope='module')
+def toy():
+    "A film, its director and cast, where they were born, and distractors (rows 0 and 4 are the answer path)."
+    return KnowledgeGraph.from_id_triples(
+        [('Q1', 'P57', 'Q2'), ('Q1', 'P161', 'Q3'), ('Q1', 'P161', 'Q4'), ('Q1', 'P136', 'Q5'), ('Q2', 'P19', 'Q6'),
+         ('Q3', 'P19', 'Q7'), ('Q2', 'P27', 'Q8'), ('Q6', 'P17', 'Q8'), ('Q9', 'P57', 'Q2')],
+        entity_labels=dict(Q1='Night Harbour', Q2='Ada Brenner', Q3='Tom Vale', Q4='Lia Moss', Q5='drama film', Q6='Port Ellis',
+                           Q7='Greyford', Q8='Norland', Q9='Cold Light'),
+        relation_labels=dict(P57='director', P161='cast member', P136='genre', P19='place of birth', P27='country of citizenship',
+                             P17='country'), name='agents-toy')
+
+
+@pytest.fixture
+def scripted():
+    "Scripted replies per agent step (the last reply of a step repeats); every prompt is logged as (step, messages)."
+    saved = dict(llm._OFFLINE_MODELS)
+    script, log = {}, []
+    def reply(messages):
+        step = prompt_step(messages); log.append((step, messages))
+        queue = script[step]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+    register_offline_model('test-agents-scripted', matches=lambda ms: prompt_step(ms) is not None, version='test')(reply)
+    yield script, log
+    llm._OFFLINE_MODELS.clear(); llm._OFFLINE_MODELS.update(saved)
+
+
+@pytest.fixture
+def client():
+    with OfflineChatServer() as srv:
+        yield LLMClient('openai', model='scripted', base_url=srv.url, api_key='x', cache=False, max_retries=0)
+
+
+def rows(kg, *i): return kg.triples[list(i)].tolist()
+
+
+def steps(log): return [s for s, _ in log]
+
+
+def test_tog_walks_the_scripted_path_and_stops_when_sufficient(toy, scripted, client):
+    script, log = scripted
+    script.update(relations=[KEEP(1), KEEP(2)], entities=[KEEP(1)],
+                  sufficiency=[NO, '{"sufficient": true, "answer": ["Port Ellis (Q6)"]}'])
+    tog = ToG(client, width=2)
+    sub = tog.retrieve(REC, toy)
+    assert sub.dtype == np.int64 and sub.tolist() == rows(toy, 0, 4)
+    run = tog.last
+    assert (run.stopped, run.rounds, run.calls, run.answer, run.fallback) == ('sufficient', 2, 6, ['Port Ellis (Q6)'], False)
+    assert steps(log) == ['relations', 'entities', 'sufficiency'] * 2
+    assert 'Entity: Ada Brenner (Q2)' in log[3][1][1]['content']  # round two starts at the kept entity
+    assert 'Ada Brenner (Q2) | place of birth (P19) | Port Ellis (Q6)' in log[5][1][1]['content']
+
+
+def test_malformed_reply_is_asked_again_once_then_ends_the_run_with_its_reason(toy, scripted, client):
+    script, log = scripted
+    script.update(relations=['I would follow the director.', 'Still no JSON here.'])
+    tog = ToG(client)
+    sub = tog.retrieve(REC, toy)
+    assert (tog.last.stopped, tog.last.calls, sub.shape) == ('reply:not_json', 2, (0, 3))
+    retry = log[1][1]
+    assert retry[-2] == dict(role='assistant', content='I would follow the director.') and 'reply:not_json' in retry[-1]['content']
+
+
+def test_a_retry_mends_a_malformed_reply(toy, scripted, client):
+    script, log = scripted
+    script.update(relations=['{"keep": [9]}', KEEP(1), KEEP(2)], entities=[KEEP(1)],
+                  sufficiency=[NO, '{"sufficient": true, "answer": ["Port Ellis (Q6)"]}'])
+    tog = ToG(client, width=1)
+    assert tog.retrieve(REC, toy).tolist() == rows(toy, 0, 4)
+    assert 'reply:bad_number' in log[1][1][-1]['content'] and tog.last.calls == 7
+
+
+def test_tog_honours_the_depth_limit_and_falls_back_to_an_empty_subgraph(toy, scripted, client):
+    script, log = scripted
+    script.update(relations=[KEEP(1)], entities=[KEEP(1)], sufficiency=[NO])
+    tog = ToG(client, width=1, depth=2)
+    sub = tog.retrieve(REC, toy)
+    assert sub.shape == (0, 3) and sub.dtype == np.int64
+    assert (tog.last.stopped, tog.last.rounds, tog.last.fallback, tog.last.answer) == ('depth limit', 2, True, [])
+    assert steps(log) == ['relations', 'entities', 'sufficiency'] * 2  # no third round
+
+
+def test_pog_backtracks_once_after_an_insufficient_verdict(toy, scripted, client):
+    script, log = scripted
+    script.update(decompose=['{"sub_objectives": ["find the director", "find where the director was born"]}'],
+                  relations=[KEEP(2), KEEP(1), KEEP(2)],  # cast member (a wrong branch), then director, then place of birth
+                  entities=[KEEP(1)],
+                  sufficiency=[NO, '{"sufficient": false, "answer": [], "covered": [1]}',
+                               '{"sufficient": true, "answer": ["Port Ellis (Q6)"], "covered": [2]}'],
+                  reflect=['{"backtrack": 1}', '{"backtrack": null}'])
+    pog = PoG(client, width=1, depth=3)
+    sub = pog.retrieve(REC, toy)
+    run = pog.last
+    assert sub.tolist() == rows(toy, 0, 4)  # the dropped branch (Tom Vale) is not retrieved
+    assert (run.stopped, run.rounds, run.backtracks, run.answer) == ('sufficient', 3, 1, ['Port Ellis (Q6)'])
+    assert steps(log) == ['decompose'] + ['relations', 'entities', 'sufficiency', 'reflect'] * 2 + ['relations', 'entities', 'sufficiency']
+    second_round = log[5][1][1]['content']
+    assert 'cast member' not in second_round and '→ director (P57)' in second_round  # the tried relation is not offered again
+    assert 'Plan (sub-objectives):\n1. find the director' in second_round
+    first, second = run.memory.values()
+    assert first == ['Night Harbour (Q1) --director (P57)--> Ada Brenner (Q2)']  # settled after round two
+    assert not any('Tom Vale' in p for p in first + second) and len(second) == 2
+
+
+def test_pog_keeps_what_it_explored_at_the_depth_limit(toy, scripted, client):
+    script, log = scripted
+    script.update(decompose=['{"sub_objectives": ["find the director"]}'], relations=[KEEP(1)], entities=[KEEP(1)],
+                  sufficiency=[NO], reflect=['{"backtrack": null}'])
+    pog = PoG(client, width=1, depth=2)
+    assert pog.retrieve(REC, toy).shape[0] == 2 and pog.last.stopped == 'depth limit' and not pog.last.fallback
+    assert steps(log).count('sufficiency') == 2 and steps(log).count('reflect') == 1
+
+
+@pytest.mark.parametrize('agent', [ToG, PoG])
+def test_offline_policy_answers_a_two_hop_question_and_retrieves_its_path(toy, agent):
+    a = agent()
+    sub = a.retrieve(REC, toy)
+    assert a.last.answer == ['Port Ellis (Q6)'] and a.last.stopped == 'sufficient' and a.last.calls == 0
+    got = sub.tolist()
+    assert rows(toy, 0)[0] in got and rows(toy, 4)[0] in got
+    assert len({tuple(r) for r in got}) == len(got)
+    assert 'offline' in a.describe() and 'width 5, depth 4' in a.describe()
+
+
+class QuestionOnly(dict):
+    "A record that fails the test when anything but its question or seed entities is read."
+    ALLOWED = ('question', 'paraphrased_question', 'seed_entities')
+    def __getitem__(self, k):
+        assert k in self.ALLOWED, f'retrieve read the gold field {k!r}'
+        return super().__getitem__(k)
+    def get(self, k, default=None):
+        assert k in self.ALLOWED, f'retrieve read the gold field {k!r}'
+        return super().get(k, default)
+    def __iter__(self): raise AssertionError('retrieve iterated over the record')
+    def items(self): raise AssertionError('retrieve read every field')
+    def values(self): raise AssertionError('retrieve read every field')
+
+
+@pytest.mark.parametrize('agent', [ToG, PoG])
+def test_retrieve_reads_no_gold_field(toy, agent):
+    rec = QuestionOnly(question=QUESTION, seed_entities=['Night Harbour (Q1)'])
+    assert len(agent().retrieve(rec, toy)) > 0
+
+
+def test_a_question_graph_bounds_the_exploration(toy):
+    graph = toy.triples[[0, 1, 2, 3, 5]]  # no 'place of birth' of the director
+    pog = PoG()
+    sub = pog.retrieve(REC, toy, graph)
+    assert len(sub) and {tuple(r) for r in sub.tolist()} <= {tuple(r) for r in graph.tolist()}
+    with pytest.raises(ValueError, match=r'\(m, 3\) integer array'):
+        pog.retrieve(REC, toy, np.zeros((3, 2), np.int64))
+
+
+def test_llm_agents_name_their_model_in_the_row_label(client):
+    assert ToG(client).describe() == f'ToG (LLM {client.describe()}, width 5, depth 4)'
+    assert PoG(client, width=3, depth=2).name == 'pog' and 'width 3, depth 2' in PoG(client, width=3, depth=2).describe()
+    with pytest.raises(ValueError, match='width, depth'):
+        ToG(client, depth=0)
