@@ -4,9 +4,10 @@
 
 # %% ../nbs/19_ultrag.ipynb #c002
 from __future__ import annotations
-import re, time
+import re, time, zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,15 +23,18 @@ from .paths import seppr, top_k_nodes
 from . import metrics
 
 # %% auto #0
-__all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE', 'OFFLINE_ASK',
-           'crisp_set', 'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply',
-           'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries',
-           'oracle_writer', 'gaussian_memberships', 'EntityLinker', 'linking_accuracy', 'Pruned', 'edge_capped_prefix',
-           'SEPPRPruner', 'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient',
-           'decider_messages', 'LLMDecider', 'arbitrator_messages', 'relative_threshold', 'LLMArbitrator',
-           'ThresholdArbitrator', 'fit_tau', 'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag',
-           'summarise_ultrag', 'cost_per_query', 'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'GivenQueryWriter',
-           'display_query', 'check_ask_source', 'ultrag_cli']
+__all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'MENTION_KINDS', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE',
+           'QUESTION_GRAPH', 'OFFLINE_ASK', 'crisp_set', 'top_members', 'relation_table', 'writer_messages',
+           'QueryWriteError', 'parse_writer_reply', 'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter',
+           'record_ids', 'register_oracle_queries', 'oracle_writer', 'gaussian_memberships', 'EntityLinker',
+           'link_ranks', 'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases',
+           'mention_linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched',
+           'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages', 'LLMDecider',
+           'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
+           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag', 'summarise_ultrag', 'cost_per_query',
+           'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'triples_subgraph', 'RestrictedPruner', 'evaluate_within',
+           'retrieved_graphs', 'same_footing_table', 'GivenQueryWriter', 'display_query', 'check_ask_source',
+           'ultrag_cli']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -254,17 +258,89 @@ class EntityLinker:
         return out
 
 # %% ../nbs/19_ultrag.ipynb #c024
+def link_ranks(linker: EntityLinker, mentions: list, ids: list, k: int = 10) -> list:
+    "Per mention: the 0-based rank of the right entity ID among the linker's top-k neighbours, or None when it is not there."
+    k0, linker.k = linker.k, max(k, linker.k)
+    try: cands = linker.candidates(list(mentions))
+    finally: linker.k = k0
+    return [next((j for j, v in enumerate(idx[:k]) if linker.kg.entity_ids[v] == sid), None) for sid, (idx, _) in zip(ids, cands)]
+
 def linking_accuracy(linker: EntityLinker, records: pd.DataFrame, ks=(1, 10)) -> dict:
     "Accuracy@k of linking each record's seed labels back to the seed IDs, over all (record, seed) pairs."
     pairs = [parse_item(s) for ss in records['seed_entities'] for s in ss]
     if not pairs: raise ValueError('no seed mentions in the records')
-    k0, linker.k = linker.k, max(max(ks), linker.k)
-    try: cands = linker.candidates([label for label, _ in pairs])
-    finally: linker.k = k0
-    ranks = [next((j for j, v in enumerate(idx) if linker.kg.entity_ids[v] == sid), None) for (_, sid), (idx, _) in zip(pairs, cands)]
+    ranks = link_ranks(linker, [label for label, _ in pairs], [sid for _, sid in pairs], max(ks))
     return dict(n=len(pairs), **{f'acc@{k}': float(np.mean([r is not None and r < k for r in ranks])) for k in ks})
 
 # %% ../nbs/19_ultrag.ipynb #c028
+MENTION_KINDS = ('exact label', 'lower-cased', 'partial (a token dropped)', 'reordered tokens', 'misspelt (one edit)', 'alias')
+_LETTERS = 'abcdefghijklmnopqrstuvwxyz'
+
+def one_edit(s: str, rng) -> str:
+    "`s` with one edit at a letter: substituted, deleted, inserted after, or swapped with a different next character."
+    i = int(rng.choice([j for j, c in enumerate(s) if c.isalpha()]))
+    op, c = int(rng.integers(4)), s[i]
+    if op == 1 and len(s) > 1: return s[:i] + s[i + 1:]
+    if op == 2: return s[:i + 1] + str(rng.choice(list(_LETTERS))) + s[i + 1:]
+    if op == 3 and i + 1 < len(s) and s[i + 1] != c: return s[:i] + s[i + 1] + c + s[i + 2:]
+    new = str(rng.choice([a for a in _LETTERS if a != c.lower()]))
+    return s[:i] + (new.upper() if c.isupper() else new) + s[i + 1:]
+
+def perturb_mention(label: str,  # the entity's label
+                    kind: str,  # one of `MENTION_KINDS`
+                    seed: int = 0,  # the perturbation's seed
+                    aliases=()) -> str | None:  # the entity's other names (for 'alias')
+    "The mention of `label` of this kind (deterministic per seed, label and kind, never the label itself but for 'exact label'); None where the kind does not apply."
+    if kind not in MENTION_KINDS: raise ValueError(f'unknown mention kind {kind!r}: use one of {MENTION_KINDS}')
+    if kind == 'exact label': return label
+    rng, toks = np.random.default_rng([seed, MENTION_KINDS.index(kind), zlib.crc32(label.encode())]), label.split()
+    out = None
+    if kind == 'lower-cased': out = label.lower()
+    elif kind == 'partial (a token dropped)' and len(toks) > 1: out = ' '.join(np.delete(np.array(toks, dtype=object), rng.integers(len(toks))))
+    elif kind == 'reordered tokens' and len(set(toks)) > 1:
+        while out is None or out == ' '.join(toks): out = ' '.join(toks[i] for i in rng.permutation(len(toks)))
+    elif kind == 'misspelt (one edit)' and any(c.isalpha() for c in label): out = one_edit(label, rng)
+    elif kind == 'alias':
+        pool = sorted({a for a in aliases if a and a.casefold() != label.casefold()})
+        out = str(rng.choice(pool)) if pool else None
+    return out if out and out != label else None
+
+# %% ../nbs/19_ultrag.ipynb #c032
+def wikidata_aliases(kg: KnowledgeGraph, root=None) -> dict:  # root: the data dir (default `core.data_dir()`)
+    "Entity ID -> its Wikidata aliases from the FB15k-237 Wikidata labels file, for the KG's entities ({} where the file names none)."
+    from kgqa_nb.core import data_dir
+    from kgqa_nb.kg import read_json_file
+    f = Path(root or data_dir()) / 'fb15k237-wikidata-labels' / 'FB15k-237' / 'entity2wikidata.json'
+    if not f.exists(): return {}
+    idx = kg.entity_index
+    return {v['wikidata_id']: list(v['alternatives']) for v in read_json_file(f).values()
+            if v.get('wikidata_id') in idx and v.get('alternatives')}
+
+# %% ../nbs/19_ultrag.ipynb #c035
+def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
+                             kinds=MENTION_KINDS, seed: int = 0,  # which perturbations, and their seed
+                             aliases: dict | None = None,  # entity ID -> aliases (`wikidata_aliases`)
+                             ks=(1, 10)) -> pd.DataFrame:
+    "Per mention kind: accuracy@k of linking the seeds' perturbed labels to the seed IDs (Wilson 95% CI at @1), beside their exact labels."
+    from kgqa_nb.spanalysis import wilson_interval
+    pairs = [parse_item(s) for ss in records['seed_entities'] for s in ss]
+    if not pairs: raise ValueError('no seed mentions in the records')
+    exact = link_ranks(linker, [l for l, _ in pairs], [q for _, q in pairs], max(ks))
+    rows = []
+    for kind in kinds:
+        ms = [(i, perturb_mention(l, kind, seed, (aliases or {}).get(q, ()))) for i, (l, q) in enumerate(pairs)]
+        ms = [(i, m) for i, m in ms if m is not None]
+        row = dict(mentions=kind, n=len(ms), seeds=len(pairs), example=f'{pairs[ms[0][0]][0]} -> {ms[0][1]}' if ms else '')
+        if ms:
+            r = link_ranks(linker, [m for _, m in ms], [pairs[i][1] for i, _ in ms], max(ks))
+            hit1 = sum(x is not None and x < 1 for x in r)
+            row.update({f'acc@{k}': float(np.mean([x is not None and x < k for x in r])) for k in ks})
+            row['acc@1_ci_low'], row['acc@1_ci_high'] = wilson_interval(hit1, len(ms))
+            row.update({f'exact_acc@{k}': float(np.mean([exact[i] is not None and exact[i] < k for i, _ in ms])) for k in ks})
+        rows.append(row)
+    return pd.DataFrame(rows).assign(perturbation_seed=seed)
+
+# %% ../nbs/19_ultrag.ipynb #c039
 @dataclass
 class Pruned:
     "The subgraph the executor runs on: `kg`, `nodes[i]` = the full graph's index of its entity i, and the full graph's size."
@@ -299,7 +375,7 @@ class SEPPRPruner:
         sub, nodes = kg.induced_subgraph(ranked, name=f'{kg.name}[seppr k={self.k}]')
         return Pruned(sub, nodes, kg.num_entities)
 
-# %% ../nbs/19_ultrag.ipynb #c031
+# %% ../nbs/19_ultrag.ipynb #c042
 def _sub_leaf_sets(leaf_sets: dict, pruned: Pruned) -> dict:
     return {e: torch.as_tensor(x)[torch.as_tensor(pruned.nodes)] for e, x in leaf_sets.items()}
 
@@ -307,7 +383,7 @@ def _lift(x: torch.Tensor, pruned: Pruned) -> torch.Tensor:
     out = torch.zeros(pruned.full_size); out[torch.as_tensor(pruned.nodes)] = x.float().cpu()
     return out
 
-# %% ../nbs/19_ultrag.ipynb #c035
+# %% ../nbs/19_ultrag.ipynb #c046
 @torch.no_grad()
 def project_many(ex,  # an `ultra.UltraQueryExecutor`
                  xs: list,  # (V,) fuzzy sets
@@ -323,7 +399,7 @@ def project_many(ex,  # an `ultra.UltraQueryExecutor`
     out = torch.sigmoid(m.entity_model.propagate(g, X.unsqueeze(-1) * q.unsqueeze(0), rel_reprs, q, m.chunk_size))
     return list(out)
 
-# %% ../nbs/19_ultrag.ipynb #c036
+# %% ../nbs/19_ultrag.ipynb #c047
 def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
     "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
     from kgqa_nb.ultra import FUZZY_AND
@@ -348,7 +424,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
             for n, o in zip(ready, outs): val[id(n)] = o
     return val[id(query)].cpu()
 
-# %% ../nbs/19_ultrag.ipynb #c040
+# %% ../nbs/19_ultrag.ipynb #c051
 class NeuralExecutor:
     "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND), projections batched per level."
     label = 'neural (UltraQuery)'
@@ -379,7 +455,7 @@ class SymbolicStep:
         if key not in self._cache: self._cache = {key: SymbolicExecutor(pruned.kg)}
         return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
 
-# %% ../nbs/19_ultrag.ipynb #c045
+# %% ../nbs/19_ultrag.ipynb #c056
 class AlwaysSufficient:
     "Step 5 of ULTRAG-OTS: one round (the decider always returns True)."
     label = 'always (ULTRAG-OTS)'
@@ -410,7 +486,7 @@ class LLMDecider:
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
-# %% ../nbs/19_ultrag.ipynb #c048
+# %% ../nbs/19_ultrag.ipynb #c059
 ARBITRATOR_FIRST_LINE = 'Task: choose the answers to a question from ranked candidate entities.'
 
 def arbitrator_messages(question: str, query_text: str, top: list, kg: KnowledgeGraph) -> list:
@@ -464,7 +540,7 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     best = max(f1)
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
-# %% ../nbs/19_ultrag.ipynb #c051
+# %% ../nbs/19_ultrag.ipynb #c062
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -484,7 +560,7 @@ class UltragResult:
     prompt_tokens: int = 0  # LLM tokens of this question's calls (writer, decider, arbitrator), replies from the cache included
     completion_tokens: int = 0
 
-# %% ../nbs/19_ultrag.ipynb #c053
+# %% ../nbs/19_ultrag.ipynb #c064
 class Ultrag:
     "ULTRAG (Algorithm 1): writer -> linker -> SEPPR pruner -> executor -> decider (loop) -> arbitrator."
     def __init__(self, kg: KnowledgeGraph, writer, executor,
@@ -504,7 +580,7 @@ class Ultrag:
         return {s: getattr(getattr(self, s), 'label', type(getattr(self, s)).__name__)
                 for s in ('writer', 'linker', 'pruner', 'executor', 'decider', 'arbitrator')}
 
-# %% ../nbs/19_ultrag.ipynb #c056
+# %% ../nbs/19_ultrag.ipynb #c067
 @patch
 def answer(self: Ultrag, question: str,  # the natural-language question
            seeds=None):  # seed entity IDs, or None to link the writer's mentions
@@ -538,7 +614,7 @@ def answer(self: Ultrag, question: str,  # the natural-language question
         res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
     return res
 
-# %% ../nbs/19_ultrag.ipynb #c060
+# %% ../nbs/19_ultrag.ipynb #c071
 def gold_rank(x: torch.Tensor, gold_idx) -> int:
     "1 + the non-gold entities scoring at least as high as the best gold one."
     x = np.asarray(x, np.float64); g = np.zeros(len(x), bool); g[list(gold_idx)] = True
@@ -548,7 +624,7 @@ def _category(rec, split) -> str:
     from kgqa_nb.dataset import test_category
     return 'train' if split == 'train' else test_category(rec['test_type'])
 
-# %% ../nbs/19_ultrag.ipynb #c063
+# %% ../nbs/19_ultrag.ipynb #c074
 def evaluate_ultrag(pipe: Ultrag,  # the recipe
              records: pd.DataFrame,  # GTSQA-schema records (a 'split' column is used when present)
              use_seeds: bool = True,  # give the seed entities (else the writer's mentions are linked)
@@ -576,7 +652,7 @@ def evaluate_ultrag(pipe: Ultrag,  # the recipe
     for k, v in pipe.labels().items(): df[k] = v
     return df
 
-# %% ../nbs/19_ultrag.ipynb #c065
+# %% ../nbs/19_ultrag.ipynb #c076
 def summarise_ultrag(df: pd.DataFrame, by=None) -> pd.DataFrame:
     "Mean Hits/Recall/F1/EM (%), MRR and Hits@1/3/10 (%) and the invalid-query rate, overall or per group."
     def agg(g):
@@ -588,7 +664,7 @@ def summarise_ultrag(df: pd.DataFrame, by=None) -> pd.DataFrame:
     if by is None: return agg(df).to_frame().T
     return df.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()
 
-# %% ../nbs/19_ultrag.ipynb #c067
+# %% ../nbs/19_ultrag.ipynb #c078
 def cost_per_query(df: pd.DataFrame,  # `evaluate_ultrag`'s table
                    llm_active_params: float = 5.1e9) -> pd.DataFrame:  # the LLM of the paper's Appendix A bound (GPT-OSS-120B)
     "Mean cost of one question: seconds per step and in all, executor GFLOPs, LLM tokens, and the Appendix-A FLOPs of an LLM reading the pruned graph."
@@ -604,7 +680,7 @@ def cost_per_query(df: pd.DataFrame,  # `evaluate_ultrag`'s table
     row['llm_to_executor_flops'] = llm / df.flops.mean() if df.flops.mean() > 0 else float('nan')
     return pd.DataFrame([dict(n=len(df), **row)])
 
-# %% ../nbs/19_ultrag.ipynb #c074
+# %% ../nbs/19_ultrag.ipynb #c085
 def subgraphrag_baseline(kg: KnowledgeGraph,
                          records: pd.DataFrame,  # GTSQA-schema records with a `split` column (train and test)
                          encoder,  # a `text.TextEncoder` (frozen)
@@ -615,17 +691,18 @@ def subgraphrag_baseline(kg: KnowledgeGraph,
                          graph_seed: int = 0,  # seed of the question-graph construction
                          n_nodes: int = 500,  # entities of each question graph
                          max_triples: int = 5000,  # most triples of each question graph
-                         threads: int | None = 1) -> pd.DataFrame:  # CPU threads for training
-    "Per test question: hits, answer recall and ground-truth recall of SubgraphRAG(k) (GT-trained retriever, seed 0) with `reader`."
+                         threads: int | None = 1,  # CPU threads for training
+                         references=()) -> pd.DataFrame:  # training-free retrievers run beside it ('ppr', 'embedding'), e.g. for `retriever_study.training_gate`
+    "Per test question: hits, answer recall and ground-truth recall of SubgraphRAG(k) (GT-trained retriever, seed 0) with `reader`; the study's folder in `.attrs`."
     from kgqa_nb.retriever_study import retriever_study, study_question_graphs
     if k < 1 or epochs < 1 or n_nodes < 1 or max_triples < 1:
         raise ValueError(f'k, epochs, n_nodes and max_triples must be at least 1, got {k}, {epochs}, {n_nodes}, {max_triples}')
     qgs = study_question_graphs(kg, records, cache_dir, 'build', seed=graph_seed, n_nodes=n_nodes, max_triples=max_triples)
-    return retriever_study(kg, records, qgs, encoder, cache_dir, labels=['gt'], seeds=[0], references=(),
+    return retriever_study(kg, records, qgs, encoder, cache_dir, labels=['gt'], seeds=[0], references=tuple(references),
                            train_cfg=dict(epochs=epochs, patience=2, val_metric='answer_recall@100'),
                            reader=reader, reader_ks=[k], ks=sorted({10, 100, k}), threads=threads)
 
-# %% ../nbs/19_ultrag.ipynb #c078
+# %% ../nbs/19_ultrag.ipynb #c089
 def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s table of the test questions
                           baseline: pd.DataFrame,  # `subgraphrag_baseline`'s table of the same questions
                           k: int = 200) -> pd.DataFrame:  # the baseline's K
@@ -641,7 +718,92 @@ def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s tabl
     return vs[['group_by', 'group'] + [c for c in vs.columns if c not in ('group_by', 'group')]].assign(
         k=k, subgraphrag=f'SubgraphRAG retriever (GT labels, seed 0) top-{k}')
 
-# %% ../nbs/19_ultrag.ipynb #c081
+# %% ../nbs/19_ultrag.ipynb #c092
+def triples_subgraph(kg: KnowledgeGraph, triples,  # (n, 3) KG index (head, relation, tail) rows, each a triple of `kg`
+                     keep=(),  # entity indices kept even without a triple (the seeds)
+                     name: str = 'given triples') -> Pruned:
+    "The graph of exactly `triples` and the entities `keep`, as a `Pruned` of `kg`."
+    tri = np.asarray(triples, np.int64).reshape(-1, 3)
+    keys = (kg.head * kg.num_relations + kg.rel) * kg.num_entities + kg.tail
+    order = np.argsort(keys, kind='stable')
+    want = (tri[:, 0] * kg.num_relations + tri[:, 1]) * kg.num_entities + tri[:, 2]
+    pos = np.minimum(np.searchsorted(keys[order], want), len(keys) - 1)
+    if (bad := int((keys[order][pos] != want).sum())): raise ValueError(f'{bad} of {len(tri)} triples are not in {kg.name}')
+    sub, nodes = kg.edge_subgraph(order[pos], nodes=np.asarray(list(keep), np.int64), name=f'{kg.name}[{name}]')
+    return Pruned(sub, nodes, kg.num_entities)
+
+# %% ../nbs/19_ultrag.ipynb #c095
+class RestrictedPruner:
+    "Step 3 inside a given subgraph of the KG (a question graph, a retriever's top-k triples): the inner pruner runs on it."
+    def __init__(self, graph: Pruned,  # the subgraph (`triples_subgraph`)
+                 inner=None,  # the pruner run inside it (default SEPPRPruner())
+                 name: str = 'given subgraph'):  # what the subgraph is, for tables
+        self.graph, self.inner, self.name = graph, inner or SEPPRPruner(), name
+        self.label = f'{name}, then {self.inner.label}'
+
+    def prune(self, kg: KnowledgeGraph, leaf_sets: dict) -> Pruned:
+        "The inner pruner's subgraph of `self.graph`, indexed in `kg`."
+        if self.graph.full_size != kg.num_entities: raise ValueError(f'the subgraph is of a {self.graph.full_size}-entity KG, not of {kg.name}')
+        p = self.inner.prune(self.graph.kg, _sub_leaf_sets(leaf_sets, self.graph))
+        return Pruned(p.kg, self.graph.nodes[p.nodes], kg.num_entities)
+
+# %% ../nbs/19_ultrag.ipynb #c098
+def evaluate_within(pipe: Ultrag, records: pd.DataFrame,
+                    graphs: dict,  # question ID -> its `Pruned` graph
+                    name: str,  # what the graphs are, e.g. 'PPR top-200' (the `graph` column)
+                    use_seeds: bool = True) -> pd.DataFrame:
+    "`evaluate_ultrag` with each question's pruning and execution restricted to its graph in `graphs`."
+    missing = [str(i) for i in records['id'] if str(i) not in graphs]
+    if missing: raise ValueError(f'{len(missing)} questions have no graph in {name!r} (first: {missing[0]})')
+    base, rows = pipe.pruner, []
+    try:
+        for rec in records.to_dict('records'):
+            pipe.pruner = RestrictedPruner(graphs[str(rec['id'])], base, name)
+            rows.append(evaluate_ultrag(pipe, pd.DataFrame([rec]), use_seeds))
+    finally: pipe.pruner = base
+    return pd.concat(rows, ignore_index=True).assign(graph=name)
+
+# %% ../nbs/19_ultrag.ipynb #c100
+QUESTION_GRAPH = 'question graph (retriever study)'
+
+def retrieved_graphs(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
+                     qgraphs,  # their question graphs, in record order (`retriever_study.study_question_graphs`)
+                     encoder,  # the study's text encoder
+                     retrievers: dict,  # name -> a trained retriever or a reference name ('ppr', 'embedding')
+                     k: int = 200,  # triples kept per retriever
+                     ids=None,  # the test question IDs to take (None: every test question)
+                     root=None) -> dict:  # embedding-store parent folder
+    "{graph name: {test question ID: Pruned}}: each question graph whole, and each retriever's top-k triples of it (seeds kept)."
+    from kgqa_nb.retriever_study import retriever_scores
+    from kgqa_nb.subgraphrag import prepare_examples, text_features, top_triples
+    want = records['split'].eq('test') & (records['id'].astype(str).isin({str(i) for i in ids}) if ids is not None else True)
+    pos = np.flatnonzero(want.to_numpy())
+    recs, qgs = records.iloc[pos].to_dict('records'), [qgraphs[int(i)] for i in pos]
+    exs = prepare_examples(recs, qgs, encoder, root=root)
+    feats = text_features(kg, encoder, entities=exs.nodes, root=root)
+    out = {QUESTION_GRAPH: {}, **{f'{n} top-{k}': {} for n in retrievers}}
+    for qg, ex in zip(qgs, exs):
+        out[QUESTION_GRAPH][str(qg.id)] = triples_subgraph(kg, np.stack([qg.h, qg.r, qg.t], 1), qg.seeds, 'question graph')
+        for n, ret in retrievers.items():
+            out[f'{n} top-{k}'][str(qg.id)] = triples_subgraph(kg, top_triples(ex, retriever_scores(ret, ex, feats), k), qg.seeds, f'{n} top-{k}')
+    return out
+
+# %% ../nbs/19_ultrag.ipynb #c102
+def same_footing_table(runs: pd.DataFrame) -> pd.DataFrame:  # `evaluate_ultrag` / `evaluate_within` rows with a `graph` column
+    "Per (graph, executor): questions, mean triples of the executed graph, and Hits / Recall / F1 (%) with bootstrap 95% CIs."
+    from kgqa_nb.spanalysis import bootstrap_interval
+    groups = runs.groupby(['graph', 'executor'], sort=False)
+    if groups.id.apply(lambda s: tuple(sorted(map(str, s)))).nunique() > 1: raise ValueError('the (graph, executor) rows ran different questions')
+    rows = []
+    for (g, ex), d in groups:
+        row = dict(graph=g, executor=ex, n=len(d), mean_triples=float(d.subgraph_edges.mean()))
+        for m in ('hits', 'recall', 'f1'):
+            x = 100 * d[m].astype(float).to_numpy()
+            row[m] = float(x.mean()); row[f'{m}_ci_low'], row[f'{m}_ci_high'] = bootstrap_interval(x)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/19_ultrag.ipynb #c106
 class GivenQueryWriter:
     "Step 1 when the user writes the query (`--query`): parse and check it once; no LLM."
     label = 'given by the user (--query)'
@@ -659,14 +821,14 @@ class GivenQueryWriter:
         except QueryWriteError as e: out.errors.append(e.reason); out.message = str(e)
         return out
 
-# %% ../nbs/19_ultrag.ipynb #c085
+# %% ../nbs/19_ultrag.ipynb #c110
 def display_query(text: str,  # canonical DSL text
                   mentions: dict | None = None) -> str:  # placeholder ID -> mention
     "The query for people: each placeholder leaf replaced by its mention in brackets."
     for ph, m in (mentions or {}).items(): text = re.sub(rf'\b{re.escape(ph)}\b', f'[{m}]', text)
     return text
 
-# %% ../nbs/19_ultrag.ipynb #c088
+# %% ../nbs/19_ultrag.ipynb #c113
 OFFLINE_ASK = ("offline, no query writer can read an arbitrary question: give --query 'Q42 -> P19' (a DSL query over the KG's "
                "entity and relation IDs, run by --executor), --dataset DIR --id N (a question of a kgqa generate / kgqagen "
                "folder; the oracle writes its gold query), or --backend openai --base-url URL --model NAME (an LLM writes the query)")
@@ -678,7 +840,7 @@ def check_ask_source(a):
     if not (a.query or a.id or a.question): raise UsageError('give a question, --query or --dataset DIR --id N')
     if a.backend == 'offline' and not (a.query or a.id): raise UsageError(OFFLINE_ASK)
 
-# %% ../nbs/19_ultrag.ipynb #c091
+# %% ../nbs/19_ultrag.ipynb #c116
 def _cli_source(a):
     "(Source, KG) of the parsed arguments."
     from kgqa_nb.core import user_cache_dir
@@ -703,7 +865,7 @@ def _cli_seeds(a, kg, rec=None):
     if bad: raise UsageError(f'--seeds: IDs not in {kg.name}: {bad}')
     return seeds
 
-# %% ../nbs/19_ultrag.ipynb #c093
+# %% ../nbs/19_ultrag.ipynb #c118
 def _cli_pipeline(a, kg, records=None):  # records: what the oracle writer may answer
     from kgqa_nb.ultra import load_ultra
     client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None) if a.backend == 'openai' else None
@@ -729,7 +891,7 @@ def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
     print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
     return 0
 
-# %% ../nbs/19_ultrag.ipynb #c095
+# %% ../nbs/19_ultrag.ipynb #c120
 def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
     check_model_flag(a.backend, a.model)

@@ -271,3 +271,103 @@ def test_batched_projections_equal_one_at_a_time(ultraquery):
                  'AND(Q900003124 -> P136 inv, Q900003374 -> P155 -> P527 -> P86) -> P86 inv'):
         q = parse_query(text)
         torch.testing.assert_close(execute_batched(ex, q, sub), ex.execute(q, sub), rtol=0, atol=1e-5)
+
+
+def _answer_graph(rec, extra: int, seed: int = 0):
+    "A question's ground-truth triples plus `extra` random triples of the toy world, as a restricted graph (seeds kept)."
+    from kgqa_nb.ultrag import triples_subgraph
+    seeds, _, sg = record_ids(rec)
+    gt = np.array([[TW.entity(h), TW.relation(r), TW.entity(t)] for h, r, t in sg], np.int64).reshape(-1, 3)
+    rnd = TW.triples[np.random.default_rng(seed).choice(TW.num_triples, extra, replace=False)]
+    return triples_subgraph(TW, np.concatenate([gt, rnd]), [TW.entity(s) for s in seeds], 'test graph')
+
+
+def test_an_executor_on_a_restricted_graph_never_returns_an_entity_outside_it(toy_source, ultraquery):
+    "Both executors inside a question's graph: every positive membership and every answer is an entity of that graph."
+    from kgqa_nb.ultrag import RestrictedPruner, evaluate_within
+    recs = toy_source.test.head(6).assign(split='test')
+    graphs = {str(r['id']): _answer_graph(r, 150, i) for i, r in enumerate(recs.to_dict('records'))}
+    pipe = Ultrag(TW, oracle_writer(TW, toy_source.all), NeuralExecutor(ultraquery), pruner=SEPPRPruner(k=0),
+                  arbitrator=ThresholdArbitrator(0.05), keep_scores=True)
+    leaked_on_whole_kg = 0
+    for ex in (NeuralExecutor(ultraquery), SymbolicStep()):
+        pipe.executor = ex
+        for rec in recs.to_dict('records'):
+            g, seeds = graphs[str(rec['id'])], record_ids(rec)[0]
+            inside = np.zeros(TW.num_entities, bool); inside[g.nodes] = True
+            pipe.pruner = RestrictedPruner(g, SEPPRPruner(k=0))
+            res = pipe.answer(rec['question'], seeds)
+            assert res.error == '' and not (res.scores.numpy()[~inside] != 0).any(), (ex.label, rec['id'])
+            assert {TW.entity(a) for a in res.answers} <= set(g.nodes.tolist()) and res.answers, (ex.label, rec['id'])
+            assert res.subgraph_edges == g.kg.num_triples
+            pipe.pruner = SEPPRPruner(k=0)
+            leaked_on_whole_kg += bool((pipe.answer(rec['question'], seeds).scores.numpy()[~inside] != 0).any())
+        pipe.pruner = SEPPRPruner(k=0)
+        ev = evaluate_within(pipe, recs, graphs, 'test graphs')
+        for r in ev.itertuples():
+            assert {TW.entity(e) for e, _ in r.top} <= set(graphs[str(r.id)].nodes.tolist())
+        assert ev.hits.all(), ev[['id', 'hits', 'error']]  # the graphs hold every ground-truth triple: the gold queries still answer
+        assert (ev.graph == 'test graphs').all() and ev.pruner.str.startswith('test graphs, then').all()
+    assert leaked_on_whole_kg > 0  # on the whole KG the same queries do reach entities outside these graphs
+
+
+def _edit_distance(a: str, b: str) -> int:
+    d = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, d[0] = d[0], i
+        for j, cb in enumerate(b, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (ca != cb))
+    return d[-1]
+
+
+def test_perturbed_mentions_are_deterministic_per_seed_and_differ_from_the_label():
+    from kgqa_nb.ultrag import MENTION_KINDS, perturb_mention
+    labels = [TW.entity_labels[i] for i in np.random.default_rng(0).choice(TW.num_entities, 400, replace=False)]
+    labels += ['New York City', 'A A', 'x', 'Z-9']
+    changed_with_seed = 0
+    for lab in labels:
+        al = [lab.upper() + ' alias', lab]
+        for kind in MENTION_KINDS[1:]:
+            m = perturb_mention(lab, kind, 7, al)
+            assert m == perturb_mention(lab, kind, 7, al), (lab, kind)
+            changed_with_seed += m != perturb_mention(lab, kind, 8, al)
+            if m is None: continue
+            assert m != lab and m.strip(), (lab, kind, m)
+            toks = lab.split()
+            if kind == 'lower-cased': assert m == lab.lower()
+            if kind == 'partial (a token dropped)': assert len(m.split()) == len(toks) - 1 and set(m.split()) <= set(toks)
+            if kind == 'reordered tokens': assert sorted(m.split()) == sorted(toks)
+            if kind == 'misspelt (one edit)':
+                diff = [i for i, (a, b) in enumerate(zip(m, lab)) if a != b]
+                swap = len(m) == len(lab) and len(diff) == 2 and diff[1] == diff[0] + 1 and m[diff[0]] == lab[diff[1]] and m[diff[1]] == lab[diff[0]]
+                assert _edit_distance(m, lab) == 1 or swap, (lab, m)
+            if kind == 'alias': assert m == lab.upper() + ' alias'
+    assert perturb_mention('x', 'partial (a token dropped)') is None and perturb_mention('A A', 'reordered tokens') is None
+    assert perturb_mention('Z-9', 'misspelt (one edit)') not in (None, 'Z-9') and perturb_mention('9-9', 'misspelt (one edit)') is None
+    assert changed_with_seed > 100  # another seed gives other mentions
+
+
+def test_mention_linking_accuracy_scores_each_kind_on_the_seeds_it_applies_to(toy_source):
+    from kgqa_nb.kg import parse_item
+    from kgqa_nb.text import HashingEncoder
+    from kgqa_nb.ultrag import MENTION_KINDS, linking_accuracy, mention_linking_accuracy
+    linker = EntityLinker(TW, encoder=HashingEncoder(256))
+    recs = toy_source.test
+    seeds = [parse_item(s)[1] for ss in recs['seed_entities'] for s in ss]
+    t = mention_linking_accuracy(linker, recs, aliases={seeds[0]: ['an alias nobody uses']}).set_index('mentions')
+    assert list(t.index) == list(MENTION_KINDS) and (t.seeds == len(seeds)).all()
+    assert t.loc['exact label', 'n'] == len(seeds) and t.loc['exact label', 'acc@1'] == linking_accuracy(linker, recs)['acc@1']
+    assert t.loc['alias', 'n'] == 1 and t.loc['alias', 'example'].endswith('-> an alias nobody uses')
+    ok = t[t.n > 0]
+    assert (ok['acc@1_ci_low'] <= ok['acc@1']).all() and (ok['acc@1'] <= ok['acc@1_ci_high']).all() and (ok['acc@1'] <= ok['acc@10']).all()
+    assert t.loc['partial (a token dropped)', 'n'] < len(seeds)  # one-word labels have no partial mention
+
+
+def test_same_footing_table_refuses_rows_on_different_questions():
+    from kgqa_nb.ultrag import same_footing_table
+    row = lambda i, g, h: dict(id=i, graph=g, executor='symbolic', hits=h, recall=float(h), f1=float(h), subgraph_edges=10)
+    runs = pd.DataFrame([row(1, 'a', True), row(2, 'a', False), row(1, 'b', True), row(2, 'b', True)])
+    t = same_footing_table(runs).set_index('graph')
+    assert t.loc['a', 'hits'] == 50 and t.loc['b', 'hits'] == 100 and t.loc['a', 'n'] == 2
+    with pytest.raises(ValueError, match='different questions'):
+        same_footing_table(pd.concat([runs, pd.DataFrame([row(3, 'b', True)])]))
