@@ -472,3 +472,14 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
             for paths in memory.values(): paths[:] = [x for x in paths if x not in dropped]
             backtracks += 1
     return run('depth limit', self.depth)
+
+# %% ../nbs/23_agents.ipynb #c061
+@patch
+def prompt_budget(self: KGAgent, n_seeds: int = 1) -> int:  # seed entities of the question
+    "The most prompts one ToG run sends on a question with `n_seeds` seeds (no retries)."
+    return n_seeds + 2 + (self.depth - 1) * (self.width + 2)
+
+@patch
+def prompt_budget(self: PoG, n_seeds: int = 1) -> int:  # seed entities of the question
+    "ToG's budget plus PoG's plan and its reflections."
+    return KGAgent.prompt_budget(self, n_seeds) + self.depth

@@ -96,6 +96,7 @@ def test_tog_honours_the_depth_limit_and_falls_back_to_an_empty_subgraph(toy, sc
     assert sub.shape == (0, 3) and sub.dtype == np.int64
     assert (tog.last.stopped, tog.last.rounds, tog.last.fallback, tog.last.answer) == ('depth limit', 2, True, [])
     assert steps(log) == ['relations', 'entities', 'sufficiency'] * 2  # no third round
+    assert tog.last.calls == tog.prompt_budget() == 6
 
 
 def test_pog_backtracks_once_after_an_insufficient_verdict(toy, scripted, client):
@@ -127,6 +128,7 @@ def test_pog_keeps_what_it_explored_at_the_depth_limit(toy, scripted, client):
     pog = PoG(client, width=1, depth=2)
     assert pog.retrieve(REC, toy).shape[0] == 2 and pog.last.stopped == 'depth limit' and not pog.last.fallback
     assert steps(log).count('sufficiency') == 2 and steps(log).count('reflect') == 1
+    assert pog.last.calls == pog.prompt_budget() == 8
 
 
 @pytest.mark.parametrize('agent', [ToG, PoG])
