@@ -1,0 +1,157 @@
+"""RoG and GCR (kgqa_nb.pathgen): the fine-tune learns, GCR's constrained decoding never leaves the KG-Trie (property
+test over random small KGs), BFS grounding returns exactly the triples on complete walks of a path from the seeds, and
+`retrieve` reads only the question and the seed entities."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from kgqa_nb.core import ReasonError
+from kgqa_nb.kg import KnowledgeGraph
+from kgqa_nb.pathgen import (GCR, PathTrie, RoG, as_triples, gold_triples, ground_path, ground_paths, kg_paths, path_prompt,
+                             path_text, tiny_generator, training_pairs)
+from kgqa_nb.sr import RelGraph, relation_texts
+from kgqa_nb.subgraphrag import RetrievalInputError, two_hop_dataset
+
+torch.set_num_threads(1)
+ALLOWED = {'question', 'paraphrased_question', 'seed_entities'}
+
+
+def toy_records(kg, recs, qgraphs):
+    "The toy records with the GTSQA gold fields of their question graphs."
+    item = lambda i: f'{kg.entity_labels[i]} ({kg.entity_ids[i]})'
+    rel = lambda r: f'{kg.relation_labels[r]} ({kg.relation_ids[r]})'
+    return [{**rec, 'seed_entities': [item(s) for s in g.seeds], 'answer_node': item(g.answers[0]),
+             'answer_subgraph': [[item(h), rel(r), item(t)] for h, r, t, s in zip(g.h, g.r, g.t, g.triple_scores) if s]}
+            for rec, g in zip(recs, qgraphs)]
+
+
+@pytest.fixture(scope='module')
+def toy():
+    kg, recs, qgraphs = two_hop_dataset(n=8, n_distractors=6, seed=0)
+    train = toy_records(kg, recs, qgraphs)
+    texts = [path_prompt(r['question']) for r in train] + [path_text(relation_texts(kg), p) for p in [(0, 1), (2,)]]
+    return kg, train, qgraphs, texts
+
+
+@pytest.fixture(scope='module')
+def fitted(toy):
+    kg, train, qgraphs, texts = toy
+    return RoG(tiny_generator(texts), steps=60, batch_size=4, lr=3e-3).fit(train, kg)
+
+
+def test_fine_tune_lowers_the_loss(toy):
+    kg, train, _, texts = toy
+    gen = tiny_generator(texts, seed=1)
+    pairs = training_pairs(train, kg)
+    with torch.no_grad(): before = float(gen.batch_loss(pairs))
+    gen.fine_tune(pairs, steps=40, batch_size=4, lr=3e-3, freeze_embeddings=False)
+    with torch.no_grad(): after = float(gen.batch_loss(pairs))
+    assert after < before / 4, (before, after)
+    assert gen.steps == 40 and len(gen.history) == 40
+
+
+def test_labels_choose_the_supervision():
+    kg, recs, qgraphs = two_hop_dataset(n=4, n_distractors=4, shortcut=True, seed=0)
+    train = toy_records(kg, recs, qgraphs)
+    gt = {t for _, t in training_pairs(train, kg, qgraphs, 'gt')}
+    sp = {t for _, t in training_pairs(train, kg, qgraphs, 'sp')}
+    assert gt == {' <p> parent > born in </p>'}
+    assert sp == {' <p> shortcut </p>'}  # the shortcut triple is the only shortest seed-answer path
+
+
+def test_bad_input_is_named(toy):
+    kg, train, _, texts = toy
+    with pytest.raises(RetrievalInputError, match='unknown_labels'): RoG(tiny_generator(texts), steps=1).fit(train, kg, labels='xx')
+    with pytest.raises(ReasonError, match='no_training_paths'): tiny_generator(texts).fine_tune([], steps=1)
+
+
+class GoldGuard(dict):
+    "A record that fails the test when anything but the question, its paraphrase or the seed entities is read."
+    def __getitem__(self, k):
+        assert k in ALLOWED, f'retrieve read {k!r}'
+        return super().__getitem__(k)
+    def get(self, k, default=None):
+        assert k in ALLOWED, f'retrieve read {k!r}'
+        return super().get(k, default)
+    def _whole(self, *a): raise AssertionError('retrieve read the whole record')
+    keys = values = items = __iter__ = copy = _whole
+
+
+@pytest.mark.parametrize('model', ['rog', 'gcr'])
+def test_retrieve_reads_no_gold_and_returns_graph_triples(toy, fitted, model):
+    kg, train, qgraphs, _ = toy
+    m = fitted if model == 'rog' else GCR.from_rog(fitted)
+    for rec, qg in zip(train[:4], qgraphs[:4]):
+        graph = as_triples(qg)
+        got = m.retrieve(GoldGuard(rec), kg, graph)
+        assert got.dtype == np.int64 and got.shape[1] == 3 and len(got) > 0
+        assert len(np.unique(got, axis=0)) == len(got)
+        assert {tuple(x) for x in got.tolist()} <= {tuple(x) for x in graph.tolist()}
+        assert {tuple(x) for x in gold_triples(rec, kg).tolist()} <= {tuple(x) for x in got.tolist()}
+    if model == 'gcr': assert len(m.trie_seconds) == 4 and all(n > 0 for n in m.trie_sizes)
+    assert m.describe().startswith('RoG (random-init' if model == 'rog' else 'GCR (random-init')
+
+
+# ------------------------------------------------------------------ hypothesis: random small KGs
+@st.composite
+def small_kgs(draw):
+    n_ent, n_rel = draw(st.integers(2, 6)), draw(st.integers(1, 3))
+    tri = draw(st.lists(st.tuples(st.integers(0, n_ent - 1), st.integers(0, n_rel - 1), st.integers(0, n_ent - 1)),
+                        min_size=1, max_size=14, unique=True))
+    seeds = draw(st.lists(st.integers(0, n_ent - 1), min_size=1, max_size=2, unique=True))
+    kg = KnowledgeGraph.from_id_triples([(f'E{h}', f'P{r}', f'E{t}') for h, r, t in tri],
+                                        {f'E{i}': f'e {i}' for i in range(n_ent)}, {f'P{i}': f'rel {i}' for i in range(n_rel)})
+    seeds = [kg.entity(f'E{s}') for s in seeds if f'E{s}' in kg.entity_index] or [0]
+    return kg, seeds
+
+
+def walks(tri: list, seeds, path, R: int) -> set:
+    "Reference: the triples of every complete walk of `path` from `seeds`, by enumerating the walks."
+    ends = [(s, ()) for s in seeds]
+    for d in path:
+        ends = [(t if d < R else h, used + ((h, r, t),)) for u, used in ends for h, r, t in tri
+                if r == d % R and (h if d < R else t) == u]
+    return {x for _, used in ends for x in used}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_kgs(), st.data())
+def test_grounding_returns_exactly_the_triples_on_walks_from_the_seeds(kgs, data):
+    kg, seeds = kgs
+    R, tri = kg.num_relations, [tuple(x) for x in kg.triples.tolist()]
+    path = tuple(data.draw(st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3)))
+    g = RelGraph(kg.head, kg.rel, kg.tail, R)
+    got = {tuple(x) for x in ground_paths(g, seeds, [path]).tolist()}
+    assert got == walks(tri, seeds, path, R)
+    if got: assert all(kg.has_triples(*np.array(sorted(got)).T))
+    if got: assert len(ground_path(g, seeds, path, max_nodes=0)) == 0  # a frontier over the cap retrieves nothing
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_kgs(), st.integers(1, 8), st.integers(0, 3))
+def test_gcr_decoding_never_leaves_the_trie(kgs, n, seed):
+    kg, seeds = kgs
+    R, rel_texts = kg.num_relations, relation_texts(kg)
+    g = RelGraph(kg.head, kg.rel, kg.tail, R)
+    gen = tiny_generator([path_prompt('which e is it ?')] + rel_texts + ['<p> > </p>'], dim=32, seed=seed)
+    trie, seq_paths, _ = gen.build_trie(g, seeds, rel_texts)
+    # the trie holds exactly the realised paths of 1-2 hops (reference: walks from the seeds)
+    ref = {p for k in (1, 2) for p in itertools.product(range(2 * R), repeat=k) if walks([tuple(x) for x in kg.triples.tolist()], seeds, p, R)}
+    assert set(kg_paths(g, seeds)) == ref == set(seq_paths.values())
+    found = gen.constrained_paths('which e is it ?', trie, n)
+    assert all(s in trie for s in found)
+    assert len(found) == len(set(found)) == min(n, len(trie))
+
+
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4), min_size=1, max_size=8))
+def test_trie_allows_exactly_the_next_tokens_of_its_sequences(seqs):
+    trie = PathTrie(seqs)
+    for s in seqs:
+        assert s in trie
+        for k in range(len(s)):
+            want = sorted({q[k] for q in seqs if len(q) > k and q[:k] == s[:k]})
+            assert trie.allowed(s[:k]) == want
+    assert trie.allowed([9]) == []
