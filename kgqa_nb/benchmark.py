@@ -28,9 +28,9 @@ from .text import TextEncoder
 __all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS', 'question_view',
            'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side', 'LLMOnlyModel',
            'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint', 'subgraphrag_model',
-           'sr_model', 'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows',
-           'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em',
-           'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli']
+           'sr_model', 'agent_client', 'tog_model', 'pog_model', 'llm_only_model', 'check_model_names', 'make_models',
+           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
+           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
@@ -179,11 +179,29 @@ def sr_model(setup: BenchmarkSetup) -> StudyRetriever:
     return StudyRetriever('sr', model, model.frozen, setup.k, _study_label(setup, 'sr', 'SR', f', beam {c.beam}, {c.max_hop} hops'), setup.root)
 
 # %% ../nbs/25_benchmark.ipynb #c035
+def agent_client(setup: BenchmarkSetup):
+    "The LLM client of the agents (`setup.llm`: agent_backend, agent_model, base_url, cache_dir), or None for the offline policy."
+    from kgqa_nb.llm import LLMClient
+    backend = setup.llm.get('agent_backend', 'offline')
+    if backend == 'offline': return None
+    return LLMClient(backend, setup.llm.get('agent_model') or None, setup.llm.get('base_url') or None, cache_dir=setup.llm.get('cache_dir'))
+
+def tog_model(setup: BenchmarkSetup):
+    "ToG (chapter 23) with the setup's agent LLM (or the offline policy) and budget."
+    from kgqa_nb.agents import ToG
+    return ToG(client=agent_client(setup), **setup.budgets.get('tog', {}))
+
+def pog_model(setup: BenchmarkSetup):
+    "PoG (chapter 23) with the setup's agent LLM (or the offline policy) and budget."
+    from kgqa_nb.agents import PoG
+    return PoG(client=agent_client(setup), **setup.budgets.get('pog', {}))
+
+# %% ../nbs/25_benchmark.ipynb #c037
 def llm_only_model(setup: BenchmarkSetup) -> LLMOnlyModel:
     "The LLM-only baseline (needs nothing from the setup)."
     return LLMOnlyModel()
 
-MODEL_FACTORIES = {'llm-only': llm_only_model, 'sr': sr_model, 'subgraphrag': subgraphrag_model}  # name -> factory(setup)
+MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'sr': sr_model, 'subgraphrag': subgraphrag_model}  # name -> factory(setup)
 TABLE2_ORDER = ('llm-only', 'pog', 'tog', 'sr', 'gcr', 'rog', 'subgraphrag')  # the paper's row order
 
 def check_model_names(names) -> list:
@@ -199,7 +217,7 @@ def make_models(names, setup: BenchmarkSetup) -> list:
     "The benchmark models of `names`, built by their factories (every name checked first)."
     return [MODEL_FACTORIES[n](setup) for n in check_model_names(names)]
 
-# %% ../nbs/25_benchmark.ipynb #c038
+# %% ../nbs/25_benchmark.ipynb #c040
 def triples_text(kg: KnowledgeGraph, triples) -> list:
     "The triples as ('Label (ID)', 'relation (PID)', 'Label (ID)') text, what a reader reads."
     return [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in np.asarray(triples, np.int64).reshape(-1, 3).tolist()]
@@ -222,7 +240,7 @@ def run_benchmark(models: list, records, kg: KnowledgeGraph,  # benchmark models
     golds = [gold_side(kg, r) for r in recs]
     return pd.DataFrame([row for m in models for row in model_rows(m, recs, kg, graphs, reader, golds)])
 
-# %% ../nbs/25_benchmark.ipynb #c042
+# %% ../nbs/25_benchmark.ipynb #c044
 TABLE2_COLUMNS = {'em_hit': 'EM Hits', 'em_recall': 'EM Recall', 'gt_recall': 'GT-triple Recall', 'gt_precision': 'GT-triple Precision',
                   'gt_f1': 'GT-triple F1', 'answer_hit': 'Answer-node Hits', 'answer_recall': 'Answer-node Recall', 'n_triples': 'Number of triples'}
 
@@ -239,7 +257,7 @@ def benchmark_table(per_question: pd.DataFrame, level: float = 0.95) -> pd.DataF
     order = {n: i for i, n in enumerate(TABLE2_ORDER)}
     return pd.DataFrame(rows).sort_values('model', key=lambda s: s.map(lambda n: order.get(n, len(order))), kind='stable', ignore_index=True)
 
-# %% ../nbs/25_benchmark.ipynb #c045
+# %% ../nbs/25_benchmark.ipynb #c047
 def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_type' or 'n_hops'
              metric: str,  # a `TABLE2_COLUMNS` key
              baseline: str | None = None,  # a model name: report each model's mean minus this model's (per question, then averaged)
@@ -256,7 +274,7 @@ def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_
         rows.append(dict(model=m, group_by=by, group=g, metric=metric, minus=baseline or '', mean=100 * x[metric].mean(), lo=100 * lo, hi=100 * hi, n_questions=len(x)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c048
+# %% ../nbs/25_benchmark.ipynb #c050
 def group_order(groups, per_question: pd.DataFrame | None = None, by: str = 'graph_isomorphism') -> list:
     "The groups in display order: isomorphism types by their hops then name (from the per-question table), others sorted."
     if per_question is not None and by == 'graph_isomorphism' and 'n_hops' in per_question:
@@ -284,7 +302,7 @@ def plot_by_group(table: pd.DataFrame,  # `by_group` rows (one metric)
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c050
+# %% ../nbs/25_benchmark.ipynb #c052
 def recall_vs_em(per_question: pd.DataFrame, by: str = 'graph_isomorphism', exclude=('llm-only',)) -> tuple:
     "(points, stats): per (model, group) mean GT-triple recall, answer recall and EM Hits in percent; Pearson r and p of each recall with EM."
     d = per_question[~per_question.model.isin(exclude)]
@@ -307,7 +325,7 @@ def plot_recall_vs_em(pts: pd.DataFrame, stats: dict, reader: str):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c053
+# %% ../nbs/25_benchmark.ipynb #c055
 CKPT_FLAGS = {'subgraphrag': 'subgraphrag_ckpt', 'sr': 'sr_ckpt'}  # models that read a checkpoint given on the command line
 
 def check_benchmark_args(a) -> list:
@@ -323,7 +341,7 @@ def check_benchmark_args(a) -> list:
     if not Path(a.dataset).exists(): raise FileNotFoundError(f'--dataset {a.dataset}: no such folder')
     return names
 
-# %% ../nbs/25_benchmark.ipynb #c055
+# %% ../nbs/25_benchmark.ipynb #c057
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
     "SubgraphRAG or SR from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
     if name == 'sr':
