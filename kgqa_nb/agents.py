@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .kg import KnowledgeGraph, csr_view
 from .kgqagen import ReplyError, reply_json
 from .llm import LLMClient
-from .readers import TextPathReader, item_label, question_hops, relation_phrases
+from .readers import TextPathReader, question_hops, relation_phrases
 from .text import TextEncoder
 
 # %% auto #0
@@ -213,7 +213,8 @@ class LLMPolicy:
 
 # %% ../nbs/23_agents.ipynb #c036
 @patch
-def relations(self: LLMPolicy, task: Task, e: int, rels: list, width: int, used: tuple = ()) -> list:  # `used`: the path's relations (the prompt names the entity only)
+def relations(self: LLMPolicy, task: Task, e: int, rels: list, width: int,
+              used: tuple = ()) -> list:  # the path's relations (unused: the prompt names the entity only)
     "Indices of the kept (relation, forward) pairs of entity `e`."
     return self.ask(relation_messages(task, e, rels, width), lambda t: parse_keep(t, len(rels), width))
 
