@@ -195,7 +195,6 @@ LLM_WORK = {  # artifact -> (its full parameters, planning assumptions) -> [Call
     'fig4_sp_reader': sp_reader_calls,
     **{n: retriever_study_calls for n in ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')},
     'ultrag_end_to_end': lambda p, plan: ultrag_calls(p, plan, evaluations=2 if p['link'] else 1),
-    'ultrag_neural_vs_symbolic': ultrag_calls,
     'ultrag_oracle_vs_llm': lambda p, plan: ultrag_calls(p, plan)[:1],
     'kgrag_hops_topk': kgrag_calls,
     'kgrag_baselines': lambda p, plan: kgrag_calls(p, plan, baselines=True),
