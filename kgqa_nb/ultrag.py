@@ -705,12 +705,18 @@ def subgraphrag_baseline(kg: KnowledgeGraph,
 # %% ../nbs/19_ultrag.ipynb #c089
 def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s table of the test questions
                           baseline: pd.DataFrame,  # `subgraphrag_baseline`'s table of the same questions
-                          k: int = 200) -> pd.DataFrame:  # the baseline's K
-    "ULTRAG Hits beside SubgraphRAG(k) Hits, answer recall and GT recall (%), overall and per hop count."
+                          k: int = 200,  # the baseline's K
+                          symbolic_rows: pd.DataFrame | None = None) -> pd.DataFrame:  # the same queries run by the symbolic executor
+    "ULTRAG Hits (and the symbolic executor's on the same queries) beside SubgraphRAG(k) Hits, answer recall and GT recall (%), overall and per hop count."
     cols = [f'hits@{k}', f'answer_recall@{k}', f'gt_recall@{k}']
     both = ultrag_rows[['id', 'n_hops', 'hits']].astype({'id': str}).merge(baseline.astype({'id': str})[['id', *cols]], on='id', how='inner')
     if len(both) != len(ultrag_rows): raise ValueError(f'{len(ultrag_rows) - len(both)} of {len(ultrag_rows)} ULTRAG questions have no SubgraphRAG row')
-    def agg(g): return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
+    if symbolic_rows is not None:
+        sym = symbolic_rows[['id', 'hits']].astype({'id': str}).rename(columns={'hits': 'symbolic'})
+        if set(sym.id) != set(both.id): raise ValueError('the symbolic executor ran other questions than ULTRAG')
+        both = both.merge(sym, on='id')
+    def agg(g): return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(),
+                                  **({'symbolic_hits': 100 * g.symbolic.mean()} if 'symbolic' in g else {}), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
                                   'subgraphrag_answer_recall': 100 * g[cols[1]].mean(), 'subgraphrag_gt_recall': 100 * g[cols[2]].mean()})
     vs = pd.concat([agg(both).to_frame().T.assign(group_by='all', group='all'),
                     both.groupby('n_hops').apply(agg, include_groups=False).reset_index().rename(columns={'n_hops': 'group'}).assign(group_by='n_hops')],
