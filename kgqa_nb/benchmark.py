@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .core import UsageError, progress, user_cache_dir, write_table
+from .core import UsageError, keyed_folder, mark_built, progress, user_cache_dir, write_table
 from .datasources import dataset_kg, open_dataset_dir
-from .kg import KnowledgeGraph
+from .kg import KnowledgeGraph, kg_fingerprint
 from .metrics import answer_hit, pearson, set_prf
 from .qgraphs import build_question_graphs, record_question
-from .spanalysis import bootstrap_interval, gold_answers
+from .spanalysis import bootstrap_interval, gold_answers, records_fingerprint
 from .subgraphrag import RetrievalExample, label_key, load_retriever, question_texts, text_features, top_triples
 from .sr import load_sr
 from .readers import make_reader
@@ -25,12 +25,13 @@ from .retriever_study import check_out, retriever_scores, run_ckpt_dir
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS', 'question_view',
-           'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side', 'LLMOnlyModel',
-           'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint', 'subgraphrag_model',
-           'sr_model', 'agent_client', 'tog_model', 'pog_model', 'llm_only_model', 'check_model_names', 'make_models',
-           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
-           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli']
+__all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'ROG_BUDGET', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS',
+           'question_view', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side',
+           'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint',
+           'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model', 'rog_model',
+           'gcr_model', 'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows',
+           'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em',
+           'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
@@ -146,6 +147,7 @@ class BenchmarkSetup:
     llm: dict = field(default_factory=dict)  # backend, model, base_url of the LLM-driven models
     budgets: dict = field(default_factory=dict)  # model name -> its own settings (width, depth, steps, beams, ...)
     root: object = None  # embedding-store parent folder
+    cache_dir: object = None  # where fitted models are kept between runs (None: benchmark-models in the user cache)
 
 # %% ../nbs/25_benchmark.ipynb #c033
 def study_epochs(setup: BenchmarkSetup, retriever: str) -> str:
@@ -197,11 +199,44 @@ def pog_model(setup: BenchmarkSetup):
     return PoG(client=agent_client(setup), **setup.budgets.get('pog', {}))
 
 # %% ../nbs/25_benchmark.ipynb #c037
+ROG_BUDGET = dict(generator='tiny', steps=200, batch_size=8, lr=5e-5)  # RoG's default budget (smoke-sized); 'gemma' for Gemma 3 270M
+
+def fitted_path_model(setup: BenchmarkSetup):
+    "A RoG fitted on the setup's training questions (its generator loaded from the keyed cache when fitted before)."
+    from kgqa_nb.pathgen import RoG, gguf_generator, load_generator, path_prompt, tiny_generator, training_pairs
+    b = {**ROG_BUDGET, **setup.budgets.get('rog', {})}
+    gen_kind, fit = b.pop('generator'), {k: b[k] for k in ('steps', 'batch_size', 'lr') if k in b}
+    extra = {k: v for k, v in b.items() if k not in fit}
+    params = dict(records=records_fingerprint(pd.DataFrame(setup.train)), kg=kg_fingerprint(setup.kg), labels=label_key(setup.arm),
+                  generator=gen_kind, graphs=setup.train_graphs is not None, **fit)
+    folder = keyed_folder(Path(setup.cache_dir) if setup.cache_dir else user_cache_dir() / 'benchmark-models', 'rog', params)
+    if (folder / 'generator' / 'generator.json').is_file():
+        rog = RoG(load_generator(folder / 'generator'), **fit, **extra); rog.labels = label_key(setup.arm); return rog
+    if gen_kind == 'tiny':
+        pairs = training_pairs(setup.train, setup.kg, setup.train_graphs, label_key(setup.arm))
+        gen = tiny_generator([path_prompt(q) for q, _ in pairs] + [t for _, t in pairs])
+    elif gen_kind == 'gemma': gen = gguf_generator()
+    else: raise UsageError(f"the RoG generator must be 'tiny' or 'gemma', not {gen_kind!r}")
+    rog = RoG(gen, **fit, **extra).fit(setup.train, setup.kg, setup.train_graphs, setup.arm)
+    rog.gen.save(folder / 'generator'); mark_built(folder)
+    return rog
+
+def rog_model(setup: BenchmarkSetup):
+    "RoG (chapter 24): the fitted path generator, 5-beam search, paths grounded from the seeds."
+    return fitted_path_model(setup)
+
+def gcr_model(setup: BenchmarkSetup):
+    "GCR (chapter 24): the same fitted generator, decoding constrained to the KG-Trie of paths of at most 2 hops."
+    from kgqa_nb.pathgen import GCR
+    return GCR.from_rog(fitted_path_model(setup), **setup.budgets.get('gcr', {}))
+
+# %% ../nbs/25_benchmark.ipynb #c039
 def llm_only_model(setup: BenchmarkSetup) -> LLMOnlyModel:
     "The LLM-only baseline (needs nothing from the setup)."
     return LLMOnlyModel()
 
-MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'sr': sr_model, 'subgraphrag': subgraphrag_model}  # name -> factory(setup)
+MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'sr': sr_model, 'gcr': gcr_model, 'rog': rog_model,
+                   'subgraphrag': subgraphrag_model}  # name -> factory(setup)
 TABLE2_ORDER = ('llm-only', 'pog', 'tog', 'sr', 'gcr', 'rog', 'subgraphrag')  # the paper's row order
 
 def check_model_names(names) -> list:
@@ -217,7 +252,7 @@ def make_models(names, setup: BenchmarkSetup) -> list:
     "The benchmark models of `names`, built by their factories (every name checked first)."
     return [MODEL_FACTORIES[n](setup) for n in check_model_names(names)]
 
-# %% ../nbs/25_benchmark.ipynb #c040
+# %% ../nbs/25_benchmark.ipynb #c044
 def triples_text(kg: KnowledgeGraph, triples) -> list:
     "The triples as ('Label (ID)', 'relation (PID)', 'Label (ID)') text, what a reader reads."
     return [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in np.asarray(triples, np.int64).reshape(-1, 3).tolist()]
@@ -240,7 +275,7 @@ def run_benchmark(models: list, records, kg: KnowledgeGraph,  # benchmark models
     golds = [gold_side(kg, r) for r in recs]
     return pd.DataFrame([row for m in models for row in model_rows(m, recs, kg, graphs, reader, golds)])
 
-# %% ../nbs/25_benchmark.ipynb #c044
+# %% ../nbs/25_benchmark.ipynb #c048
 TABLE2_COLUMNS = {'em_hit': 'EM Hits', 'em_recall': 'EM Recall', 'gt_recall': 'GT-triple Recall', 'gt_precision': 'GT-triple Precision',
                   'gt_f1': 'GT-triple F1', 'answer_hit': 'Answer-node Hits', 'answer_recall': 'Answer-node Recall', 'n_triples': 'Number of triples'}
 
@@ -257,7 +292,7 @@ def benchmark_table(per_question: pd.DataFrame, level: float = 0.95) -> pd.DataF
     order = {n: i for i, n in enumerate(TABLE2_ORDER)}
     return pd.DataFrame(rows).sort_values('model', key=lambda s: s.map(lambda n: order.get(n, len(order))), kind='stable', ignore_index=True)
 
-# %% ../nbs/25_benchmark.ipynb #c047
+# %% ../nbs/25_benchmark.ipynb #c051
 def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_type' or 'n_hops'
              metric: str,  # a `TABLE2_COLUMNS` key
              baseline: str | None = None,  # a model name: report each model's mean minus this model's (per question, then averaged)
@@ -274,7 +309,7 @@ def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_
         rows.append(dict(model=m, group_by=by, group=g, metric=metric, minus=baseline or '', mean=100 * x[metric].mean(), lo=100 * lo, hi=100 * hi, n_questions=len(x)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c050
+# %% ../nbs/25_benchmark.ipynb #c054
 def group_order(groups, per_question: pd.DataFrame | None = None, by: str = 'graph_isomorphism') -> list:
     "The groups in display order: isomorphism types by their hops then name (from the per-question table), others sorted."
     if per_question is not None and by == 'graph_isomorphism' and 'n_hops' in per_question:
@@ -302,7 +337,7 @@ def plot_by_group(table: pd.DataFrame,  # `by_group` rows (one metric)
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c052
+# %% ../nbs/25_benchmark.ipynb #c056
 def recall_vs_em(per_question: pd.DataFrame, by: str = 'graph_isomorphism', exclude=('llm-only',)) -> tuple:
     "(points, stats): per (model, group) mean GT-triple recall, answer recall and EM Hits in percent; Pearson r and p of each recall with EM."
     d = per_question[~per_question.model.isin(exclude)]
@@ -325,7 +360,7 @@ def plot_recall_vs_em(pts: pd.DataFrame, stats: dict, reader: str):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c055
+# %% ../nbs/25_benchmark.ipynb #c059
 CKPT_FLAGS = {'subgraphrag': 'subgraphrag_ckpt', 'sr': 'sr_ckpt'}  # models that read a checkpoint given on the command line
 
 def check_benchmark_args(a) -> list:
@@ -341,7 +376,7 @@ def check_benchmark_args(a) -> list:
     if not Path(a.dataset).exists(): raise FileNotFoundError(f'--dataset {a.dataset}: no such folder')
     return names
 
-# %% ../nbs/25_benchmark.ipynb #c057
+# %% ../nbs/25_benchmark.ipynb #c061
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
     "SubgraphRAG or SR from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
     if name == 'sr':
