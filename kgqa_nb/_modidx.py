@@ -1159,6 +1159,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'kgqa_nb.plan._scale': ('plan.html#_scale', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.api_groups': ('plan.html#api_groups', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.artifact_calls': ('plan.html#artifact_calls', 'kgqa_nb/plan.py'),
+                              'kgqa_nb.plan.benchmark_calls': ('plan.html#benchmark_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.check_budget': ('plan.html#check_budget', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.downloads_for': ('plan.html#downloads_for', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.estimate_seconds': ('plan.html#estimate_seconds', 'kgqa_nb/plan.py'),

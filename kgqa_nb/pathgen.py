@@ -17,11 +17,11 @@ from .kg import KnowledgeGraph, parse_item
 from .llm_local import find_gguf
 from .paths import shortest_path_labels
 from .sr import RelGraph, label_paths, relation_texts
-from .subgraphrag import label_key, torch_threads, two_hop_dataset
+from .subgraphrag import label_key, torch_threads
 
 # %% auto #0
-__all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'path_text', 'relation_vocab', 'parse_path', 'path_prompt',
-           'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'training_paths', 'ground_path',
+__all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDGET', 'path_text', 'relation_vocab', 'parse_path',
+           'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'training_paths', 'ground_path',
            'ground_paths', 'PathGenerator', 'gguf_generator', 'word_tokenizer', 'tiny_generator', 'training_pairs',
            'kg_paths', 'PathTrie', 'RoG', 'question_relgraph', 'GCR', 'load_generator', 'companion_rog']
 
@@ -284,9 +284,11 @@ class RoG:
                  beams: int = 5, batch_size: int = 8, lr: float = 5e-5, seed: int = 0,
                  max_paths: int = 20,  # training paths per record
                  max_nodes: int = 1000,  # a path whose frontier grows past this many entities retrieves nothing
+                 max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens
                  threads: int | None = None):
         self.gen, self.steps, self.beams, self.batch_size, self.lr, self.seed = generator, steps, beams, batch_size, lr, seed
-        self.max_paths, self.max_nodes, self.threads, self.labels, self.n_pairs = max_paths, max_nodes, threads, None, 0
+        self.max_paths, self.max_nodes, self.max_new_tokens, self.threads = max_paths, max_nodes, max_new_tokens, threads
+        self.labels, self.n_pairs = None, 0
     def trained_on(self) -> str:
         if self.labels is None: return 'not fine-tuned'
         return f'fine-tuned {self.gen.steps} steps on {LABEL_NAMES.get(self.labels, self.labels)} paths'
@@ -312,7 +314,7 @@ def question_relgraph(kg: KnowledgeGraph, graph=None) -> RelGraph:
 def retrieve(self: RoG, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
     "(n, 3) triples reached by the generated paths from the seeds, best path first (reads question and seeds only)."
     seeds, vocab = record_seeds(rec, kg), relation_vocab(kg)
-    with torch_threads(self.threads): texts = self.gen.beam_paths(rec['question'], self.beams)
+    with torch_threads(self.threads): texts = self.gen.beam_paths(rec['question'], self.beams, self.max_new_tokens)
     paths = list(dict.fromkeys(p for p in (parse_path(t, vocab) for t in texts) if p))
     self.last_paths = paths
     return ground_paths(question_relgraph(kg, graph), seeds, paths, self.max_nodes)
@@ -328,7 +330,7 @@ class GCR(RoG):
     def from_rog(cls, rog: RoG, **kw) -> GCR:
         "A GCR that decodes with a (fitted) RoG's generator, without fine-tuning again."
         m = cls(rog.gen, steps=rog.steps, batch_size=rog.batch_size, lr=rog.lr, seed=rog.seed, max_paths=rog.max_paths,
-                max_nodes=rog.max_nodes, threads=rog.threads, **kw)
+                max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, threads=rog.threads, **kw)
         m.labels, m.n_pairs = rog.labels, rog.n_pairs
         return m
     def describe(self) -> str:
@@ -365,6 +367,9 @@ def load_generator(folder) -> PathGenerator:
     return gen
 
 # %% ../nbs/24_pathgen.ipynb #c057
-def companion_rog(steps: int, gguf=None, **kw) -> RoG:
-    "RoG with the registry's Gemma 3 270M as its generator (`steps` is the fine-tune budget)."
-    return RoG(gguf_generator(gguf), steps=steps, **kw)
+COMPANION_BUDGET = dict(steps=40, batch_size=8, lr=5e-5)  # the companion's fine-tune of Gemma 3 270M (about 20 minutes on 2 cores)
+
+def companion_rog(gguf=None,  # the .gguf file; None: the registry model
+                  **kw) -> RoG:
+    "RoG with the registry's Gemma 3 270M as its generator and the companion's fine-tune budget (overridable by `kw`)."
+    return RoG(gguf_generator(gguf), **{**COMPANION_BUDGET, **kw})
