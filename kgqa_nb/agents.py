@@ -373,7 +373,8 @@ class KGAgent:
         self.policy = LLMPolicy(self.client, self.retries) if self.client is not None else OfflinePolicy(self.encoder)
         self._full = (None, None)  # (KG, its Walkable): the whole KG's adjacency, built once
 
-    def describe(self) -> str: return f'{self.title} ({self.policy.describe()}, width {self.width}, depth {self.depth})'
+    def policy_label(self) -> str: return self.policy.describe()
+    def describe(self) -> str: return f'{self.title} ({self.policy_label()}, width {self.width}, depth {self.depth})'
 
 # %% ../nbs/23_agents.ipynb #c048
 @patch
@@ -435,6 +436,10 @@ def memory_text(memory: dict, covered: set) -> str:
 class PoG(KGAgent):
     "Plan-on-Graph: ToG's search guided by a plan of sub-objectives, with a memory of explored paths and reflection that backtracks."
     name, title = 'pog', 'PoG'
+
+    def policy_label(self) -> str:
+        "The policy's label; offline, it adds that the plan is the question's phrases and that nothing backtracks."
+        return self.policy.describe() + (', plan from the question phrases, no backtracking' if isinstance(self.policy, OfflinePolicy) else '')
 
 @patch
 def reflect_or_continue(self: PoG, task: Task, kept: list, new: list, memory: str) -> Path | None:

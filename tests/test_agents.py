@@ -140,6 +140,7 @@ def test_offline_policy_answers_a_two_hop_question_and_retrieves_its_path(toy, a
     assert rows(toy, 0)[0] in got and rows(toy, 4)[0] in got
     assert len({tuple(r) for r in got}) == len(got)
     assert 'offline' in a.describe() and 'width 5, depth 4' in a.describe()
+    assert ('no backtracking' in a.describe()) == (agent is PoG)
 
 
 class QuestionOnly(dict):
@@ -173,6 +174,6 @@ def test_a_question_graph_bounds_the_exploration(toy):
 
 def test_llm_agents_name_their_model_in_the_row_label(client):
     assert ToG(client).describe() == f'ToG (LLM {client.describe()}, width 5, depth 4)'
-    assert PoG(client, width=3, depth=2).name == 'pog' and 'width 3, depth 2' in PoG(client, width=3, depth=2).describe()
+    assert PoG(client, width=3, depth=2).describe() == f'PoG (LLM {client.describe()}, width 3, depth 2)' and PoG.name == 'pog'
     with pytest.raises(ValueError, match='width, depth'):
         ToG(client, depth=0)
