@@ -4,9 +4,9 @@
 
 # %% ../nbs/21_kgrag.ipynb #c002
 from __future__ import annotations
-import re, weakref
+import math, re, weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,20 +18,23 @@ from .core import MalformedFileError, check_model_flag, data_dir
 from .kg import KnowledgeGraph, UnknownIdError
 from .loaders import load_kg
 from .llm import LLMClient, LLMError, register_offline_model
-from .metrics import hit_at_1
+from .metrics import hit_at_1, normalize_answer
+from .readers import TextPathReader, best_path_scores, item_label, mentioned_entities, relation_phrases
 from .text import TextEncoder, VectorIndex, l2_normalize
 
 # %% auto #0
 __all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DECOMPOSE_EXAMPLES', 'ISSUES', 'RELATION_OF',
-           'STEP_QUESTION', 'RELATION_PHRASES', 'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question',
-           'MetaQAQuestion', 'load_metaqa_questions', 'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize',
-           'triple_parts', 'triple_texts', 'similarity_metric', 'top_k_triples', 'TripleRetriever', 'embed_all_triples',
-           'prompt_role', 'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages',
-           'synthesis_messages', 'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer',
-           'type_chain', 'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose',
-           'relation_phrase_answer', 'offline_answer', 'substitute_answers', 'offline_reformulate',
-           'offline_synthesize', 'offline_direct', 'KGRAG', 'evaluate_kgrag', 'gold_chain', 'step_hit',
-           'retrieval_diagnostics', 'sample_questions', 'metaqa_samples', 'roles_label', 'print_trace', 'kgrag_cli']
+           'STEP_QUESTION', 'RELATION_PHRASES', 'WORDING_CUES', 'ATTRIBUTES', 'WORDING_DECOMPOSER', 'ORACLE_DECOMPOSER',
+           'MODES', 'OFFLINE_ROLES', 'topic_entity', 'plain_question', 'MetaQAQuestion', 'load_metaqa_questions',
+           'entity_by_label', 'Candidates', 'candidate_triples', 'verbalize', 'triple_parts', 'triple_texts',
+           'similarity_metric', 'top_k_triples', 'TripleRetriever', 'embed_all_triples', 'prompt_role',
+           'decomposition_messages', 'answer_messages', 'direct_messages', 'reformulate_messages', 'synthesis_messages',
+           'parse_decomposition', 'triple_entities', 'parse_answer', 'parse_final_answer', 'type_chain',
+           'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose', 'relation_phrase_answer',
+           'offline_answer', 'substitute_answers', 'offline_reformulate', 'offline_synthesize', 'offline_direct',
+           'clause_relations', 'wording_relations', 'chain_steps', 'step_subquestions', 'WordingDecomposer',
+           'ChainReader', 'KGRAG', 'evaluate_kgrag', 'gold_chain', 'step_hit', 'retrieval_diagnostics',
+           'sample_questions', 'metaqa_samples', 'roles_label', 'print_trace', 'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
 _TOPIC_RE = re.compile(r'\[([^\[\]]+)\]')
@@ -399,7 +402,7 @@ def _last_user(messages) -> str: return next(m['content'] for m in reversed(mess
 
 @register_offline_model('kg-rag-decompose', matches=lambda ms: prompt_role(ms) == 'decompose')
 def offline_decompose(messages: list[dict]) -> str:
-    "Offline decomposer: MetaQA template -> type -> relation chain -> sub-questions."
+    "Oracle decomposer (gold question type): MetaQA template -> type (dev type files) -> relation chain -> sub-questions."
     q = _last_user(messages).removeprefix('Question:').strip()
     try: qtype, topic = metaqa_templates().get(question_template(q)), topic_entity(q)
     except (ValueError, OSError): qtype = topic = None
@@ -481,6 +484,130 @@ def offline_direct(messages: list[dict]) -> str:
     return 'unknown'
 
 # %% ../nbs/21_kgrag.ipynb #c062
+WORDING_CUES = {  # relation label -> word stems that name it in a question (our list, from MetaQA's dev wording)
+    'starred actors': r'act(?:s|ed|ing|or|ors)?|co-?star\w*|star(?:s|red|ring)?|appear\w*|cast',
+    'directed by': r'(?:co-?)?direct\w*',
+    'written by': r'(?:co-?)?(?:wr[io]te\w*|written|(?:screen|script)?writers?|screenplay\w*|script\w*)',
+    'release year': r'release\w*|years?|when', 'in language': r'languages?', 'has genre': r'genres?|types?|sort|kind',
+    'has tags': r'tags?|about|describ\w*|terms?|words?', 'has imdb rating': r'rat(?:e|ed|ing)|good|think|opinion',
+    'has imdb votes': r'votes?|popular\w*|famous'}
+ATTRIBUTES = ('release year', 'in language', 'has genre', 'has tags', 'has imdb rating', 'has imdb votes')  # their objects are values
+_CUE_RE = re.compile('|'.join(f'(?P<r{i}>\\b(?:{c})\\b)' for i, c in enumerate(WORDING_CUES.values())), re.I)
+_TWICE = re.compile(r'\b(?:share|shares|same|together)\b|\bco-', re.I)  # a person relation taken twice
+
+def clause_relations(clause: str,
+                     asks_type: bool = False) -> list:  # the clause opens the question with which/what/who: its first noun is the asked type
+    "The relations one clause names, in its word order (a 'share'/'same'/'co-'/'together' clause takes its person relation twice)."
+    rels = [list(WORDING_CUES)[int(m.lastgroup[1:])] for m in _CUE_RE.finditer(clause)]
+    if asks_type and len(rels) > 1 and rels[0] == rels[1] and rels[0] not in ATTRIBUTES: rels = rels[1:]
+    if sum(r not in ATTRIBUTES for r in rels) == 1 and _TWICE.search(clause):
+        rels = [r for r in rels for _ in range(1 if r in ATTRIBUTES else 2)]
+    return rels
+
+# %% ../nbs/21_kgrag.ipynb #c066
+_INNER = re.compile(r'^\W*(?:(?:acted|directed|written|starred)\s+(?:films|movies)|actors?|directors?|(?:screen)?writers?)\b', re.I)
+_DESCRIBES = re.compile(r'(?:the )?(?:actor|director|(?:screen)?writer)', re.I)  # 'the actor [E] co-starred with who'
+_ASKS = re.compile(r'^\W*(?:who|which|what)\b', re.I)
+
+def _one_per_type_clause(groups: list) -> list:
+    out = []
+    for g in groups:  # 'who is the director' + 'that directed': the asked type beside its relation is one hop
+        if g and not (out and len(g) == 1 and out[-1][-1] == g[0]): out.append(g)
+    return [r for g in out for r in g]
+
+def wording_relations(question: str,  # the question, its entity written plainly or in brackets
+                      entity: str) -> list:  # the question's entity label
+    "The relation chain the question's words name, innermost (next to the entity) first; [] when no word names one."
+    q = plain_question(question); at = q.casefold().find(entity.casefold())
+    pre, post = (q, '') if at < 0 else (q[:at], q[at + len(entity):])
+    cp = relation_phrases(pre) if pre.strip() else []
+    co = relation_phrases(post) if post.strip() else []
+    mp = [clause_relations(c, i == 0 and bool(_ASKS.match(pre))) for i, c in enumerate(cp)]
+    mo = [clause_relations(c) for c in co]
+    if cp and _DESCRIBES.fullmatch(cp[-1]) and any(mo): mp[-1] = []
+    inner = mo[0] if co and _INNER.match(post) else []
+    seq = inner + _one_per_type_clause([g[::-1] for g in mp[::-1]]) + _one_per_type_clause(mo[1:] if inner else mo)
+    return [r for r in seq if r not in ATTRIBUTES] + [r for r in seq if r in ATTRIBUTES][:1]
+
+# %% ../nbs/21_kgrag.ipynb #c069
+_TYPE_WORDS = {r: [w for w, l in RELATION_OF.items() if l == r] for r in set(RELATION_OF.values())}  # relation -> MetaQA type words
+
+def chain_steps(relations: list, starts_at_movie: bool) -> list:
+    "(from, to) type words of each step of a relation chain (MetaQA: every relation points from a movie)."
+    steps, at_movie = [], starts_at_movie
+    for r in relations:
+        keys = [('movie', w) if at_movie else (w, 'movie') for w in _TYPE_WORDS[r]]
+        steps.append(next((k for k in keys if k in STEP_QUESTION), keys[0])); at_movie = not at_movie
+    return steps
+
+def step_subquestions(steps: list, topic: str) -> list:
+    "Sub-questions of a chain of (from, to) steps about `topic`; step i > 1 refers to [answer i-1]."
+    return [STEP_QUESTION.get(s, f'Which entities are linked to {{x}} as {s[1]}?').format(x=topic if i == 0 else f'[answer {i}]')
+            for i, s in enumerate(steps)]
+
+# %% ../nbs/21_kgrag.ipynb #c072
+WORDING_DECOMPOSER = 'offline (non-oracle) decomposer'
+ORACLE_DECOMPOSER = 'oracle decomposer (gold question type)'
+
+@dataclass
+class WordingDecomposer:
+    "Offline (non-oracle) decomposer: the relation chain from the question's words, sub-questions innermost first."
+    kg: KnowledgeGraph  # the KG (says whether the entity is a movie: a subject of some triple)
+    reader: TextPathReader = field(default_factory=TextPathReader)  # its MiniLM vectors back the similarity fallback
+    min_similarity: float = 0.4  # the fallback names a relation only above this cosine
+    def relations(self, question: str, topic: str) -> list:
+        "The question's relation chain, innermost first (the similarity fallback when no word names one)."
+        rels = wording_relations(question, topic)
+        if rels: return rels
+        labels = [l.replace('_', ' ') for l in self.kg.relation_labels]
+        sim = (self.reader._vecs(labels) @ self.reader._vecs(relation_phrases(plain_question(question), [topic])).T).max(1)
+        return [labels[int(sim.argmax())]] if len(sim) and sim.max() >= self.min_similarity else []
+    def describe(self) -> str: return WORDING_DECOMPOSER
+
+# %% ../nbs/21_kgrag.ipynb #c073
+@patch
+def decompose(self: WordingDecomposer, question: str) -> tuple:
+    "(reasoning, sub-questions) of a MetaQA question from its words alone (no sub-question when none can be read)."
+    try: topic = topic_entity(question)
+    except ValueError: return 'The question names no entity in brackets.', []
+    rels = [r for r in self.relations(question, topic) if r in _TYPE_WORDS]
+    if not rels: return 'No word of the question names a relation.', []
+    try: movie = bool(self.kg.out_csr.degree()[entity_by_label(self.kg, topic)] > 0)
+    except UnknownIdError: movie = rels[0] not in ('starred actors', 'directed by', 'written by')
+    reasoning = f'Start from {topic}, ' + ', then '.join(f'follow "{r}"' for r in rels) + ' (read from the wording).'
+    return reasoning, step_subquestions(chain_steps(rels, movie), topic)
+
+# %% ../nbs/21_kgrag.ipynb #c077
+@dataclass
+class ChainReader:
+    "Offline (non-oracle) chain-capable reader: `readers.TextPathReader`'s scored walks from each entity the question mentions, as many hops as its words name."
+    path_reader: TextPathReader = field(default_factory=TextPathReader)  # its encoder, memoised vectors and step cost
+    def answer(self, question: str, triples, record=None) -> list:
+        "Answer labels from the question's text and the triples ((subject, relation, object) labels) only, best first."
+        tri = [tuple(map(str, t)) for t in triples]; seeds = self.seeds(question, tri)
+        if not seeds: return []
+        names = sorted({item_label(s) for s in seeds}, key=len, reverse=True)  # masked, so no name's words count as relations
+        hops = max(1, len(wording_relations(re.sub('|'.join(map(re.escape, names)), ' ENTITY ', question, flags=re.I), 'ENTITY')))
+        adj = {}
+        for h, r, t in tri: adj.setdefault(h, []).append((r, 1, t)); adj.setdefault(t, []).append((r, -1, h))
+        rels = sorted({r for _, r, _ in tri}); pr = self.path_reader
+        rel_score = dict(zip(rels, (pr._vecs(rels) @ pr._vecs(relation_phrases(question, names)).T).max(1).tolist()))
+        best = {}
+        for s in seeds:  # pooled, not intersected: a reformulated sub-question lists alternatives
+            for e, sc in best_path_scores(adj, s, rel_score, hops, pr.step_cost).items():
+                if e not in seeds: best[e] = max(best.get(e, -math.inf), sc)
+        top = max(best.values(), default=0.0)
+        return [e for e, sc in sorted(best.items(), key=lambda x: (-x[1], x[0])) if sc >= top - 1e-6]
+    def seeds(self, question: str, triples) -> list:
+        "Every entity of the triples whose label the question mentions (`readers.mentioned_entities`), all entities of one label kept."
+        by_label = {}
+        for h, _, t in triples:
+            for e in (h, t): by_label.setdefault(normalize_answer(item_label(e)), []).append(e)
+        picked = mentioned_entities(question, [(v[0], '', v[0]) for v in by_label.values()])  # one per label: two of one label never hide each other
+        return list(dict.fromkeys(e for p in picked for e in by_label[normalize_answer(item_label(p))]))
+    def describe(self) -> str: return 'offline (non-oracle) chain reader: readers.TextPathReader, hops from the wording'
+
+# %% ../nbs/21_kgrag.ipynb #c080
 MODES = ('kg-rag', 'llm', 'llm+qd', 'llm+kg')
 
 @dataclass
@@ -492,17 +619,22 @@ class KGRAG:
     top_k: int = 30  # K: triples per sub-question (the paper selects 30)
     role_params: dict = field(default_factory=lambda: {r: dict(p) for r, p in ROLE_PARAMS.items()})  # sampling per role
     reader: object = None  # answers sub-questions from their triples instead of the 'answer' role (e.g. readers.FewShotReader); None: the role
+    decomposer: object = None  # decomposes instead of the 'decompose' role (e.g. `WordingDecomposer`); None: the role
 
     def _chat(self, role: str, messages: list) -> tuple:
         r = self.llm.chat(messages, **self.role_params[role])
         return r.text, r.finish_reason
 
-# %% ../nbs/21_kgrag.ipynb #c063
+# %% ../nbs/21_kgrag.ipynb #c081
 @patch
 def decompose(self: KGRAG, question: str, trace: dict) -> tuple:
     "Reasoning and sub-questions of `question` (the whole question when none can be read)."
-    text, fin = self._chat('decompose', decomposition_messages(question))
-    reasoning, subqs, issues = parse_decomposition(text, fin)
+    if self.decomposer is not None:
+        reasoning, subqs = self.decomposer.decompose(question)
+        issues = [] if subqs else ['no_subquestions']
+    else:
+        text, fin = self._chat('decompose', decomposition_messages(question))
+        reasoning, subqs, issues = parse_decomposition(text, fin)
     trace['issues'] += issues
     return reasoning, subqs or [plain_question(question)]
 
@@ -528,7 +660,7 @@ def reformulate(self: KGRAG, subq: str, steps: list, trace: dict) -> str:
     if not text: trace['issues'].append('empty_reply'); return substitute_answers(subq, prev_a)
     return text if text.endswith('?') else text + '?'
 
-# %% ../nbs/21_kgrag.ipynb #c064
+# %% ../nbs/21_kgrag.ipynb #c082
 @patch
 def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
            mode: str = 'kg-rag') -> dict:  # one of `MODES`
@@ -557,7 +689,7 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     trace['final_answer'], trace['prediction'] = '; '.join(items), items[0]
     return trace
 
-# %% ../nbs/21_kgrag.ipynb #c070
+# %% ../nbs/21_kgrag.ipynb #c090
 def evaluate_kgrag(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
     "One row per question: prediction, Hit@1, sub-questions, candidate-set size, issue counts."
     rows = []
@@ -575,7 +707,7 @@ def evaluate_kgrag(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.D
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/21_kgrag.ipynb #c072
+# %% ../nbs/21_kgrag.ipynb #c092
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
     "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
@@ -598,7 +730,7 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
     h, t = kg.head[ids][ok], kg.tail[ids][ok]
     return any((a in before and b in after) or (b in before and a in after) for a, b in zip(h.tolist(), t.tolist()))
 
-# %% ../nbs/21_kgrag.ipynb #c074
+# %% ../nbs/21_kgrag.ipynb #c094
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
@@ -619,7 +751,7 @@ def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c076
+# %% ../nbs/21_kgrag.ipynb #c096
 def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
                      seed: int = 0) -> list:
     "A seeded sample of `n` questions without replacement, in file order."
@@ -641,16 +773,21 @@ def metaqa_samples(hop_sets: list,  # MetaQA hop sets, e.g. [1, 2, 3]
         out += [(h, seed, sample_questions(questions, n_questions, seed)) for seed in seeds]
     return out
 
-OFFLINE_ROLES = 'offline (template decomposer, relation-phrase reader; not an LLM)'
+OFFLINE_ROLES = f'offline ({ORACLE_DECOMPOSER}, relation-phrase reader; not an LLM)'
 
 def roles_label(llm: LLMClient,
-                reader: str = '') -> str:  # the label of a reader that answered the sub-questions instead of the 'answer' role
-    "What answered the LLM roles: the offline label, or the backend, model and server; and the sub-question reader when one did."
-    if not reader: return OFFLINE_ROLES if llm.backend == 'offline' else llm.describe()
-    rest = 'offline decomposer, reformulator and synthesiser (templates; not an LLM)' if llm.backend == 'offline' else f'{llm.describe()} (decompose, reformulate, synthesize)'
-    return f'{rest}; sub-question answers: {reader}'
+                reader: str = '',  # the label of a reader that answered from the triples instead of the 'answer' role
+                decomposer: str | None = None,  # the label of a decomposer in the 'decompose' role's place; None: the role; '': no decomposition
+               ) -> str:
+    "What answered the LLM roles: the offline label, or the backend, model and server; the decomposer and reader when they replaced a role."
+    offline = llm.backend == 'offline'
+    if not reader and decomposer is None: return OFFLINE_ROLES if offline else llm.describe()
+    dec = (ORACLE_DECOMPOSER if offline else f'{llm.describe()} (decompose)') if decomposer is None else decomposer
+    rest = 'offline reformulator and synthesiser (templates; not an LLM)' if offline else f'{llm.describe()} (reformulate, synthesize)'
+    answers = reader or ('relation-phrase reader (offline; not an LLM)' if offline else llm.describe())
+    return '; '.join(([dec, rest] if dec else []) + [f'answers: {answers}'])
 
-# %% ../nbs/21_kgrag.ipynb #c082
+# %% ../nbs/21_kgrag.ipynb #c104
 def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line printed above it
     "Print a KG-RAG trace for a reader: the reasoning, each sub-question with its first triples and answer, the final answer."
     print(header)
@@ -662,7 +799,7 @@ def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line print
     print(f'final answer: {t["final_answer"]}')
     if t['issues']: print(f'issues: {", ".join(t["issues"])}')
 
-# %% ../nbs/21_kgrag.ipynb #c086
+# %% ../nbs/21_kgrag.ipynb #c108
 def kgrag_cli(a) -> int:  # the arguments `kgqa kgrag` parsed (`cli.kgrag_parser`)
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     check_model_flag(a.backend, a.model)
