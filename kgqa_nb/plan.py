@@ -19,8 +19,8 @@ from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, fu
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE',
            'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
-           'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'kgrag_calls',
-           'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
+           'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'benchmark_calls',
+           'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
            'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens',
            'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits', 'interactive_seconds',
            'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError', 'llm_roots',
@@ -47,6 +47,8 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     limits={},  # model -> {rpm, tpm} (a provider's limits) or {concurrency} (a server of yours), and its seconds_per_call; beside KNOWN_LIMITS
     batch_hours=24.0,  # the Batch API's completion window: the longest a batch may take (most finish far sooner)
     prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm.MODEL_PRICES
+    agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
+    benchmark_triples={'llm-only': 0, 'pog': 3.72, 'tog': 8.0, 'sr': 72.94, 'gcr': 6.54, 'rog': 72.15, 'subgraphrag': 199.61},  # triples each model gives the reader (SynthKGQA Table 2)
 )
 
 # Tokens of one call per prompt kind, measured on the smoke-size prompts with the offline models (same prompt builders as the
@@ -61,6 +63,9 @@ MEASURED_PROMPTS = {
     'kgqagen-revise': dict(prompt=380, per_triple=0, completion=31, calls=17),
     'kgqa-llm-only': dict(prompt=66, per_triple=0, completion=5, calls=40),
     'lasm-judge': dict(prompt=142, per_triple=0, completion=1, calls=40),
+    # the KG agents' steps: prompt tokens of the relation / entity / sufficiency / plan / reflection prompts ToG and PoG would
+    # send along the offline policy's path on 40 toy questions (318 prompts, mean 274); the completion (a short JSON) assumed
+    'kgqa-agent-step': dict(prompt=274, per_triple=0, completion=20, calls=318),
 }
 MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (2026-11-25)'
 
@@ -143,6 +148,24 @@ def ultrag_calls(p, plan, evaluations: int = 1) -> list:
             CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations)]
 
 # %% ../nbs/40a_plan.ipynb #c017
+def benchmark_calls(p, plan) -> list:
+    "GTSQA benchmark: the study it reads, the agents' steps, and one reader call per model and test question."
+    out = retriever_study_calls(p, plan)
+    study = full_params(load_manifest()[p['study']], check_profile(p['study_profile'])[p['study']])
+    n = test_questions(study, plan)
+    n = min(n, int(p['n_questions'])) if p.get('n_questions') else n  # the benchmark's own cap on the test questions
+    names = [m.strip() for m in str(p['models']).split(',') if m.strip()]
+    if p.get('agent_backend') == 'openai':
+        api = _api('openai', p['agent_model'], p['reader_base_url'], 'agent_model')
+        out += [CallGroup(f'{m} agent steps', 'kgqa-agent-step', **api, calls=math.ceil(n * plan['agent_calls'][m]))
+                for m in names if m in plan['agent_calls']]
+    if p['reader'] == 'llm':
+        api = _api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model')
+        out += [CallGroup(f'reader ({m} subgraph)', 'kgqa-subgraphrag-reader', **api, calls=n,
+                          triples=float(min(int(p['k']), plan['benchmark_triples'].get(m, p['k'])))) for m in names]
+    return out
+
+# %% ../nbs/40a_plan.ipynb #c021
 def kgrag_calls(p, plan, baselines: bool = False) -> list:
     "KG-RAG: per question, seed and hop set one decomposition, then per (N, K) one answer per sub-question and one synthesis."
     if p['backend'] != 'openai': return []
@@ -156,7 +179,7 @@ def kgrag_calls(p, plan, baselines: bool = False) -> list:
     if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q))
     return out
 
-# %% ../nbs/40a_plan.ipynb #c019
+# %% ../nbs/40a_plan.ipynb #c023
 def kgqagen_calls(p, plan) -> list:
     "KGQAGen generation: per candidate (n / acceptance rate) the generator's expansion and question calls and the reviser's calls."
     if p['backend'] != 'openai': return []
@@ -187,13 +210,14 @@ def kgqagen_table2_calls(p, plan) -> list:
                              calls=math.ceil(rows * plan['lasm_judged_per_question'])))
     return out
 
-# %% ../nbs/40a_plan.ipynb #c021
+# %% ../nbs/40a_plan.ipynb #c025
 _GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
                 'fig6_seeds_hops_answers', 'fig7_subgraph_sizes', 'fig8_minimal_types', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths')
 LLM_WORK = {  # artifact -> (its full parameters, planning assumptions) -> [CallGroup]; an artifact not listed makes no LLM call
     **{n: generation_calls for n in _GEN_READERS}, 'synthkgqa_dataset': synthkgqa_dataset_calls,
     'fig4_sp_reader': sp_reader_calls,
     **{n: retriever_study_calls for n in ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')},
+    'gtsqa_benchmark': benchmark_calls,
     'ultrag_end_to_end': lambda p, plan: ultrag_calls(p, plan, evaluations=2 if p['link'] else 1),
     'ultrag_oracle_vs_llm': lambda p, plan: ultrag_calls(p, plan)[:1],
     'kgrag_hops_topk': kgrag_calls,
@@ -214,7 +238,7 @@ def artifact_calls(art: Artifact,  # the artifact
     "`api_groups` of an artifact under a profile: its notebook's defaults with the profile's values on top (over those of what it reads)."
     return api_groups(art.name, read_params(art, params), plan)
 
-# %% ../nbs/40a_plan.ipynb #c025
+# %% ../nbs/40a_plan.ipynb #c029
 _TRIPLE_LINE = re.compile(r'^\(.+\)\s*$', re.M)
 
 def _prompt_kind(messages) -> str | None:
@@ -267,7 +291,7 @@ def usage_by_kind(rows: list) -> dict:
                          calls=len(rs))
     return out
 
-# %% ../nbs/40a_plan.ipynb #c029
+# %% ../nbs/40a_plan.ipynb #c033
 def downloads_for(folder: str) -> list:  # a folder of the data dir, e.g. 'gtsqa' or 'ogbl_wikikg2'
     "Names of `kgqa_nb.loaders.DOWNLOADS` entries that fill `folder`."
     from kgqa_nb.loaders import DOWNLOADS
@@ -300,7 +324,7 @@ def need_status(need: str) -> dict:
     elif need.startswith('encoder:'): out['fix'] = 'copy the encoder into the Hugging Face cache (HF_HOME) from a connected machine, or name a model folder'
     return out
 
-# %% ../nbs/40a_plan.ipynb #c033
+# %% ../nbs/40a_plan.ipynb #c037
 def fmt_seconds(s: float) -> str:
     "Elapsed time for people: '42s', '3m05s', '1h02m'."
     s = int(round(s))
@@ -310,7 +334,7 @@ def fmt_usd(x) -> str: return 'unknown' if x is None else f'${x:,.2f}'
 
 def fmt_tokens(n) -> str: return '?' if n is None else f'{n / 1e6:.3g}M' if n >= 1e6 else f'{n / 1e3:.3g}k' if n >= 1e3 else str(n)
 
-# %% ../nbs/40a_plan.ipynb #c035
+# %% ../nbs/40a_plan.ipynb #c039
 def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path to a YAML file
     "`PLAN_DEFAULTS` with the profile's `plan:` section on top (an unknown key is refused)."
     plan = dict(read_profile(profile).get('plan') or {})
@@ -347,7 +371,7 @@ def prior_runs(roots=None) -> list:
             if isinstance(rec, dict) and rec.get('artifact') and isinstance(rec.get('seconds'), (int, float)): out.append(rec)
     return sorted(out, key=lambda r: r.get('created') or '')
 
-# %% ../nbs/40a_plan.ipynb #c037
+# %% ../nbs/40a_plan.ipynb #c041
 KNOWN_LIMITS = {  # model -> (requests, tokens) per minute at OpenAI's usage tier 3 ($100 paid, 7 days)
     'gpt-4.1': (5_000, 800_000), 'gpt-4.1-mini': (5_000, 4_000_000), 'gpt-4o': (5_000, 800_000), 'gpt-4o-mini': (5_000, 4_000_000),
     'gpt-5': (5_000, 2_000_000), 'gpt-5-mini': (5_000, 4_000_000),
@@ -374,7 +398,7 @@ def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict) -
     secs = max(calls / rate, calls * spc / inflight)
     return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight'
 
-# %% ../nbs/40a_plan.ipynb #c039
+# %% ../nbs/40a_plan.ipynb #c043
 def _scale(p: dict, plan: dict) -> float:
     seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
     return max(question_count(p, plan), 1) * max(int(seeds), 1)
@@ -447,7 +471,7 @@ def plan_artifact(art: Artifact,  # the artifact
                 seconds=None if timed is None else round(timed + llm_s, 1), batch_seconds=None if timed is None else round(timed + batch_s, 1),
                 seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c040
+# %% ../nbs/40a_plan.ipynb #c044
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -496,7 +520,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c044
+# %% ../nbs/40a_plan.ipynb #c048
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -534,7 +558,7 @@ def format_plan(plan: dict) -> str:
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c047
+# %% ../nbs/40a_plan.ipynb #c051
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -562,7 +586,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c049
+# %% ../nbs/40a_plan.ipynb #c053
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -587,7 +611,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c051
+# %% ../nbs/40a_plan.ipynb #c055
 def check_budget(plan: dict,  # `plan_profile`
                  max_cost: float) -> None:  # USD
     "Refuse (BudgetError) a run whose planned API cost passes `max_cost`, or whose cost the plan cannot tell."
@@ -600,7 +624,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c053
+# %% ../nbs/40a_plan.ipynb #c057
 @contextmanager
 def python_sigint():
     "Python's own SIGINT handler in the main thread while the block runs (restored after), so an interrupt is delivered."
@@ -615,7 +639,7 @@ def interrupt_main_thread():
     "Send SIGINT to the main thread: `KeyboardInterrupt` there, even in a blocking wait (under `python_sigint`)."
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-# %% ../nbs/40a_plan.ipynb #c056
+# %% ../nbs/40a_plan.ipynb #c060
 class SpendGuard:
     "Context manager: polls a `SpendMeter` every `every` seconds and interrupts the main thread once the spend passes `max_cost`."
     def __init__(self, meter: SpendMeter,  # the run's meter
