@@ -285,10 +285,11 @@ class RoG:
                  max_paths: int = 20,  # training paths per record
                  max_nodes: int = 1000,  # a path whose frontier grows past this many entities retrieves nothing
                  max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens
+                 freeze_embeddings: bool = True,  # fine-tune with the input embedding table fixed
                  threads: int | None = None):
         self.gen, self.steps, self.beams, self.batch_size, self.lr, self.seed = generator, steps, beams, batch_size, lr, seed
         self.max_paths, self.max_nodes, self.max_new_tokens, self.threads = max_paths, max_nodes, max_new_tokens, threads
-        self.labels, self.n_pairs = None, 0
+        self.freeze_embeddings, self.labels, self.n_pairs = freeze_embeddings, None, 0
     def trained_on(self) -> str:
         if self.labels is None: return 'not fine-tuned'
         return f'fine-tuned {self.gen.steps} steps on {LABEL_NAMES.get(self.labels, self.labels)} paths'
@@ -301,7 +302,7 @@ def fit(self: RoG, train_records: list, kg: KnowledgeGraph, graphs=None,  # ques
     "Fine-tune the generator for `self.steps` steps on every training path ('gt' or 'sp' labels)."
     key = label_key(labels)
     pairs = training_pairs(train_records, kg, graphs, key, self.max_paths)
-    self.gen.fine_tune(pairs, self.steps, self.batch_size, self.lr, self.seed, threads=self.threads)
+    self.gen.fine_tune(pairs, self.steps, self.batch_size, self.lr, self.seed, self.freeze_embeddings, self.threads)
     self.labels, self.n_pairs = key, len(pairs)
     return self
 
@@ -330,7 +331,7 @@ class GCR(RoG):
     def from_rog(cls, rog: RoG, **kw) -> GCR:
         "A GCR that decodes with a (fitted) RoG's generator, without fine-tuning again."
         m = cls(rog.gen, steps=rog.steps, batch_size=rog.batch_size, lr=rog.lr, seed=rog.seed, max_paths=rog.max_paths,
-                max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, threads=rog.threads, **kw)
+                max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, freeze_embeddings=rog.freeze_embeddings, threads=rog.threads, **kw)
         m.labels, m.n_pairs = rog.labels, rog.n_pairs
         return m
     def describe(self) -> str:
