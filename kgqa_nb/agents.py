@@ -53,10 +53,11 @@ def relation_candidates(walk: Walkable, e: int,  # the entity at a path's tip
 
 def entity_candidates(walk: Walkable, e: int, rel: tuple,  # (relation, forward) kept for `e`
                       path: tuple = (), max_candidates: int = 20) -> list:
-    "(triple row, neighbour) pairs one step from `e` along `rel`, at most `max_candidates`."
+    "(triple row, neighbour) pairs one step from `e` along `rel`: all, or a seeded sample of `max_candidates` in KG order."
     nbr, eid, fwd = walk.csr(e)
-    hit = (walk.triples[eid, 1] == rel[0]) & (fwd == rel[1]) & ~np.isin(eid, np.asarray(path, np.int64))
-    return [(int(i), int(n)) for i, n in zip(eid[hit][:max_candidates], nbr[hit][:max_candidates])]
+    hit = np.flatnonzero((walk.triples[eid, 1] == rel[0]) & (fwd == rel[1]) & ~np.isin(eid, np.asarray(path, np.int64)))
+    if len(hit) > max_candidates: hit = np.sort(np.random.default_rng([e, rel[0], int(rel[1])]).choice(hit, max_candidates, replace=False))
+    return [(int(eid[i]), int(nbr[i])) for i in hit]
 
 # %% ../nbs/23_agents.ipynb #c013
 STEPS = ('relations', 'entities', 'sufficiency', 'decompose', 'reflect')  # the prompts an agent sends

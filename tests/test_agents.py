@@ -177,3 +177,13 @@ def test_llm_agents_name_their_model_in_the_row_label(client):
     assert PoG(client, width=3, depth=2).describe() == f'PoG (LLM {client.describe()}, width 3, depth 2)' and PoG.name == 'pog'
     with pytest.raises(ValueError, match='width, depth'):
         ToG(client, depth=0)
+
+
+def test_a_crowded_relation_offers_a_seeded_sample_of_its_neighbours():
+    from kgqa_nb.agents import entity_candidates, walkable
+    star = KnowledgeGraph.from_id_triples([('Q0', 'P1', f'Q{i}') for i in range(1, 51)])
+    w, hub = walkable(star), star.entity('Q0')
+    got = entity_candidates(w, hub, (star.relation('P1'), True), max_candidates=20)
+    assert len(got) == len({n for _, n in got}) == 20 and got == entity_candidates(w, hub, (star.relation('P1'), True), max_candidates=20)
+    assert [r for r, _ in got] == sorted(r for r, _ in got) and [r for r, _ in got] != list(range(20))  # KG order, not the first 20
+    assert all(star.head[r] == hub and star.tail[r] == n for r, n in got)
