@@ -155,3 +155,11 @@ def test_trie_allows_exactly_the_next_tokens_of_its_sequences(seqs):
             want = sorted({q[k] for q in seqs if len(q) > k and q[:k] == s[:k]})
             assert trie.allowed(s[:k]) == want
     assert trie.allowed([9]) == []
+
+
+def test_a_seed_outside_the_graph_retrieves_nothing(toy, fitted):
+    kg, train, qgraphs, _ = toy
+    other = as_triples(qgraphs[3])  # another question's graph: the seed of question 0 is not in it
+    for m in (fitted, GCR.from_rog(fitted)):
+        got = m.retrieve(GoldGuard(train[0]), kg, other)
+        assert got.shape == (0, 3) and got.dtype == np.int64
