@@ -805,8 +805,10 @@ def kgrag_cli(a) -> int:  # the arguments `kgqa kgrag` parsed (`cli.kgrag_parser
     check_model_flag(a.backend, a.model)
     topic = topic_entity(a.question)
     metaqa = load_kg('metaqa'); entity_by_label(metaqa, topic)
+    wording = getattr(a, 'decomposer', 'oracle') == 'wording'  # `--decomposer wording`: the offline (non-oracle) decomposer
     system = KGRAG(TripleRetriever(metaqa, TextEncoder(a.encoder), progress_bar=True), LLMClient(a.backend, model=a.model, base_url=a.base_url),
-                   n_hops=a.hops, top_k=a.top_k)
+                   n_hops=a.hops, top_k=a.top_k, decomposer=WordingDecomposer(metaqa) if wording else None)
     t = system.answer(a.question, a.mode)
-    print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles_label(system.llm)}')
+    roles = roles_label(system.llm, '', WORDING_DECOMPOSER) if wording else roles_label(system.llm)
+    print_trace(t, f'{a.mode} | N={a.hops} K={a.top_k} | {t["n_candidates"]:,} candidate triples | {roles}')
     return 0
