@@ -22,8 +22,9 @@ from .subgraphrag import label_key, torch_threads
 # %% auto #0
 __all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDGET', 'path_text', 'relation_vocab', 'parse_path',
            'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'training_paths', 'ground_path',
-           'ground_paths', 'PathGenerator', 'gguf_generator', 'word_tokenizer', 'tiny_generator', 'training_pairs',
-           'kg_paths', 'PathTrie', 'RoG', 'question_relgraph', 'GCR', 'load_generator', 'companion_rog']
+           'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator', 'word_tokenizer',
+           'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'RoG', 'question_relgraph', 'GCR',
+           'load_generator', 'companion_rog']
 
 # %% ../nbs/24_pathgen.ipynb #c006
 PATH_OPEN, PATH_SEP, PATH_CLOSE = '<p>', '>', '</p>'
@@ -119,6 +120,8 @@ class PathGenerator:
         self.steps, self.history = 0, []  # fine-tune steps taken; the loss of each
     def __repr__(self): return f'PathGenerator({self.label}, {self.steps} steps)'
     @property
+    def device(self) -> torch.device: return next(self.model.parameters()).device
+    @property
     def eos(self) -> int: return int(self.tok.eos_token_id)
     @property
     def pad(self) -> int: return int(self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id)
@@ -139,6 +142,14 @@ def gguf_generator(path=None,  # a .gguf file; None: the registry model found by
     tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
     return PathGenerator(model, tok, label)
+
+def pretrained_generator(name_or_path: str,  # a `transformers` checkpoint folder (or a Hub name where the Hub is reachable)
+                         label: str,  # the model's name in every row, e.g. 'Llama-2-Chat-7B'
+                         device: str = 'cpu', dtype: str = 'float32') -> PathGenerator:
+    "A path generator from a `transformers` checkpoint, e.g. the paper's 7B/8B models on a GPU box."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype)).to(device)
+    return PathGenerator(model, AutoTokenizer.from_pretrained(name_or_path), label)
 
 # %% ../nbs/24_pathgen.ipynb #c025
 def word_tokenizer(texts) -> 'PreTrainedTokenizerFast':
@@ -180,7 +191,8 @@ def batch_loss(self: PathGenerator, pairs: list) -> torch.Tensor:
     ids = torch.full((len(seqs), L), self.pad); lab = torch.full((len(seqs), L), -100); att = torch.zeros((len(seqs), L), dtype=torch.long)
     for i, (p, t) in enumerate(seqs):
         n = len(p) + len(t); ids[i, :n] = torch.tensor(p + t); lab[i, len(p):n] = torch.tensor(t); att[i, :n] = 1
-    return self.model(input_ids=ids, attention_mask=att, labels=lab).loss
+    dev = self.device
+    return self.model(input_ids=ids.to(dev), attention_mask=att.to(dev), labels=lab.to(dev)).loss
 
 # %% ../nbs/24_pathgen.ipynb #c030
 @patch
@@ -209,7 +221,7 @@ def fine_tune(self: PathGenerator, pairs: list,  # (question, path text)
 @patch
 def beam_paths(self: PathGenerator, question: str, beams: int = 5, max_new_tokens: int = 48) -> list:
     "The `beams` most likely path texts by beam search, best first."
-    ids = torch.tensor([self.prompt_ids(question)])
+    ids = torch.tensor([self.prompt_ids(question)], device=self.device)
     with torch.no_grad():
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=beams, num_return_sequences=beams,
                                   do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
@@ -261,7 +273,7 @@ def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hop
 def constrained_paths(self: PathGenerator, question: str, trie: PathTrie, n: int = 10) -> list:
     "The `n` best token sequences (EOS included) that the KG-Trie allows, by constrained beam search, best first."
     if not len(trie): return []
-    ids = torch.tensor([self.prompt_ids(question)]); L = ids.shape[1]
+    ids = torch.tensor([self.prompt_ids(question)], device=self.device); L = ids.shape[1]
     def allowed(batch_id, input_ids): return trie.allowed(input_ids[L:].tolist()) or [self.eos]
     with torch.no_grad():
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=n, num_return_sequences=n,
@@ -367,7 +379,7 @@ def load_generator(folder) -> PathGenerator:
     gen.steps, gen.history = meta['steps'], meta['history']
     return gen
 
-# %% ../nbs/24_pathgen.ipynb #c057
+# %% ../nbs/24_pathgen.ipynb #c059
 COMPANION_BUDGET = dict(steps=40, batch_size=8, lr=5e-5)  # the companion's fine-tune of Gemma 3 270M (about 20 minutes on 2 cores)
 
 def companion_rog(gguf=None,  # the .gguf file; None: the registry model
