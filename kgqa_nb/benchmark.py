@@ -379,10 +379,11 @@ def check_benchmark_args(a) -> list:
 # %% ../nbs/25_benchmark.ipynb #c061
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
     "SubgraphRAG or SR from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
+    where = f'{Path(path).parent.name}/{Path(path).name}'
     if name == 'sr':
-        model, _ = load_sr(path); return StudyRetriever('sr', model, model.frozen, k, f'SR (checkpoint {Path(path).name}, top {k} triples; gate not checked)')
+        model, _ = load_sr(path); return StudyRetriever('sr', model, model.frozen, k, f'SR (checkpoint {where}, top {k} triples; gate not checked)')
     model, _ = load_retriever(path, dim=encoder.dim, encoder=encoder.key)
-    return StudyRetriever('subgraphrag', model, encoder, k, f'SubgraphRAG ({k}) (checkpoint {Path(path).name}; gate not checked)')
+    return StudyRetriever('subgraphrag', model, encoder, k, f'SubgraphRAG ({k}) (checkpoint {where}; gate not checked)')
 
 def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benchmark_parser`)
     "kgqa benchmark: the chosen models on a dataset folder's test questions, one reader, Table 2 printed (and written with --out)."
