@@ -321,10 +321,11 @@ def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
                              kinds=MENTION_KINDS, seed: int = 0,  # which perturbations, and their seed
                              aliases: dict | None = None,  # entity ID -> aliases (`wikidata_aliases`)
                              ks=(1, 10)) -> pd.DataFrame:
-    "Per mention kind: accuracy@k of linking the seeds' perturbed labels to the seed IDs (Wilson 95% CI at @1), beside their exact labels."
+    "Per mention kind: accuracy@k of linking the named seeds' perturbed labels to the seed IDs (Wilson 95% CI at @1), beside their exact labels."
     from kgqa_nb.spanalysis import wilson_interval
-    pairs = [parse_item(s) for ss in records['seed_entities'] for s in ss]
-    if not pairs: raise ValueError('no seed mentions in the records')
+    every = [parse_item(s) for ss in records['seed_entities'] for s in ss]
+    pairs = [(l, q) for l, q in every if l != q]  # a seed whose label is its ID has no name a writer could misspell
+    if not pairs: raise ValueError('no seed with a name in the records')
     exact = link_ranks(linker, [l for l, _ in pairs], [q for _, q in pairs], max(ks))
     rows = []
     for kind in kinds:
@@ -338,7 +339,7 @@ def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
             row['acc@1_ci_low'], row['acc@1_ci_high'] = wilson_interval(hit1, len(ms))
             row.update({f'exact_acc@{k}': float(np.mean([exact[i] is not None and exact[i] < k for i, _ in ms])) for k in ks})
         rows.append(row)
-    return pd.DataFrame(rows).assign(perturbation_seed=seed)
+    return pd.DataFrame(rows).assign(unnamed_seeds_left_out=len(every) - len(pairs), perturbation_seed=seed)
 
 # %% ../nbs/19_ultrag.ipynb #c039
 @dataclass

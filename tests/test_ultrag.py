@@ -361,6 +361,9 @@ def test_mention_linking_accuracy_scores_each_kind_on_the_seeds_it_applies_to(to
     ok = t[t.n > 0]
     assert (ok['acc@1_ci_low'] <= ok['acc@1']).all() and (ok['acc@1'] <= ok['acc@1_ci_high']).all() and (ok['acc@1'] <= ok['acc@10']).all()
     assert t.loc['partial (a token dropped)', 'n'] < len(seeds)  # one-word labels have no partial mention
+    unnamed = recs.head(3).assign(seed_entities=lambda d: d.seed_entities.map(lambda ss: [f'{parse_item(s)[1]} ({parse_item(s)[1]})' for s in ss]))
+    u = mention_linking_accuracy(linker, pd.concat([recs, unnamed]))  # seeds labelled by their ID only: left out and counted
+    assert (u.seeds == len(seeds)).all() and (u.unnamed_seeds_left_out == sum(len(ss) for ss in unnamed.seed_entities)).all()
 
 
 def test_same_footing_table_refuses_rows_on_different_questions():
