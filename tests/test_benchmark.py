@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from kgqa_nb import benchmark as B
-from kgqa_nb.cli import main
+from kgqa_nb.cli import PARSERS, main
 from kgqa_nb.core import save_figure
 from kgqa_nb.dataset import write_jsonl
 from kgqa_nb.qgraphs import build_question_graphs
@@ -148,3 +148,22 @@ def test_kgqa_benchmark_runs_on_a_split_folder_and_writes_its_rows(tmp_path, cap
     assert '3 test questions' in said and 'EM Hits' in said and 'GT-triple Recall' in said
     rows = pd.read_csv(out, dtype={'id': str})
     assert list(rows.id) == [str(i) for i in recs.id[2:5]] and (rows.n_triples == 0).all()
+
+
+def test_kgqa_benchmark_reads_a_trained_subgraphrag_checkpoint(tmp_path, capsys):
+    "A checkpoint of kgqa train-retriever as a benchmark model: its top-k triples of each question graph, every row labelled."
+    from kgqa_nb.qgraphs import random_tree_question
+    from kgqa_nb.retriever_study import train_retriever_cli
+    kg = make_toyworld()
+    recs = [dict(random_tree_question(kg, n_seeds=1, hops=1 + i % 2, seed=300 + i, qid=f'b{i}'), question=f'question {i}') for i in range(14)]
+    folder = tmp_path / 'mine'
+    write_jsonl(recs[:10], folder / 'train.jsonl'); write_jsonl(recs[10:], folder / 'test.jsonl')
+    data = ['--dataset', str(folder), '--kg', 'toyworld', '--n-nodes', '60', '--max-triples', '300', '--cache-dir', str(tmp_path / 'cache')]
+    assert train_retriever_cli(PARSERS['train-retriever']().parse_args([*data, '--epochs', '1', '--val-fraction', '0.3', '--out', str(tmp_path / 'ck')])) == 0
+    capsys.readouterr()
+    assert main(['benchmark', '--models', 'subgraphrag,llm-only', *data, '--k', '5', '--subgraphrag-ckpt', str(tmp_path / 'ck' / 'best.pt'),
+                 '--out', str(tmp_path / 'rows.csv')]) == 0
+    assert 'subgraphrag: SubgraphRAG (5) (checkpoint ck/best.pt; gate not checked)' in capsys.readouterr().out
+    rows = pd.read_csv(tmp_path / 'rows.csv', dtype={'id': str})
+    assert rows.groupby('model').id.apply(list).to_dict() == {'llm-only': ['b10', 'b11', 'b12', 'b13'], 'subgraphrag': ['b10', 'b11', 'b12', 'b13']}
+    assert rows.set_index('model').n_triples.groupby(level=0).max().to_dict() == {'llm-only': 0, 'subgraphrag': 5}
