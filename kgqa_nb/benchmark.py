@@ -387,15 +387,15 @@ def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetr
 
 def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benchmark_parser`)
     "kgqa benchmark: the chosen models on a dataset folder's test questions, one reader, Table 2 printed (and written with --out)."
-    names = check_benchmark_args(a); make_reader(a.reader)
+    names = check_benchmark_args(a); reader = make_reader(a.reader, a.backend, a.model, a.base_url)
     if a.out: check_out(a.out, folder=False)
     src = open_dataset_dir(a.dataset, a.seed); kg = dataset_kg(src, a.kg or None)
     test = src.test.iloc[:a.n_questions or None]
     qgs = build_question_graphs(kg, test, Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'benchmark-cli', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
-    setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k)
+    setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url))
     enc = TextEncoder(a.encoder)
     models = [checkpoint_model(n, getattr(a, CKPT_FLAGS[n]), enc, a.k) if n in CKPT_FLAGS else MODEL_FACTORIES[n](setup) for n in names]
-    perq = run_benchmark(models, test, kg, [np.stack([g.h, g.r, g.t], 1) for g in qgs], make_reader(a.reader))
+    perq = run_benchmark(models, test, kg, [np.stack([g.h, g.r, g.t], 1) for g in qgs], reader)
     t = benchmark_table(perq)
     if a.out: write_table(perq, a.out)
     print(f'{len(test)} test questions; reader: {perq.reader.iloc[0]}')

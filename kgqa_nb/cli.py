@@ -123,6 +123,9 @@ def benchmark_parser():
     ap.add_argument('--sr-ckpt', default='', help='best.pt of an SR run of the retriever study (needed for sr)')
     ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help="SubgraphRAG's frozen text encoder")
     ap.add_argument('--reader', choices=BENCHMARK_READERS, default='offline-text', help='the one reader: offline-text (non-oracle), llm or few-shot')
+    ap.add_argument('--backend', choices=('offline', 'openai'), default='offline', help="the LLM of the llm / few-shot reader and of ToG and PoG (offline: their offline stand-ins, labelled)")
+    ap.add_argument('--model', default='', help='LLM model (openai backend)')
+    ap.add_argument('--base-url', default='', help='OpenAI-compatible server URL (openai backend)')
     ap.add_argument('--cache-dir', default='', help='question graphs (default: benchmark-cli in the user cache)')
     ap.add_argument('--out', default='', help='write the per-question table to this CSV file (checked before the run)')
     return ap
