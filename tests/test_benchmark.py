@@ -120,9 +120,11 @@ def test_by_group_refuses_a_baseline_that_did_not_run(toy):
     (['--models', 'sr', '--sr-ckpt', 'no/such/best.pt'], '--sr-ckpt no/such/best.pt: no such file'),
     (['--models', 'llm-only', '--n-questions', '-1'], '--n-questions must be 0 (all) or more, not -1'),
     (['--models', 'llm-only', '--k', '0'], '--k must be at least 1, not 0'),
+    (['--models', 'llm-only', '--reader', 'llm', '--backend', 'openai'], 'needs a model name'),
 ])
 def test_kgqa_benchmark_refuses_bad_flags_in_one_line_before_any_work(tmp_path, monkeypatch, capsys, argv, said):
     opened = []
+    monkeypatch.delenv('KGQA_LLM_MODEL', raising=False)
     monkeypatch.setattr(B, 'open_dataset_dir', lambda *a, **k: opened.append(a))
     assert main(['benchmark', '--dataset', str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
