@@ -4,7 +4,7 @@
 
 # %% ../nbs/22_kgqagen.ipynb #c002
 from __future__ import annotations
-import json, math, re, time
+import itertools, json, math, re, time, zlib
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -26,14 +26,15 @@ from .runs import (OutcomeLog, StatusLine, client_pair, config_client, flag_usag
                           make_manifest, open_run_folder, pending_batches, resume_run, run_sessions)
 
 # %% auto #0
-__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'KGQAGEN_CODE_MODULES', 'KGQAGenError',
-           'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds', 'one_hop_sample', 'expansion_prompt',
-           'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'find_chain',
-           'chain_answers', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
-           'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'proof_answer',
-           'instance_record', 'check_instance', 'process_batch', 'KGQAGenSelection', 'ordered_record', 'select_kgqagen',
-           'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser',
-           'kgqagen_cli']
+__all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'SHAPES', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'MINIMALITY_REASONS',
+           'KGQAGEN_CODE_MODULES', 'KGQAGenError', 'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds',
+           'one_hop_sample', 'expansion_prompt', 'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json',
+           'parse_expansion_reply', 'Branch', 'branch_ends', 'shape_answers', 'find_shape', 'shape_question',
+           'shape_sparql', 'shape_order', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query',
+           'revision_prompt', 'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify',
+           'proof_answer', 'instance_record', 'minimality_reason', 'check_instance', 'process_batch',
+           'KGQAGenSelection', 'ordered_record', 'select_kgqagen', 'kgqagen_manifest', 'run_seeds', 'run_kgqagen',
+           'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -59,6 +60,7 @@ class KGQAGenConfig:
     max_revisions: int = 3  # SPARQL revision attempts before an instance is discarded
     query_timeout: float = 10.0  # seconds per SPARQL query
     max_results: int = 1000  # rows read from a query (more means 'too_many_results')
+    minimal_only: bool = True  # discard an instance whose seeds are not all needed (SynthKGQA's minimality); False keeps it, marked by `redundant`
     batch_size: int = 16  # candidates per batch (rounds of one batch go to the LLM together; one fsync)
     concurrency: int = 8  # concurrent LLM requests
 
@@ -94,6 +96,7 @@ def kgqagen_config_problems(c: KGQAGenConfig) -> list:
              ('max_revisions', _int_at_least(c.max_revisions, 0), 'an integer >= 0'),
              ('query_timeout', isinstance(c.query_timeout, (int, float)) and not isinstance(c.query_timeout, bool) and math.isfinite(c.query_timeout) and c.query_timeout > 0, 'a number of seconds > 0'),
              ('max_results', _int_at_least(c.max_results, 1), 'an integer >= 1'),
+             ('minimal_only', isinstance(c.minimal_only, bool), 'true or false'),
              ('batch_size', _int_at_least(c.batch_size, 1), 'an integer >= 1'),
              ('concurrency', _int_at_least(c.concurrency, 1), 'an integer >= 1')]
     return [(f, f'{want}, got {getattr(c, f)!r}') for f, ok, want in rules if not ok]
@@ -254,44 +257,98 @@ def _facts_of(ids) -> dict:
     return out
 
 # %% ../nbs/22_kgqagen.ipynb #c026
-def _pattern(s, m, a, r1, f1, r2, f2):
-    "SPARQL patterns of the chain s -r1- m -r2- a (f: the triple points away from the first-named end)."
-    p1 = f'wd:{s} wdt:{r1} ?m .' if f1 else f'?m wdt:{r1} wd:{s} .'
-    p2 = f'?m wdt:{r2} ?answer .' if f2 else f'?answer wdt:{r2} ?m .'
-    return p1, p2
+@dataclass(frozen=True)
+class Branch:
+    "One seed-to-answer path of a question."
+    seed: str  # the entity the question names
+    steps: tuple  # ((relation, forward), ...) from the seed to the answer
+    nodes: tuple  # the path's entities, the seed first and the answer last
 
-def _holds(facts, x, r, y, fwd) -> bool: return (r, y, fwd) in facts.get(x, [])
+def branch_ends(facts: dict, b: Branch) -> set:
+    "Entities reached from the branch's seed by following its steps (`facts` from `_facts_of`)."
+    ends = {b.seed}
+    for r, fwd in b.steps: ends = {y for x in ends for rr, y, f in facts.get(x, ()) if rr == r and f == fwd}
+    return ends
 
-def find_chain(ids: list, explored: list, deg: dict | None = None):  # deg: entity ID -> facts in the KG (fewest first)
-    "The first (s, r1, f1, m, r2, f2, a, r3, f3, c) with a chain s-m-a and a constraint a-c in the triples, or None."
-    facts, deg = _facts_of(ids), deg or {}
-    by_deg = lambda xs: sorted(xs, key=lambda x: (deg.get(x[1], 0), x))
-    for s in explored:
-        for r1, m, f1 in by_deg(facts.get(s, [])):
-            if m == s: continue
-            for r2, a, f2 in by_deg(facts.get(m, [])):
-                if a in (s, m) or (r2, a, f2) == (r1, s, not f1): continue
-                for r3, c, f3 in by_deg(facts.get(a, [])):
-                    if c in (s, m) or (r3, c, f3) == (r2, m, not f2): continue
-                    return s, r1, f1, m, r2, f2, a, r3, f3, c
-    return None
-
-def chain_answers(ids: list, ch: tuple, constrained: bool = True) -> list:
-    "Entities of the triples that satisfy the chain (and the constraint) of `ch`."
-    s, r1, f1, m, r2, f2, a, r3, f3, c = ch
+def shape_answers(ids: list, branches: list) -> list:
+    "The entities of the triples `ids` that every branch reaches: the question's answer set on them."
     facts = _facts_of(ids)
-    mids = [y for r, y, f in facts.get(s, []) if r == r1 and f == f1]
-    out = {z for y in mids for r, z, f in facts.get(y, []) if r == r2 and f == f2 and z != s}
-    if constrained: out = {z for z in out if _holds(facts, z, r3, c, f3)}
-    return sorted(out)
+    return sorted(set.intersection(*(branch_ends(facts, b) for b in branches))) if branches else []
 
 # %% ../nbs/22_kgqagen.ipynb #c029
-def _chain_question(ch, labels, rl) -> str:
-    s, r1, f1, m, r2, f2, a, r3, f3, c = ch
-    mid = f'{labels[m]}, whose {rl[r1]} is {labels[s]}' if not f1 else f'{labels[m]}, the {rl[r1]} of {labels[s]}'
-    first = f'has {rl[r2]} {mid}' if not f2 else f'is the {rl[r2]} of {mid}'
-    second = f'has {rl[r3]} {labels[c]}' if f3 else f'is the {rl[r3]} of {labels[c]}'
-    return f'Which entity {first}, and {second}?'
+SHAPES = {'(2)': (2, 0), '(1)(1)': (1, 1), '(2)(1)': (2, 1), '(3)': (3, 0), '(1)(1)(1)': (1, 2)}  # shape -> (hops of the first branch, extra one-hop branches)
+
+def _paths(facts, s, k, by_deg):
+    "Paths of k steps from s with distinct nodes: (steps, nodes)."
+    if k == 0: yield (), (s,); return
+    for steps, nodes in _paths(facts, s, k - 1, by_deg):
+        for r, y, f in by_deg(facts.get(nodes[-1], [])):
+            if y not in nodes: yield steps + ((r, f),), nodes + (y,)
+
+def _narrowing(facts, branches) -> int:
+    "2: every branch removes an answer the others reach, within these facts; 1: every extra branch does; 0: otherwise."
+    ends = [branch_ends(facts, b) for b in branches]
+    full = set.intersection(*ends)
+    needed = [set.intersection(*(e for j, e in enumerate(ends) if j != i)) > full for i in range(1, len(ends))]
+    return 2 if all(needed) and ends[0] > full else 1 if all(needed) else 0
+
+def _extras(facts, a, nodes, deg) -> list:
+    "One-hop branches onto the answer `a` from entities not on the path `nodes`, one per entity: facts `a r c` first, then most KG facts first."
+    out = {}
+    for r, c, f in sorted(facts[a], key=lambda x: (not x[2], -deg.get(x[1], 0), x)):
+        if c not in nodes and c not in out and deg.get(c, 0) > 1: out[c] = Branch(c, ((r, not f),), (c, a))
+    return list(out.values())
+
+def find_shape(ids: list, explored: list, shape: str, deg: dict | None = None,  # deg: entity ID -> KG facts
+               budget: int = 400,  # most search steps (first branches and instances looked at)
+               whole_only: bool = False) -> list | None:  # only a whole instance (see above)
+    "The branches of one instance of `shape` in the triples, seeded at explored entities, or None."
+    facts, deg = _facts_of(ids), deg or {}
+    by_deg = lambda xs: sorted(xs, key=lambda x: (deg.get(x[1], 0), x))
+    hops, n_extra = SHAPES[shape]
+    shown = Counter(x for h, _, t in ids for x in {h, t})
+    whole = lambda b: all(shown[x] >= deg.get(x, math.inf) for x in b.nodes[:-1])  # every fact of the branch's other entities is shown
+    best, seen = (-1, None), 0
+    for s in explored:
+        for steps, nodes in _paths(facts, s, hops, by_deg):
+            if (seen := seen + 1) > budget: return best[1]
+            first = Branch(s, steps, nodes)
+            for combo in itertools.combinations(_extras(facts, nodes[-1], nodes, deg)[:6], n_extra):
+                if (seen := seen + 1) > budget: return best[1]
+                w, n = all(whole(b) for b in (first, *combo)), _narrowing(facts, [first, *combo]) if combo else 2
+                if w and n == 2: return [first, *combo]
+                if not w and not whole_only and n > best[0]: best = (n, [first, *combo])  # a whole instance that does not narrow is surely non-minimal
+    return best[1]
+
+# %% ../nbs/22_kgqagen.ipynb #c032
+def _branch_phrase(b: Branch, labels: dict, rl: dict) -> str:
+    x = labels[b.seed]
+    for r, fwd in b.steps[:-1]: x = f'the {rl[r]} of {x}' if fwd else f'something whose {rl[r]} is {x}'
+    r, fwd = b.steps[-1]
+    return f'is the {rl[r]} of {x}' if fwd else f'has {rl[r]} {x}'
+
+def shape_question(branches: list, labels: dict, rl: dict) -> str:
+    "The question of a set of branches, in words: 'Which entity <branch> and <branch>?'."
+    return 'Which entity ' + ' and '.join(_branch_phrase(b, labels, rl) for b in branches) + '?'
+
+def _branch_triples(b: Branch) -> list:
+    return [(u, r, v) if fwd else (v, r, u) for (r, fwd), u, v in zip(b.steps, b.nodes, b.nodes[1:])]
+
+def shape_sparql(branches: list) -> str:
+    "A SELECT query of the branches: seeds as constants, intermediates as variables, the answer as ?answer."
+    term, pats = {}, []
+    for i, b in enumerate(branches):
+        term.update({b.seed: f'wd:{b.seed}', b.nodes[-1]: '?answer'})
+        term.update({x: f'?x{i}{j}' for j, x in enumerate(b.nodes[1:-1], 1)})
+        pats += [f'{term[h]} wdt:{r} {term[t]} .' for h, r, t in _branch_triples(b)]
+    return 'SELECT DISTINCT ?answer WHERE { ' + ' '.join(pats) + ' }'
+
+# %% ../nbs/22_kgqagen.ipynb #c035
+def shape_order(seed_id: str) -> list:
+    "The shapes in the order a candidate seeded at `seed_id` tries them (rotated by a checksum of the ID)."
+    names = list(SHAPES)
+    k = zlib.crc32(seed_id.encode()) % len(names)
+    return names[k:] + names[:k]
 
 def _explore_choice(ids, deg, explored, k) -> list:
     "Up to k unexplored entities adjacent to the explored ones, fewest KG facts first (specific before hubs)."
@@ -301,27 +358,31 @@ def _explore_choice(ids, deg, explored, k) -> list:
     if not pool: pool = sorted((deg.get(v, 0), v) for v in {x for t in ids for x in (t[0], t[2])} if v not in explored and v not in classes)
     return [v for _, v in pool[:k]]
 
+def _choose(ids, deg, explored, k):
+    "Branches of the question to write, or None to explore."
+    order = shape_order(explored[0])
+    if (b := find_shape(ids, explored, order[0], deg, whole_only=True)) is not None: return b
+    if len(explored) < 3 * k and _explore_choice(ids, deg, explored, k): return None
+    tries = [(s, w) for w in (True, False) for s in order]  # whole instances of any shape first
+    return next((b for s, w in tries if (b := find_shape(ids, explored, s, deg, whole_only=w)) is not None), None)
+
+# %% ../nbs/22_kgqagen.ipynb #c037
 @register_offline_model('kgqagen-expand', matches=lambda ms: bool(ms) and ms[0].get('content', '').startswith(EXPAND_FIRST_LINE))
 def offline_expansion_model(messages: list[dict]) -> str:
-    "Deterministic offline generator for the unified prompt: a chain question with a constraint, or an exploration set."
+    "Deterministic offline generator for the unified prompt: a question of one of `SHAPES`, or an exploration set."
     ids, labels, rl, deg, explored = _prompt_state(messages)
     k = int(re.search(r'name up to (\d+) entities', messages[0]['content'])[1])
-    ch = find_chain(ids, explored, deg)
-    if ch is None: return json.dumps(dict(sufficient=False, explore=_explore_choice(ids, deg, explored, k) or explored[:1]))
-    s, r1, f1, m, r2, f2, a, r3, f3, c = ch
-    answers = chain_answers(ids, ch)
+    branches = _choose(ids, deg, explored, k)
+    if branches is None: return json.dumps(dict(sufficient=False, explore=_explore_choice(ids, deg, explored, k) or explored[:1]))
+    stated = branches[:1]
+    for b in branches[1:]:  # the draft states an extra branch only where the subgraph shows it is needed
+        if shape_answers(ids, stated + [b]) != shape_answers(ids, stated): stated.append(b)
     it = lambda v: f'{labels[v]} ({v})'
-    proof = [[it(s), f'{rl[r1]} ({r1})', it(m)] if f1 else [it(m), f'{rl[r1]} ({r1})', it(s)],
-             [it(m), f'{rl[r2]} ({r2})', it(a)] if f2 else [it(a), f'{rl[r2]} ({r2})', it(m)],
-             [it(a), f'{rl[r3]} ({r3})', it(c)] if f3 else [it(c), f'{rl[r3]} ({r3})', it(a)]]
-    pats = list(_pattern(s, m, a, r1, f1, r2, f2))
-    if chain_answers(ids, ch, constrained=False) != answers:  # the writer adds the constraint only where the subgraph shows it is needed
-        pats.append(f'?answer wdt:{r3} wd:{c} .' if f3 else f'wd:{c} wdt:{r3} ?answer .')
-    draft = 'SELECT DISTINCT ?answer WHERE { ' + ' '.join(pats) + ' }'
-    return json.dumps(dict(sufficient=True, question=_chain_question(ch, labels, rl), answers=[it(x) for x in answers],
-                           proof=proof, sparql=draft), ensure_ascii=False)
+    proof = [[it(h), f'{rl[r]} ({r})', it(t)] for b in branches for h, r, t in _branch_triples(b)]
+    return json.dumps(dict(sufficient=True, question=shape_question(branches, labels, rl), answers=[it(x) for x in shape_answers(ids, branches)],
+                           proof=proof, sparql=shape_sparql(stated)), ensure_ascii=False)
 
-# %% ../nbs/22_kgqagen.ipynb #c032
+# %% ../nbs/22_kgqagen.ipynb #c040
 def expand(kg: KnowledgeGraph, st: ExpansionState, explore: list,  # IDs named by the model
            k: int, max_explore: int, max_triples: int, run_seed: int) -> list:
     "Sample around the usable entities of `explore` (in place); returns the entity indices explored this round."
@@ -340,7 +401,7 @@ def start_state(kg: KnowledgeGraph, cid: int, seed: int, cfg: KGQAGenConfig) -> 
     rng = np.random.default_rng([cfg.seed, cid])
     return ExpansionState(cid, seed, one_hop_sample(kg, seed, cfg.initial_neighbours, rng)[:cfg.max_triples], [seed])
 
-# %% ../nbs/22_kgqagen.ipynb #c035
+# %% ../nbs/22_kgqagen.ipynb #c043
 _SELECT_VAR = re.compile(r'(?is)\bSELECT\s+(?:DISTINCT\s+|REDUCED\s+)?\?(\w+)')
 
 def run_answer_query(store, query: str, timeout: float = 10.0, max_results: int = 1000) -> tuple:
@@ -356,7 +417,7 @@ def run_answer_query(store, query: str, timeout: float = 10.0, max_results: int 
     if len(rows) > max_results: return None, 'too_many_results', f'{len(rows)} rows > {max_results}'
     return sorted({str(r[m[1]]) for r in rows if r.get(m[1]) is not None}), None, ''
 
-# %% ../nbs/22_kgqagen.ipynb #c038
+# %% ../nbs/22_kgqagen.ipynb #c046
 REVISE_FIRST_LINE = 'Task: repair a SPARQL query so that it returns exactly the expected answers.'
 
 _REVISE_SYSTEM = REVISE_FIRST_LINE + """
@@ -380,7 +441,7 @@ def parse_revision_reply(text: str) -> str:
     if not isinstance(q, str) or not q.strip(): raise ReplyError('reply:missing:sparql', 'the revision reply has no "sparql" string')
     return q.strip()
 
-# %% ../nbs/22_kgqagen.ipynb #c039
+# %% ../nbs/22_kgqagen.ipynb #c047
 def _answer_var(query: str) -> str | None:
     m = _SELECT_VAR.search(query)
     return m[1] if m else None
@@ -407,7 +468,7 @@ def offline_revision_model(messages: list[dict]) -> str:
     if add and not body.endswith(('.', '{')): body += ' .'
     return json.dumps(dict(sparql=body + (' ' + ' '.join(add) if add else '') + ' }'))
 
-# %% ../nbs/22_kgqagen.ipynb #c042
+# %% ../nbs/22_kgqagen.ipynb #c050
 @dataclass
 class Verification:
     "The outcome of verifying one generated instance."
@@ -428,8 +489,9 @@ def verify(kg: KnowledgeGraph, store, question: str, sparql: str, answer_ids: li
     "Execute the query, compare with the answer set, and revise up to `max_revisions` times."
     expected = sorted(set(answer_ids)); attempts = []
     exp_text = [kg.entity_text(kg.entity_index[a]) if a in kg.entity_index else a for a in expected]
+    ran = {}  # query text -> its result: a reviser that returns the query unchanged gets the same outcome without a second run
     for n in range(max_revisions + 1):
-        res, why, detail = run_answer_query(store, sparql, timeout, max_results)
+        res, why, detail = ran[sparql] if sparql in ran else ran.setdefault(sparql, run_answer_query(store, sparql, timeout, max_results))
         if why is None and res != expected: why, detail = 'answer_mismatch', f'{len(res)} results, {len(expected)} expected'
         attempts.append(dict(sparql=sparql, outcome=why or 'match', n_results=None if res is None else len(res)))
         if why is None: return Verification(True, sparql, n, 'accepted:first_try' if n == 0 else f'accepted:after_{n}_revisions', attempts)
@@ -438,7 +500,7 @@ def verify(kg: KnowledgeGraph, store, question: str, sparql: str, answer_ids: li
         except ReplyError as e: why = e.reason; attempts.append(dict(sparql=None, outcome=e.reason, n_results=None)); n += 1; break
     return Verification(False, sparql, n, f'revision_failed:{why}', attempts)
 
-# %% ../nbs/22_kgqagen.ipynb #c046
+# %% ../nbs/22_kgqagen.ipynb #c054
 KGQAGEN_FIELDS = ('seed', 'answer_labels', 'proof', 'rounds', 'revisions', 'sparql_draft', 'subgraph_size')
 
 def _proof_ids(kg: KnowledgeGraph, proof: list):
@@ -491,7 +553,15 @@ def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, ins
             'proof': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions, 'sparql_draft': inst['sparql'],
             'subgraph_size': len(st.edges)}
 
-# %% ../nbs/22_kgqagen.ipynb #c049
+# %% ../nbs/22_kgqagen.ipynb #c057
+MINIMALITY_REASONS = ('non_minimal', 'minimality_unchecked')
+
+def minimality_reason(rec: dict) -> str | None:
+    "None for a record whose every seed is needed; otherwise the discard reason (one of `MINIMALITY_REASONS`)."
+    if rec.get('redundant') is None: return 'minimality_unchecked'
+    return 'non_minimal' if rec['redundant'] else None
+
+# %% ../nbs/22_kgqagen.ipynb #c060
 def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict):
     "(answer IDs, None, '') or (None, reason, detail)."
     in_graph = {kg.entity_ids[int(x)] for e in st.edges for x in (kg.head[e], kg.tail[e])}
@@ -504,7 +574,7 @@ def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict):
     if proof is None: return None, 'proof_not_in_kg', detail
     return ids, None, ''
 
-# %% ../nbs/22_kgqagen.ipynb #c051
+# %% ../nbs/22_kgqagen.ipynb #c062
 @dataclass
 class _Run:
     kg: KnowledgeGraph
@@ -553,10 +623,12 @@ def process_batch(run: _Run, ids: list) -> tuple:
         except LLMError as e: errors.append(f'candidate {i} (reviser): {e}'); continue
         if not v.ok: outcomes[i] = _out(i, 'rejected', v.reason, v.attempts[-1]['outcome'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
         rec = instance_record(run.kg, run.store, i, st, inst, answer_ids, v, run.cfg.query_timeout, run.min_cache)
+        if run.cfg.minimal_only and (why := minimality_reason(rec)):
+            outcomes[i] = _out(i, 'rejected', why, rec['minimal_seeds_and_queries'] or rec['sparql_query'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
         outcomes[i] = _out(i, 'accepted', v.reason, record=rec, rounds=st.rounds, revisions=v.revisions, attempts=v.attempts)
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/22_kgqagen.ipynb #c054
+# %% ../nbs/22_kgqagen.ipynb #c065
 @dataclass
 class KGQAGenSelection:
     "The records of a run and its funnel."
@@ -576,7 +648,7 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
         o, i = done[i], i + 1
         f['candidates'] += 1
         r = o['reason'] or ''
-        if o['status'] == 'accepted' or r.startswith('revision_failed') or r in ('answer_not_in_subgraph', 'proof_not_in_kg'): f['sufficient'] += 1
+        if o['status'] == 'accepted' or r.startswith('revision_failed') or r in ('answer_not_in_subgraph', 'proof_not_in_kg', *MINIMALITY_REASONS): f['sufficient'] += 1
         if o['status'] != 'accepted': discarded[r] += 1; continue
         rec = ordered_record(o['record'])
         if index.check(rec, datapoint_keys(rec)) is not None: f['duplicates'] += 1; continue
@@ -587,7 +659,7 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
                   discarded=dict(discarded.most_common()))
     return KGQAGenSelection(records, funnel, len(done) - i)
 
-# %% ../nbs/22_kgqagen.ipynb #c057
+# %% ../nbs/22_kgqagen.ipynb #c068
 KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'dataset', 'runs', 'kgqagen')
 
 def kgqagen_manifest(cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient) -> dict:
@@ -602,7 +674,7 @@ def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
     if unknown: raise KGQAGenError('seed', f'{len(unknown)} seed(s) not in KG {kg.name!r}, e.g. {unknown[:3]}')
     return [kg.entity_index[s] for s in cfg.seeds][:cfg.max_candidates]
 
-# %% ../nbs/22_kgqagen.ipynb #c059
+# %% ../nbs/22_kgqagen.ipynb #c070
 def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds the same run)
                 cfg: KGQAGenConfig,
                 kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -634,7 +706,7 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c060
+# %% ../nbs/22_kgqagen.ipynb #c071
 def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient,
                      done: dict, seconds: float, processed: int) -> dict:
     "Write records.jsonl, funnel.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
@@ -655,7 +727,7 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
                                                                 notes=f'Reviser: {rev.describe()}. Generated by kgqa_nb.kgqagen.', duplicates=sel.funnel['duplicates']))
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c065
+# %% ../nbs/22_kgqagen.ipynb #c076
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c002
 from __future__ import annotations
-import json, time
+import itertools, json, re, time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,7 @@ from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
 from .llm import LLMClient
 from .metrics import ANSWER_SCORES, LasmJudge, em_lasm_scores
 from .qgraphs import build_question_graphs
-from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, make_reader
+from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader
 from .retriever_study import open_study, ppr_scores
 from .subgraphrag import label_key, load_retriever, prepare_example, prepare_examples, score_example, text_features, top_triples
 from .text import TextEncoder
@@ -28,10 +28,11 @@ from .datasources import resolve_kg
 from .kgqagen import KGQAGEN_CODE_MODULES, KGQAGenConfig, proof_answer, run_kgqagen
 
 # %% auto #0
-__all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table',
-           'dataset_statistics', 'gold_names', 'published_gold_names', 'Table2Questions', 'table2_questions',
-           'triple_labels', 'ppr_retrieval', 'proof_triples', 'trained_retrieval', 'proof_rooted', 'ultrag_rows',
-           'table2_runs', 'score_runs', 'Table2', 'kgqagen_table2']
+__all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'ROW_TYPES', 'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset',
+           'funnel_table', 'dataset_statistics', 'gold_names', 'published_gold_names', 'Table2Questions',
+           'table2_questions', 'triple_labels', 'ppr_retrieval', 'proof_triples', 'trained_retrieval', 'proof_rooted',
+           'ultrag_rows', 'llm_row_type', 'seeds_only', 'table2_runs', 'score_runs', 'transfer_table', 'Table2',
+           'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -77,6 +78,9 @@ def funnel_table(ds: KGQAGenDataset) -> pd.DataFrame:
     funnel = pd.DataFrame(rows, columns=['stage', 'count'])
     funnel['share'] = funnel['count'] / max(f['candidates'], 1)
     funnel['generator'], funnel['reviser'] = llm['generator'], llm['reviser']
+    offline = any(str(llm[k]).startswith('offline:') for k in ('generator', 'reviser'))
+    funnel['meaning'] = np.where(funnel.stage == 'records', 'stand-in acceptance (not comparable to the paper)' if offline
+                                 else 'acceptance (the paper: 69.8 % of generated instances)', '')
     return funnel
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c013
@@ -156,10 +160,11 @@ def proof_triples(q: Table2Questions) -> list:
 # %% ../nbs/22a_kgqagen_eval.ipynb #c025
 def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records with a question graph and their graphs
                       study: dict,  # the `retriever_study` artifact's parameters under some profile (defaults filled in)
-                      labels=('sp', 'gt'),  # label regimes (seed 0 of the study): sp, gt or sp:CONVENTION
-                      top_k: int = 100, out_dir: str = '') -> tuple:  # out_dir: where the study's cache lives
-    "({label regime: {id: top-K triples as text}}, the training set in words, {regime: epochs})."
-    sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=1, retrievers=['subgraphrag'])
+                      labels=('sp', 'gt'),  # label regimes: sp, gt or sp:CONVENTION
+                      top_k: int = 100, out_dir: str = '',  # out_dir: where the study's cache lives
+                      n_seeds: int = 1) -> tuple:  # training seeds 0..n_seeds-1 of the study
+    "({(label regime, seed): {id: top-K triples as text}}, the training set in words, {(regime, seed): epochs})."
+    sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=n_seeds, retrievers=['subgraphrag'])
     rs = open_study('retriever_study', sp, make_reader, out_dir)
     enc = TextEncoder(sp['encoder'])
     exs = prepare_examples(rows, qgs, enc)
@@ -168,9 +173,10 @@ def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records 
     source = f"SynthKGQA {rs.ctx.kg.name}" if sp['source'] == 'generated' else sp['source'].upper()
     trained, epochs = {}, {}
     for arm in labels:
-        model, meta = load_retriever(rs.checkpoint(arm, 0), dim=feats.dim, encoder=feats.encoder)
-        trained[arm] = {r['id']: [triple_labels(q.graph, t) for t in top_triples(ex, score_example(model, ex, feats), top_k)] for r, ex in zip(rows, exs)}
-        epochs[arm] = len(meta['history'])
+        for k in range(n_seeds):
+            model, meta = load_retriever(rs.checkpoint(arm, k), dim=feats.dim, encoder=feats.encoder)
+            trained[arm, k] = {r['id']: [triple_labels(q.graph, t) for t in top_triples(ex, score_example(model, ex, feats), top_k)] for r, ex in zip(rows, exs)}
+            epochs[arm, k] = len(meta['history'])
     return trained, f'{source}, train split of {n_train} questions', epochs
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c028
@@ -202,42 +208,80 @@ def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                      f"tau {taus[0]:g}/{taus[1]:g} fitted on the other half)")
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c034
+ROW_TYPES = ('oracle', 'stand-in (offline non-oracle)', 'LLM')
+
+def llm_row_type(llm: LLMClient) -> str:
+    "The `type` of a row answered by `llm`: an offline backend is a stand-in, never an LLM's result."
+    return ROW_TYPES[1] if llm.backend == 'offline' else ROW_TYPES[2]
+
+def seeds_only(rows: list) -> list:
+    "Records reduced to their seed entities: what the non-oracle reader may read of a record."
+    return [{'seed_entities': list(r.get('seed_entities') or [])} for r in rows]
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c036
 def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
                 retrievers: list,  # (name, {id: top-K triples as text}) per retriever
-                ultrag: dict | None = None, ultrag_idx=()) -> list:  # `ultrag_rows` and the positions of its questions
-    "(type, model, question positions, predictions) of every row of Table 2."
+                ultrag: dict | None = None, ultrag_idx=(),  # `ultrag_rows` and the positions of its questions
+                text_reader: TextPathReader | None = None) -> list:  # the offline (non-oracle) reader (None: a new one)
+    "(group, type, model, question positions, predictions) of every row of Table 2."
     qs, proofs, rows, oracle = [r['question'] for r in q.rows], proof_triples(q), q.rows, QueryReader()
+    tp, lt, O, S = text_reader or TextPathReader(), llm_row_type(llm), ROW_TYPES[0], ROW_TYPES[1]
     generated, everyone = q.dataset is not None, range(len(rows))
-    runs = [('Pure LLM', f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)),
-            ('LLM-SP', f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs))]
-    if generated: runs.append(('LLM-SP', 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, rows)))
+    runs = [('Pure LLM', lt, f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)),
+            ('LLM-SP', lt, f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs)),
+            ('LLM-SP', S, 'offline (non-oracle) reader + supporting subgraph', everyone, tp.answer_many(qs, proofs, seeds_only(rows)))]
+    if generated: runs.append(('LLM-SP', O, 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, rows)))
     for rname, got in retrievers:
         sub = [i for i, r in enumerate(rows) if r['id'] in got]
         if not sub: continue
-        tri, sq = [got[rows[i]['id']] for i in sub], [qs[i] for i in sub]
-        runs.append(('Retriever + reader', f'{rname} + SubgraphRAG reader ({llm.describe()})', sub, SubgraphRAGReader(llm).answer_many(sq, tri)))
-        if generated: runs.append(('Retriever + reader', f'{rname} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, [rows[i] for i in sub])))
-    if ultrag: runs.append(('KG-RAG', ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
+        tri, sq, sr = [got[rows[i]['id']] for i in sub], [qs[i] for i in sub], [rows[i] for i in sub]
+        runs += [('Retriever + reader', lt, f'{rname} + SubgraphRAG reader ({llm.describe()})', sub, SubgraphRAGReader(llm).answer_many(sq, tri)),
+                 ('Retriever + reader', S, f'{rname} + offline (non-oracle) reader', sub, tp.answer_many(sq, tri, seeds_only(sr)))]
+        if generated: runs.append(('Retriever + reader', O, f'{rname} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, sr)))
+    if ultrag: runs.append(('KG-RAG', O, ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
     return runs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c036
-TABLE2_METRICS = ('accuracy', 'hit@1', 'f1', 'precision', 'recall')
+# %% ../nbs/22a_kgqagen_eval.ipynb #c038
+TABLE2_METRICS = ('accuracy', 'precision', 'f1', 'hit@1', 'recall')
 
-def score_runs(q: Table2Questions, runs: list, judge: LasmJudge) -> tuple:
+def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
+               lasm: bool = True) -> tuple:  # False: the LASM columns are left blank (an offline judge)
     "(Table 2, its per-question scores) of `table2_runs` rows under EM and LASM."
     qs = [r['question'] for r in q.rows]
     golds = [gold_names(q.graph, r) if q.dataset is not None else published_gold_names(r) for r in q.rows]
+    blank = lambda k, v: v if k == 'em' or lasm else None
     table, per_q = [], []
-    for typ, name, idx, preds in runs:
+    for group, typ, name, idx, preds in runs:
         idx = list(idx)
         s = em_lasm_scores(preds, [golds[i] for i in idx], judge, [qs[i] for i in idx])
-        table.append(dict(type=typ, model=name, **{f'{m}_{k}': s[k][m] for m in TABLE2_METRICS for k in ('em', 'lasm')},
-                          n_questions=len(idx), judged_pairs=s['judged_pairs'], judge=s['judge']))
-        per_q += [dict(type=typ, model=name, id=r['id'], prediction=' | '.join(p), **{f'{m}_{k}': v[k][m] for k in ('em', 'lasm') for m in ANSWER_SCORES})
+        table.append(dict(type=typ, group=group, model=name, **{f'{m}_{k}': blank(k, s[k][m]) for m in TABLE2_METRICS for k in ('em', 'lasm')},
+                          n_questions=len(idx), judged_pairs=s['judged_pairs'] if lasm else None, judge=s['judge'] if lasm else f"{s['judge']} (LASM left blank)"))
+        per_q += [dict(type=typ, group=group, model=name, id=r['id'], prediction=' | '.join(p), **{f'{m}_{k}': blank(k, v[k][m]) for k in ('em', 'lasm') for m in ANSWER_SCORES})
                   for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
     return pd.DataFrame(table), pd.DataFrame(per_q)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c039
+# %% ../nbs/22a_kgqagen_eval.ipynb #c043
+_TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
+
+def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
+    "Trained-retriever rows summarised over seeds, per reader, label regime and metric, beside PPR and with the GT - SP gap."
+    m = table.model.str.extract(_TRAINED).dropna()
+    if m.empty: return pd.DataFrame()
+    t = table.loc[m.index].assign(arm=m.arm, seed=m.seed.astype(int), reader=m.reader)
+    ppr = {r.split(' + ', 1)[1]: row for r, row in table.set_index('model').iterrows() if r.startswith('PPR top-')}
+    out = []
+    for reader, metric in itertools.product(sorted(set(t.reader)), metrics):
+        by = t[t.reader == reader].pivot_table(index='seed', columns='arm', values=metric)
+        base = ppr[reader][metric] if reader in ppr else np.nan
+        cols = {a: by[a] for a in by.columns} | ({'GT - SP': by['GT'] - by['SP']} if {'GT', 'SP'} <= set(by.columns) else {})
+        for arm, v in cols.items():
+            v = v.dropna()
+            out.append(dict(reader=reader, labels=arm, metric=metric, n_seeds=len(v), mean=v.mean(), std=v.std(ddof=1) if len(v) > 1 else np.nan,
+                            min=v.min(), max=v.max(), ppr=None if arm == 'GT - SP' else base,
+                            seeds_above_ppr=None if arm == 'GT - SP' else int((v > base).sum())))
+    return pd.DataFrame(out)
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c046
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -247,23 +291,24 @@ class Table2:
     notes: list  # one line per step (questions, retrievers, ULTRAG)
     questions: Table2Questions
     ultrag: dict | None  # `ultrag_rows` and the positions of its questions (`idx`), when ULTRAG ran
+    transfer: pd.DataFrame  # `transfer_table` of the trained-retriever rows (empty without them)
 
 def _retrieval_notes(q, retrieved, trained, epochs, trained_from, top_k) -> list:
     proofs, rows = proof_triples(q), q.rows
     share = lambda got: np.mean([len(set(p) & set(got[r['id']])) / len(p) for p, r in zip(proofs, rows) if r['id'] in got])
     if not retrieved: return [f'retriever rows left out: {"no KG given" if q.graph is None else f"no question has all its seeds and answers in {q.graph.name}"}']
     return ([f'{len(retrieved)} of {len(rows)} questions with a question graph; proof triples among the top {top_k}: {share(retrieved):.1%} on average']
-            + [f'trained retriever ({arm} labels, seed 0, {epochs[arm]} epochs; {trained_from}): proof triples among the top {top_k}: {share(got):.1%} on average'
-               for arm, got in trained.items()])
+            + [f'trained retriever ({arm} labels, seed {k}, {epochs[arm, k]} epochs; {trained_from}): proof triples among the top {top_k}: {share(got):.1%} on average'
+               for (arm, k), got in trained.items()])
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c040
+# %% ../nbs/22a_kgqagen_eval.ipynb #c047
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
                    max_questions: int = 0, top_k: int = 100, qgraph_nodes: int = 500, qgraph_triples: int = 3000,
                    study: dict | None = None,  # the `retriever_study` parameters of `retriever_profile` (None: no trained rows)
-                   retriever_profile: str = '', retriever_labels=('sp', 'gt'), ultrag_questions: int = 10, ultrag_k: int = 30000,
-                   out_dir: str = '') -> Table2:  # the other parameters are those of the Table 2 artifact (nbs/92)
+                   retriever_profile: str = '', retriever_labels=('sp', 'gt'), retriever_seeds: int = 1, ultrag_questions: int = 10,
+                   ultrag_k: int = 30000, out_dir: str = '') -> Table2:  # the other parameters are those of the Table 2 artifact (nbs/92)
     "KGQAGen Table 2 (KGQAGen paper, Section 6) on a generated or the published KGQAGen dataset."
     if ultrag_questions < 0: raise ValueError(f'ultrag_questions must be 0 (all) or a positive count, not {ultrag_questions}')
     params = {k: v for k, v in dict(locals()).items() if k not in ('study', 'out_dir')} | dict(retriever_labels=list(retriever_labels))
@@ -271,18 +316,19 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
                          base_url=base_url, max_rounds=max_rounds, max_revisions=max_revisions)
     client = lambda b, m: LLMClient(b, m or None, base_url or None)
     llm, judge = client(reader_backend, reader_model), LasmJudge(client(judge_backend, judge_model))
-    notes = [f"{len(q.rows)} questions ({source}) on {q.graph.name if q.graph is not None else 'no KG'}; reader {llm.describe()}; {judge.describe()}"]
+    notes = [f"{len(q.rows)} questions ({source}) on {q.graph.name if q.graph is not None else 'no KG'}; reader {llm.describe()}; {judge.describe()}"
+             + (' (offline: the LASM columns are left blank)' if judge_backend == 'offline' else '')]
     retr_rows, qgs, retrieved = ppr_retrieval(q, top_k, seed, qgraph_nodes, qgraph_triples)
     trained, trained_from, epochs = {}, '', {}
-    if retr_rows and study and retriever_labels: trained, trained_from, epochs = trained_retrieval(q, retr_rows, qgs, study, retriever_labels, top_k, out_dir)
+    if retr_rows and study and retriever_labels: trained, trained_from, epochs = trained_retrieval(q, retr_rows, qgs, study, retriever_labels, top_k, out_dir, retriever_seeds)
     else: notes.append('trained-retriever rows left out: ' + ('no question graph' if not retr_rows else 'no retriever_profile or retriever_labels given'))
     notes += _retrieval_notes(q, retrieved, trained, epochs, trained_from, top_k)
     idx = [i for i, r in enumerate(q.rows) if q.dataset is not None or (r['id'] in retrieved and r.get('all_answers_wikidata') is not None)]
     idx = idx[:ultrag_questions] if ultrag_questions else idx
     ultrag = dict(ultrag_rows(q.graph, [q.rows[i] for i in idx], ultrag_k), idx=idx) if idx else None
-    retrievers = [(f'PPR top-{top_k}', retrieved)] + [(f'SubgraphRAG retriever (trained on {trained_from}, {arm.upper()} labels, seed 0) top-{top_k}', got)
-                                                      for arm, got in trained.items()]
-    table, per_q = score_runs(q, table2_runs(q, llm, retrievers, ultrag, idx), judge)
+    retrievers = [(f'PPR top-{top_k}', retrieved)] + [(f'SubgraphRAG retriever (trained on {trained_from}, {arm.upper()} labels, seed {k}) top-{top_k}', got)
+                                                      for (arm, k), got in trained.items()]
+    table, per_q = score_runs(q, table2_runs(q, llm, retrievers, ultrag, idx), judge, lasm=judge_backend != 'offline')
     prov = dict(params=params, seed=seed, kg=q.graph.name if q.graph is not None else None, artifact='kgqagen_table2',
                 llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=[q.dataset.built] if q.dataset else [])
     if ultrag:
@@ -291,4 +337,4 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
         notes.append(f"ULTRAG on {len(idx)} questions: queries {dict(Counter(ultrag['status']))} ({ultrag['rerooted']} rooted on another gold answer, the one their "
                      f"answer subgraph holds); {ultrag['seconds'] / len(idx):.2f} s per question")
     else: notes.append('ULTRAG rows left out: no question has its seeds in the KG and every answer as a QID')
-    return Table2(table, per_q, prov, notes, q, ultrag)
+    return Table2(table, per_q, prov, notes, q, ultrag, transfer_table(table))

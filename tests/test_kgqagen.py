@@ -2,6 +2,7 @@
 query, gives up after three attempts), hostile SPARQL refused before execution, every accepted record's query returns
 exactly its answer set, SIGKILL then resume equals an uninterrupted run, malformed replies get named reasons."""
 import json, os, re, signal, subprocess, sys, time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -153,7 +154,7 @@ def test_hostile_generator_reply_in_a_run_is_discarded(kg, store, scripted, serv
 @pytest.fixture(scope='module')
 def smoke_run(tmp_path_factory, kg, store):
     out = tmp_path_factory.mktemp('smoke')
-    summary = run_kgqagen(out, KGQAGenConfig(n_target=SMOKE_N, batch_size=8), kg=kg, store=store, verbose=False, status_every=0)
+    summary = run_kgqagen(out, KGQAGenConfig(n_target=SMOKE_N, max_candidates=400, batch_size=8), kg=kg, store=store, verbose=False, status_every=0)
     return out, summary
 
 
@@ -170,12 +171,13 @@ def test_every_accepted_query_returns_exactly_its_answer_set(smoke_run, store):
         assert r['answer_subgraph'] and r['seed_entities'] and r['rounds'] >= 1 and 0 <= r['revisions'] <= 3
 
 
-def test_funnel_adds_up_and_revisions_happen(smoke_run):
+def test_funnel_adds_up(smoke_run):
+    "The funnel adds up, non-minimal instances are counted as discarded, and revised outcomes name their revisions."
     out, summary = smoke_run
     f = json.loads((out / 'funnel.json').read_text())
     assert f['records'] + f['duplicates'] + sum(f['discarded'].values()) == f['candidates']
     assert f['accepted_first_try'] + f['accepted_after_revisions'] == f['records']
-    assert f['accepted_after_revisions'] > 0 and f['accepted_first_try'] > 0  # the offline roles exercise both paths
+    assert f['discarded'].get('non_minimal', 0) > 0  # the check runs on every instance and removes some
     outs = read_outcomes(out / 'outcomes.jsonl')
     revised = [o for o in outs.values() if o['status'] == 'accepted' and o['revisions'] > 0]
     assert all(o['reason'] == f"accepted:after_{o['revisions']}_revisions" for o in revised)
@@ -190,11 +192,23 @@ def test_answer_node_is_the_answer_the_proof_supports(smoke_run):
         if in_proof & set(r['all_answers_wikidata']): assert ent(r['answer_node']) in in_proof, r['id']
 
 
-def test_records_feed_the_isomorphism_statistics(smoke_run):
+def test_records_have_varied_shapes_and_are_all_minimal(smoke_run):
+    "A generated set holds at least three isomorphism types, and every record passed the minimality check."
     recs = records(smoke_run[0])
-    typed = [r for r in recs if r['graph_isomorphism']]
-    assert len(typed) >= len(recs) // 2
-    assert all(r['n_hops'] >= 2 for r in typed)
+    assert len({r['graph_isomorphism'] for r in recs}) >= 3, Counter(r['graph_isomorphism'] for r in recs)
+    assert all(r['redundant'] is False and r['minimal_graph_isomorphism'] == r['graph_isomorphism'] for r in recs)
+    assert all(r['n_hops'] >= 2 or r['graph_isomorphism'].count('(') >= 2 for r in recs)  # two hops of reasoning or an intersection
+
+
+def test_minimal_only_false_keeps_non_minimal_records_marked(tmp_path, kg, store):
+    "With minimal_only=False the same candidates give records marked redundant instead of discarded ones."
+    cfg = dict(n_target=15, max_candidates=60, batch_size=8)
+    kept = run_kgqagen(tmp_path / 'kept', KGQAGenConfig(minimal_only=False, **cfg), kg=kg, store=store, verbose=False, status_every=0)
+    strict = run_kgqagen(tmp_path / 'strict', KGQAGenConfig(**cfg), kg=kg, store=store, verbose=False, status_every=0)
+    marked = [r for r in records(tmp_path / 'kept') if r['redundant']]
+    assert marked and 'non_minimal' not in kept['funnel']['discarded']
+    assert strict['funnel']['discarded']['non_minimal'] >= 1
+    assert not any(r['redundant'] for r in records(tmp_path / 'strict'))
 
 
 @pytest.fixture(scope='module')
@@ -293,8 +307,10 @@ def test_table2_reads_the_published_dataset(tmp_path, monkeypatch):
     out = tmp_path / 'out'
     run_artifact(load_manifest()['kgqagen_table2'], 'smoke', overrides=dict(source='kgqagen-10k', kg=''), out_root=out)
     table = pd.read_csv(out / 'results' / 'kgqagen_table2.csv')
-    assert table.type.tolist() == ['Pure LLM', 'LLM-SP'] and (table.n_questions == 2).all()
-    assert not table.model.str.contains('oracle').any()  # published queries use the label service: no oracle row
+    assert table.group.tolist() == ['Pure LLM', 'LLM-SP', 'LLM-SP'] and (table.n_questions == 2).all()
+    assert (table.type == 'stand-in (offline non-oracle)').all() and table.model.str.contains('offline (non-oracle) reader', regex=False).sum() == 1
+    assert not table.model.str.contains(r'(?<!non-)oracle').any()  # published queries use the label service: no oracle row
+    assert table.accuracy_lasm.isna().all() and table.accuracy_em.notna().all()  # the offline judge's LASM is left blank
     per_q = pd.read_csv(out / 'results' / 'kgqagen_table2_per_question.csv')
     assert sorted(per_q.id.unique()) == [1, 3]
     prov = json.loads((out / 'results' / 'kgqagen_table2.provenance.json').read_text())
