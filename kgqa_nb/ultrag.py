@@ -728,9 +728,11 @@ def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s tabl
 # %% ../nbs/19_ultrag.ipynb #c092
 def triples_subgraph(kg: KnowledgeGraph, triples,  # (n, 3) KG index (head, relation, tail) rows, each a triple of `kg`
                      keep=(),  # entity indices kept even without a triple (the seeds)
-                     name: str = 'given triples') -> Pruned:
+                     name: str = 'given triples',
+                     drop_missing: bool = False) -> Pruned:  # leave out triples the KG lacks (else they are an error)
     "The graph of exactly `triples` and the entities `keep`, as a `Pruned` of `kg`."
     tri = np.asarray(triples, np.int64).reshape(-1, 3)
+    if drop_missing: tri = tri[kg.has_triples(tri[:, 0], tri[:, 1], tri[:, 2])]
     keys = (kg.head * kg.num_relations + kg.rel) * kg.num_entities + kg.tail
     order = np.argsort(keys, kind='stable')
     want = (tri[:, 0] * kg.num_relations + tri[:, 1]) * kg.num_entities + tri[:, 2]
@@ -790,9 +792,10 @@ def retrieved_graphs(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema 
     feats = text_features(kg, encoder, entities=exs.nodes, root=root)
     out = {QUESTION_GRAPH: {}, **{f'{n} top-{k}': {} for n in retrievers}}
     for qg, ex in zip(qgs, exs):
-        out[QUESTION_GRAPH][str(qg.id)] = triples_subgraph(kg, np.stack([qg.h, qg.r, qg.t], 1), qg.seeds, 'question graph')
+        out[QUESTION_GRAPH][str(qg.id)] = triples_subgraph(kg, np.stack([qg.h, qg.r, qg.t], 1), qg.seeds, 'question graph', True)
         for n, ret in retrievers.items():
-            out[f'{n} top-{k}'][str(qg.id)] = triples_subgraph(kg, top_triples(ex, retriever_scores(ret, ex, feats), k), qg.seeds, f'{n} top-{k}')
+            top = top_triples(ex, retriever_scores(ret, ex, feats), k)
+            out[f'{n} top-{k}'][str(qg.id)] = triples_subgraph(kg, top, qg.seeds, f'{n} top-{k}', True)
     return out
 
 # %% ../nbs/19_ultrag.ipynb #c102
