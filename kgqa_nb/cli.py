@@ -67,6 +67,7 @@ def kgrag_parser():
     ap.add_argument('--mode', choices=KGRAG_MODES, default='kg-rag', help='the full system or one of the baselines')
     ap.add_argument('--hops', type=int_at_least(1), default=2, help='N: candidate retrieval depth (the paper uses 3; the first N=3 run embeds up to ~35k triples per entity, with a progress bar)')
     ap.add_argument('--top-k', type=int_at_least(1), default=30, help='K: triples per sub-question')
+    ap.add_argument('--decomposer', choices=['oracle', 'wording'], default='oracle', help="oracle: maps the question to MetaQA's gold question type; wording: the offline (non-oracle) decomposer, from the question's words")
     ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='sentence encoder (name or model folder)')
     ap.add_argument('--backend', choices=['offline', 'openai'], default='offline', help='offline roles or an OpenAI-compatible server')
     ap.add_argument('--model', default=None, help='model name on the server')
