@@ -29,8 +29,8 @@ __all__ = ['RETRIEVAL_INPUT_REASONS', 'VAL_CURVE_METRIC', 'RetrievalInputError',
            'read_checkpoint', 'load_retriever', 'train_state', 'end_epoch', 'torch_threads', 'RetrievalExample',
            'label_key', 'check_question_graph', 'prepare_example', 'question_texts', 'ExampleSet', 'prepare_examples',
            'check_width', 'score_example', 'top_triples', 'example_metrics', 'gt_recall_split', 'TrainConfig',
-           'label_recall', 'val_metrics', 'mean_metric', 'check_val_metric', 'step_inputs', 'train_retriever',
-           'study_train', 'two_hop_dataset']
+           'label_recall', 'val_metrics', 'mean_metric', 'check_val_metric', 'step_inputs', 'warm_start',
+           'train_retriever', 'study_train', 'two_hop_dataset']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -407,17 +407,29 @@ def _step_loss(model, it, ent, rel_x, row, dev):
     logits = model(it['q'][row].to(dev), ent[it['rows']].to(dev), x('has_text'), rel_x, x('edge_index'), x('rel'), x('topic'), dde_x=x('dde'))
     return F.binary_cross_entropy_with_logits(logits, x('y'))
 
-# %% ../nbs/15_subgraphrag.ipynb #c041
-def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device):
+# %% ../nbs/15_subgraphrag.ipynb #c042
+def warm_start(model: SubgraphRAGRetriever, init,  # a SubgraphRAGRetriever or its checkpoint file (`save_retriever`); None: keep the fresh weights
+               encoder: str | None = None) -> str:  # the encoder of the run (a checkpoint of another encoder is refused)
+    "Copy the starting weights `init` into `model` (a warm start); returns their fingerprint for the run key ('' for a cold start)."
+    if init is None: return ''
+    src = init if isinstance(init, nn.Module) else load_retriever(init, dim=model.config['dim'], encoder=encoder)[0]
+    if src.config != model.config: raise CheckpointMismatchError('config', f'the starting weights have config {src.config}, the run {model.config}')
+    sd = {k: v.detach().cpu() for k, v in src.state_dict().items()}
+    model.load_state_dict(sd)
+    return params_key({k: v.numpy().round(6).tolist() for k, v in sd.items()}, 16)
+
+# %% ../nbs/15_subgraphrag.ipynb #c044
+def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init=None):
     "The training loop of `train_retriever`, inside its thread setting: every question read once, then epochs over memory."
     dev = get_device(device)
     key = label_key(cfg.labels); check_val_metric(cfg.val_metric)
     if not train: raise RetrievalInputError('empty_graph', 'no training question')
     if key not in train[0].labels: raise RetrievalInputError('unknown_labels', f'question {train[0].id!r} has no {key!r} labels')
     torch.manual_seed(cfg.seed)
-    model = SubgraphRAGRetriever(feats.dim, cfg.hidden).to(dev)
+    model = SubgraphRAGRetriever(feats.dim, cfg.hidden)
+    start = warm_start(model, init, feats.encoder); model = model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    run_key = _run_key(cfg, feats, train, val)
+    run_key = _run_key(cfg, feats, train, val) if not start else params_key(dict(cold=_run_key(cfg, feats, train, val), init=start), 16)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
     state = train_state(model, opt, last, run_key)
     items = [step_inputs(ex, feats, key, model.config['dde_rounds']) for ex in train] if not state['done'] and state['epoch'] < cfg.epochs else []
@@ -453,18 +465,19 @@ def train_retriever(train: list,  # RetrievalExamples to train on
                     stop_after: int | None = None,  # end this call after this many epochs (simulates a kill; tests)
                     verbose: bool = False,
                     threads: int | None = None,  # CPU threads for torch during the run (None: torch's setting)
-                    device: str = 'cpu') -> tuple:  # 'cpu', 'cuda', 'cuda:N' or 'auto'
-    "Train (or resume) one retriever; returns (best model, history rows)."
-    with torch_threads(threads): return _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device)
+                    device: str = 'cpu',  # 'cpu', 'cuda', 'cuda:N' or 'auto'
+                    init=None) -> tuple:  # starting weights (`warm_start`: a retriever or its best.pt); None: fresh weights
+    "Train (or resume) one retriever, from fresh weights or from `init`; returns (best model, history rows)."
+    with torch_threads(threads): return _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init)
 
-# %% ../nbs/15_subgraphrag.ipynb #c043
+# %% ../nbs/15_subgraphrag.ipynb #c046
 def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dict, ckpt_dir=None, verbose: bool = False,
                 threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SubgraphRAG training of one (labels, seed) arm: (model, history)."
     return train_retriever(train, val, feats, TrainConfig(**{**cfg, 'labels': labels, 'seed': int(seed)}), ckpt_dir,
                            verbose=verbose, threads=threads, device=device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c045
+# %% ../nbs/15_subgraphrag.ipynb #c048
 def two_hop_dataset(n: int = 60,  # questions
                     n_distractors: int = 40,  # random distractor triples per question
                     shortcut: bool = False,  # add a seed -shortcut-> answer triple to every question
