@@ -32,7 +32,8 @@ from .text import TextEncoder, l2_normalize
 __all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED',
            'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
            'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation', 'study_splits',
-           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'study_code', 'retriever_study',
+           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'example_triples',
+           'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code', 'retriever_study',
            'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
            'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
            'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy',
@@ -145,6 +146,46 @@ def trained_retriever(name: str):
     return TRAINED_RETRIEVERS[name]
 
 # %% ../nbs/15c_retriever_study.ipynb #c019
+def example_triples(ex: RetrievalExample) -> np.ndarray:
+    "(E, 3) KG (head, relation, tail) indices of an example's question-graph triples, in its edge order."
+    ei = ex.edge_index.numpy()
+    return np.stack([ex.nodes[ei[0]], ex.rel.numpy(), ex.nodes[ei[1]]], 1).astype(np.int64)
+
+def ranked_scores(ex: RetrievalExample, ranked) -> np.ndarray:
+    "(E,) scores of a ranked triple list on an example's graph: the i-th of n listed triples scores n - i; the rest -inf."
+    ranked, s, where = np.asarray(ranked, np.int64).reshape(-1, 3), np.full(len(ex), -np.inf, np.float32), {}
+    for j, t in enumerate(map(tuple, example_triples(ex).tolist())): where.setdefault(t, j)
+    for i, t in enumerate(map(tuple, ranked.tolist())):
+        j = where.get(t)  # a listed triple outside the question graph is not scored
+        if j is not None and s[j] == -np.inf: s[j] = len(ranked) - i
+    return s
+
+@dataclass
+class ListingRetriever:
+    "A trained retriever of a later chapter that lists triples (e.g. RoG), for `retriever_study(listing=...)`."
+    fit: object  # (train records, their question graphs as (m, 3) arrays, kg, labels, seed, folder) -> a model with retrieve(rec, kg, graph)
+    cfg: dict  # what makes it (model, budget, code): keys its cached runs
+    losses: object = None  # model -> its training losses (the run's curve gets one point: the mean of their last tenth)
+
+@dataclass
+class ListedScores:
+    "A fitted listing model scored over the study's examples (`retriever_scores` calls `example_scores`)."
+    model: object
+    recs: dict  # id -> record: the model reads the question and its seeds
+    kg: KnowledgeGraph
+    def example_scores(self, ex: RetrievalExample) -> np.ndarray:
+        return ranked_scores(ex, self.model.retrieve(self.recs[ex.id], self.kg, example_triples(ex)))
+
+def listing_trainer(lr: ListingRetriever, recs: dict):
+    "A training function like `TRAINED_RETRIEVERS`' for a `ListingRetriever`, reading the records by id."
+    def train(kg, encoder, train, val, feats, labels, seed, cfg, ckpt_dir=None, **_):
+        ids, graphs = zip(*[(e.id, example_triples(e)) for e in train]) if len(train) else ((), ())
+        model = lr.fit([recs[i] for i in ids], list(graphs), kg, labels, seed, ckpt_dir)
+        loss = list(lr.losses(model)) if lr.losses else []
+        return ListedScores(model, recs, kg), [dict(epoch=1, loss=float(np.mean(loss[-max(1, len(loss) // 10):])) if loss else float('nan'), steps=len(loss))]
+    return train
+
+# %% ../nbs/15c_retriever_study.ipynb #c023
 STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
 
 def study_code(*readers) -> str:
@@ -161,7 +202,7 @@ def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     check_val_metric(cfgs['subgraphrag'].get('val_metric', TrainConfig.val_metric))
     return cfgs
 
-# %% ../nbs/15c_retriever_study.ipynb #c022
+# %% ../nbs/15c_retriever_study.ipynb #c026
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -181,10 +222,13 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                     verbose: bool = False,
                     threads: int | None = None,  # CPU threads for training (None: torch's setting)
                     device: str = 'cpu',  # training device ('auto': CUDA when present)
-                    gate_k: int = 100) -> pd.DataFrame:  # K of the validation GT-triple recall every run records (`training_gate`)
+                    gate_k: int = 100,  # K of the validation GT-triple recall every run records (`training_gate`)
+                    listing: dict | None = None) -> pd.DataFrame:  # name -> `ListingRetriever`: trained retrievers of later chapters (e.g. RoG)
     "Train every (labels, seed) retriever and evaluate it and the reference retrievers on the test questions; cached."
     arms = [label_key(l) for l in labels]
-    cfgs = _study_cfgs(train_cfg, retrievers, retriever_cfgs)
+    listing = dict(listing or {})
+    if set(listing) & set(retrievers): raise ValueError(f'{sorted(set(listing) & set(retrievers))} named both in retrievers and in listing')
+    cfgs = _study_cfgs(train_cfg, retrievers, {**(retriever_cfgs or {}), **{n: l.cfg for n, l in listing.items()}})
     readers = {**({'hits': reader} if reader is not None else {}), **(extra_readers or {})}
     params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=cfgs['subgraphrag'],
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
@@ -192,22 +236,23 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                   ks=list(ks), gate_k=gate_k, code=study_code(*readers.values()), format=2)
     folder = keyed_folder(cache_dir, 'retriever-study', params)
     recs = {str(r['id']): r for r in records.to_dict('records')}
+    trainers = {**{n: trained_retriever(n) for n in retrievers}, **{n: listing_trainer(l, recs) for n, l in listing.items()}}
     exs = prepare_examples(records, qgraphs, encoder, root=root)  # every graph checked before anything is trained
     feats = text_features(kg, encoder, entities=exs.nodes, root=root)
     train, val, test = study_splits(exs, val_fraction)
     if not test or not train: raise RetrievalInputError('empty_graph', f'{len(train)} training and {len(test)} test questions: need both')
-    runs = [(r, 'none', 0) for r in references] + [(n, a, s) for n in retrievers for a in arms for s in seeds]
+    runs = [(r, 'none', 0) for r in references] + [(n, a, s) for n in trainers for a in arms for s in seeds]
     # SubgraphRAG's config is in the folder key; another retriever's run files carry a key of their own config, so adding
     # a retriever to a study reuses the runs already there
-    tag = {n: '' if n == 'subgraphrag' else f"-{params_key(cfgs.get(n, {}), 8)}" for n in retrievers}
+    tag = {n: '' if n == 'subgraphrag' else f"-{params_key(cfgs.get(n, {}), 8)}" for n in trainers}
     frames, added = [], False
     for name, arm, seed in progress(runs, desc='retriever study'):
         f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}{tag.get(name, '')}.csv"
         if not f.exists():
             t0, hist = time.perf_counter(), []
-            if name in retrievers:
+            if name in trainers:
                 sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
-                model, hist = trained_retriever(name)(kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
+                model, hist = trainers[name](kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
                                                       run_ckpt_dir(folder, arm, seed, sub), verbose=verbose,
                                                       threads=threads, device=device, root=root)
             else: model = name
@@ -223,7 +268,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['folder'] = str(folder)  # where its runs and checkpoints are (RetrieverStudy.checkpoint)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c026
+# %% ../nbs/15c_retriever_study.ipynb #c030
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -276,7 +321,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c029
+# %% ../nbs/15c_retriever_study.ipynb #c033
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -325,7 +370,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c036
+# %% ../nbs/15c_retriever_study.ipynb #c040
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -349,14 +394,14 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c040
+# %% ../nbs/15c_retriever_study.ipynb #c044
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c044
+# %% ../nbs/15c_retriever_study.ipynb #c048
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -377,7 +422,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c046
+# %% ../nbs/15c_retriever_study.ipynb #c050
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -408,7 +453,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c048
+# %% ../nbs/15c_retriever_study.ipynb #c052
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -425,6 +470,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
                          second_reader: str = '',  # the `make_reader` kind of `extra_readers['hits_nonoracle']` ('': none), recorded
                          extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
+                         listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     graph = resolve_kg(kg)
@@ -434,7 +480,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                         n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
                         reader_ks=list(reader_ks), cache_dir=cache_dir, retrievers=list(retrievers), sr_tune=sr_tune,
                         sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, graphs=graphs, second_reader=second_reader,
-                        **gen, **params)
+                        **gen, **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
     cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
@@ -442,7 +488,8 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                   val_metric=val_metric)
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
                             train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
-                            retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device)
+                            retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device,
+                            listing=listing)
     extra = {f'reader_{p}': r.describe() for p, r in (extra_readers or {}).items()}  # e.g. reader_hits_nonoracle: who gave that column
     rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe(), **extra), {}, Path(study.attrs['folder']), reader)
     up = list(ctx.prov.get('upstream', []))
@@ -455,10 +502,10 @@ READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorde
 
 def study_params(ns: dict) -> dict:
     "The keyword arguments of `open_retriever_study` found in a notebook's namespace (`globals()`): its parameters, passed once."
-    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'params')]
+    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c050
+# %% ../nbs/15c_retriever_study.ipynb #c054
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -468,7 +515,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     extra = {'hits_nonoracle': make_reader(params['second_reader'])} if params.get('second_reader') else None
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c054
+# %% ../nbs/15c_retriever_study.ipynb #c058
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -487,7 +534,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c056
+# %% ../nbs/15c_retriever_study.ipynb #c060
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -509,7 +556,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c059
+# %% ../nbs/15c_retriever_study.ipynb #c063
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -549,7 +596,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c067
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -575,7 +622,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c064
+# %% ../nbs/15c_retriever_study.ipynb #c068
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -588,7 +635,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c065
+# %% ../nbs/15c_retriever_study.ipynb #c069
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
