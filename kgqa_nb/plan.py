@@ -20,11 +20,11 @@ from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, fu
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE',
            'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
            'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'benchmark_calls',
-           'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
-           'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens',
-           'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits', 'interactive_seconds',
-           'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError', 'llm_roots',
-           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'python_sigint',
+           'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls',
+           'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds',
+           'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits',
+           'interactive_seconds', 'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError',
+           'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'python_sigint',
            'interrupt_main_thread', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
@@ -49,6 +49,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm.MODEL_PRICES
     agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
     benchmark_triples={'llm-only': 0, 'pog': 3.72, 'tog': 8.0, 'sr': 72.94, 'gcr': 6.54, 'rog': 72.15, 'subgraphrag': 199.61},  # triples each model gives the reader (SynthKGQA Table 2)
+    mintaka_test=4000,  # questions in Mintaka's published test split (Table 3 reads those the KG can answer: an upper bound)
 )
 
 # Tokens of one call per prompt kind, measured on the smoke-size prompts with the offline models (same prompt builders as the
@@ -165,6 +166,16 @@ def benchmark_calls(p, plan) -> list:
                           triples=float(min(int(p['k']), plan['benchmark_triples'].get(m, p['k'])))) for m in names]
     return out
 
+def mintaka_calls(p, plan) -> list:
+    "SynthKGQA Table 3: the study it reads, then one reader call per Mintaka test question for LLM-only and for RoG and SubgraphRAG in each of three regimes."
+    out = retriever_study_calls(p, plan)
+    if p['reader'] != 'llm': return out
+    n, t = int(p['n_test']) or plan['mintaka_test'], plan['benchmark_triples']
+    api = _api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model')
+    return out + [CallGroup('reader (llm-only)', 'kgqa-subgraphrag-reader', **api, calls=n),
+                  *[CallGroup(f'reader ({m} subgraphs, 3 regimes)', 'kgqa-subgraphrag-reader', **api, calls=3 * n,
+                              triples=float(min(int(p['k']), t[m]))) for m in ('rog', 'subgraphrag')]]
+
 # %% ../nbs/40a_plan.ipynb #c021
 def kgrag_calls(p, plan, baselines: bool = False) -> list:
     "KG-RAG: per question, seed and hop set one decomposition, then per (N, K) one answer per sub-question and one synthesis."
@@ -218,6 +229,7 @@ LLM_WORK = {  # artifact -> (its full parameters, planning assumptions) -> [Call
     'fig4_sp_reader': sp_reader_calls,
     **{n: retriever_study_calls for n in ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')},
     'gtsqa_benchmark': benchmark_calls,
+    'table3_mintaka': mintaka_calls,
     'ultrag_end_to_end': lambda p, plan: ultrag_calls(p, plan, evaluations=2 if p['link'] else 1),
     'ultrag_oracle_vs_llm': lambda p, plan: ultrag_calls(p, plan)[:1],
     'kgrag_hops_topk': kgrag_calls,

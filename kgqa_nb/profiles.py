@@ -197,6 +197,7 @@ NEED_RULES = (  # (need, {parameter: accepted values or a test}, a parameter who
     ('llm', {'judge_backend': {'openai'}}, None),  # an LLM judge (LASM)
     ('data:gtsqa', {'source': {'gtsqa'}}, None),  # the published GTSQA files
     ('data:kgqagen', {'source': {'kgqagen-10k'}}, None),  # the published KGQAGen-10k file
+    ('data:mintaka', {'mintaka': {'published'}}, None),  # the published Mintaka files (SynthKGQA Table 3)
     ('gpu', {'device': _cuda}, None),  # an explicit CUDA device
     ('local-llm', {'floor_reader': {True}}, 'floor_base_url'),  # the floor rows' small base LM on llama.cpp (make llm-local)
 )
