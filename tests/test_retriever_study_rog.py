@@ -87,3 +87,15 @@ def test_ranked_scores_follow_the_list_order():
     ei = ex.edge_index.numpy(); tri = np.stack([ex.nodes[ei[0]], ex.rel.numpy(), ex.nodes[ei[1]]], 1)
     s = ranked_scores(ex, tri[[3, 1, 3]])  # a repeat keeps its first rank
     assert s[3] > s[1] > -np.inf and np.isinf(np.delete(s, [1, 3])).all()
+
+
+def test_notebooks_64_and_65_define_rog_the_same_way():
+    # 65 reads the RoG runs 64 cached: the same definition gives the same cache key (a difference would retrain in 65)
+    import json
+    from pathlib import Path
+    def cell(nb):
+        src = [''.join(c['source']) for c in json.loads((Path(__file__).parents[1] / 'nbs' / nb).read_text())['cells'] if c['cell_type'] == 'code']
+        found = [s for s in src if s.startswith('def rog_listing(')]
+        assert len(found) == 1, f'{nb}: no single rog_listing cell'
+        return found[0].split('\n\n')[0]  # the definition, without what follows it in the cell
+    assert cell('64_retriever_study.ipynb') == cell('65_table4_gt_vs_sp.ipynb')
