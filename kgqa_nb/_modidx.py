@@ -98,6 +98,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'kgqa_nb.benchmark.reader_scores': ('benchmark.html#reader_scores', 'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.recall_vs_em': ('benchmark.html#recall_vs_em', 'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.rog_model': ('benchmark.html#rog_model', 'kgqa_nb/benchmark.py'),
+                                   'kgqa_nb.benchmark.rog_study_listing': ('benchmark.html#rog_study_listing', 'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.run_benchmark': ('benchmark.html#run_benchmark', 'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.sr_model': ('benchmark.html#sr_model', 'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.study_checkpoint': ('benchmark.html#study_checkpoint', 'kgqa_nb/benchmark.py'),

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .core import UsageError, keyed_folder, mark_built, progress, user_cache_dir, write_table
+from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, user_cache_dir, write_table
 from .datasources import dataset_kg, open_dataset_dir
 from .kg import KnowledgeGraph, kg_fingerprint
 from .metrics import answer_hit, pearson, set_prf
@@ -21,7 +21,7 @@ from .spanalysis import bootstrap_interval, gold_answers, records_fingerprint
 from .subgraphrag import RetrievalExample, label_key, load_retriever, question_texts, text_features, top_triples
 from .sr import load_sr
 from .readers import make_reader
-from .retriever_study import check_out, retriever_scores, run_ckpt_dir
+from .retriever_study import ListingRetriever, check_out, retriever_scores, run_ckpt_dir
 from .text import TextEncoder
 
 # %% auto #0
@@ -31,7 +31,7 @@ __all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'ROG_BUDGET', 'MODEL_FACTORIES', 'TA
            'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model', 'rog_model',
            'gcr_model', 'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows',
            'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em',
-           'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli']
+           'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli', 'rog_study_listing']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
@@ -402,3 +402,17 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     print(t[['model', *TABLE2_COLUMNS]].rename(columns=TABLE2_COLUMNS).round(2).to_string(index=False))
     for r in t.itertuples(): print(f'{r.model}: {r.label}')
     return 0
+
+# %% ../nbs/25_benchmark.ipynb #rogstudy-code
+def rog_study_listing(generator: str,  # 'tiny' (random-init smoke stand-in), 'gemma' (Gemma 3 270M) or '' (no RoG arm)
+                      steps: int, batch_size: int, lr: float, beams: int,  # the fine-tune budget and beam width of each run
+                      threads: int = 0) -> tuple:  # torch threads of the fine-tune (0: the default)
+    "(the retriever study's `listing` argument for RoG, RoG's row label); ({}, '') without a generator."
+    if not generator: return {}, ''
+    budget = dict(generator=generator, steps=steps, batch_size=batch_size, lr=lr, beams=beams)
+    def fit(records, graphs, kg, labels, seed, folder):
+        rog = {**budget, 'seed': seed, 'threads': threads or None}
+        return fitted_path_model(BenchmarkSetup(kg, train=records, train_graphs=graphs, arm=labels, budgets={'rog': rog}, cache_dir=folder))
+    model = 'random-init 2-layer LM, word tokenizer: smoke stand-in' if generator == 'tiny' else 'Gemma 3 270M (registry GGUF)'
+    label = f'RoG ({model}; {steps} fine-tune steps of {batch_size}, lr {lr:g}, {beams} beams)'
+    return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark')), losses=lambda m: m.gen.history)}, label

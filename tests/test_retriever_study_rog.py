@@ -89,13 +89,19 @@ def test_ranked_scores_follow_the_list_order():
     assert s[3] > s[1] > -np.inf and np.isinf(np.delete(s, [1, 3])).all()
 
 
-def test_notebooks_64_and_65_define_rog_the_same_way():
-    # 65 reads the RoG runs 64 cached: the same definition gives the same cache key (a difference would retrain in 65)
+def test_notebooks_64_and_65_build_rog_from_the_one_library_definition():
+    # 65 reads the RoG runs 64 cached: both build the arm with benchmark.rog_study_listing (one definition, one cache key)
     import json
     from pathlib import Path
-    def cell(nb):
+    for nb in ('64_retriever_study.ipynb', '65_table4_gt_vs_sp.ipynb'):
         src = [''.join(c['source']) for c in json.loads((Path(__file__).parents[1] / 'nbs' / nb).read_text())['cells'] if c['cell_type'] == 'code']
-        found = [s for s in src if s.startswith('def rog_listing(')]
-        assert len(found) == 1, f'{nb}: no single rog_listing cell'
-        return found[0].split('\n\n')[0]  # the definition, without what follows it in the cell
-    assert cell('64_retriever_study.ipynb') == cell('65_table4_gt_vs_sp.ipynb')
+        assert not any('def rog_listing(' in x for x in src), f'{nb} defines its own RoG arm'
+        assert sum('rog_arm, ROG_LABEL = rog_study_listing(' in x for x in src) == 1, f'{nb} does not build RoG with rog_study_listing'
+
+
+def test_rog_study_listing_keys_the_same_budget_the_same_way():
+    from kgqa_nb.benchmark import rog_study_listing
+    a, la = rog_study_listing('tiny', 300, 8, 3e-3, 5)
+    b, lb = rog_study_listing('tiny', 300, 8, 3e-3, 5, threads=2)
+    c, _ = rog_study_listing('tiny', 301, 8, 3e-3, 5)
+    assert la == lb and a['rog'].cfg == b['rog'].cfg and a['rog'].cfg != c['rog'].cfg
