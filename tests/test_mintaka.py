@@ -72,6 +72,7 @@ def test_three_regimes_end_to_end_on_a_tiny_mintaka_file(tmp_path, monkeypatch):
     assert ((table.em_hit_lo <= table.em_hit) & (table.em_hit <= table.em_hit_hi)).all()
     assert table.label[table.regime == 'few-shot'].str.contains('continued from the study checkpoint').any()
     assert table.label[table.regime == 'full training'].str.contains('from scratch').all()
+    assert table.set_index(['model', 'regime']).paper_em_hit[('subgraphrag', 'few-shot')] == 86.02  # the paper's value beside the row
     dropped = pd.read_csv(out / 'results' / 'table3_mintaka_dropped.csv')
     assert dict(zip(dropped.id, dropped.reason)) == {'num': 'answer not an entity', 'outside': 'seed or answer not in the KG'}
     perq = pd.read_csv(out / 'results' / 'table3_mintaka_questions.csv')
