@@ -129,13 +129,14 @@ def sp_reader_calls(p, plan) -> list:
 
 # %% ../nbs/40a_plan.ipynb #c015
 def retriever_study_calls(p, plan) -> list:
-    "Retriever study: one reader call per test question, run (3 reference retrievers + labels x seeds) and K."
+    "Retriever study: one reader call per test question, run (3 reference retrievers + trained retrievers x labels x seeds) and K."
     from kgqa_nb.retriever_study import REFERENCE_RETRIEVERS
     if 'study' in p: p = full_params(load_manifest()[p['study']], check_profile(p['study_profile'])[p['study']])  # a notebook reading a study: its parameters
     out = generation_calls(p, plan)
     if p['reader'] == 'llm':
         ks = list(p['reader_ks'])
-        runs = len(REFERENCE_RETRIEVERS) + len(p['labels']) * int(p['n_seeds'])
+        trained = len(p['retrievers']) + bool(p.get('rog_generator'))  # SubgraphRAG, SR and RoG each have labels x seeds runs
+        runs = len(REFERENCE_RETRIEVERS) + trained * len(p['labels']) * int(p['n_seeds'])
         key = f"retriever-study:{p['source']}:{p['kg']}:{p['n_questions']}:{p['seed']}:{p['reader_model']}:{ks}"
         out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
                              calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key))
