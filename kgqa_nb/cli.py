@@ -8,8 +8,8 @@ import importlib, os, sys
 
 # %% auto #0
 __all__ = ['COMMANDS', 'KGRAG_MODES', 'BENCHMARK_READERS', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser',
-           'kgrag_parser', 'retriever_parser', 'benchmark_parser', 'user_error_types', 'error_line', 'main',
-           'port_number', 'serve_offline_cli']
+           'kgrag_parser', 'add_question_graph_flags', 'retriever_parser', 'benchmark_parser', 'user_error_types',
+           'error_line', 'main', 'port_number', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
@@ -75,6 +75,12 @@ def kgrag_parser():
     return ap
 
 # %% ../nbs/41_cli.ipynb #c009
+def add_question_graph_flags(ap, encoder_help: str = 'frozen text encoder'):
+    "The question-graph flags `kgqa train-retriever`, `retrieve` and `benchmark` share: PPR entities, most triples, the encoder."
+    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR (at least 1)')
+    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples (at least 1)')
+    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help=encoder_help)
+
 def retriever_parser(command: str = 'train-retriever'):  # 'train-retriever' or 'retrieve'
     "The flags of `kgqa train-retriever` and `kgqa retrieve`: the dataset and its question graphs, then each command's own."
     from kgqa_nb.core import CLIParser
@@ -86,9 +92,7 @@ def retriever_parser(command: str = 'train-retriever'):  # 'train-retriever' or 
     ap.add_argument('--kg', default='', help='KG name (a load_kg name) or data-dir folder (default: the one --dataset names, else toyworld)')
     ap.add_argument('--n-questions', type=int, default=300, help='generated dataset size (without --dataset)')
     ap.add_argument('--seed', type=int, default=0, help='dataset and question-graph seed')
-    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR (at least 1)')
-    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples')
-    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help='frozen text encoder')
+    add_question_graph_flags(ap)
     ap.add_argument('--cache-dir', default='', help='datasets and question graphs (default: retriever-cli in the user cache)')
     if command == 'train-retriever':
         ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
@@ -117,12 +121,10 @@ def benchmark_parser():
     ap.add_argument('--kg', default='', help="a load_kg name or a KG folder (default: the dataset's KG)")
     ap.add_argument('--n-questions', type=int, default=0, help='first N test questions (0 = all)')
     ap.add_argument('--seed', type=int, default=0, help='split seed of a run folder and question-graph seed')
-    ap.add_argument('--n-nodes', type=int, default=500, help='question graphs: entities kept by PPR (at least 1)')
-    ap.add_argument('--max-triples', type=int, default=5000, help='question graphs: most triples (at least 1)')
+    add_question_graph_flags(ap, encoder_help="SubgraphRAG's frozen text encoder")
     ap.add_argument('--k', type=int, default=200, help='triples SubgraphRAG and SR keep (at least 1; the paper: 200)')
     ap.add_argument('--subgraphrag-ckpt', default='', help='best.pt of kgqa train-retriever (needed for subgraphrag)')
     ap.add_argument('--sr-ckpt', default='', help='best.pt of an SR run of the retriever study (needed for sr)')
-    ap.add_argument('--encoder', default='all-MiniLM-L6-v2', help="SubgraphRAG's frozen text encoder")
     ap.add_argument('--reader', choices=BENCHMARK_READERS, default='offline-text', help='the one reader: offline-text (non-oracle), llm or few-shot')
     ap.add_argument('--backend', choices=('offline', 'openai'), default='offline', help="the LLM of the llm / few-shot reader and of ToG and PoG (offline: their offline stand-ins, labelled)")
     ap.add_argument('--model', default='', help='LLM model (openai backend)')
