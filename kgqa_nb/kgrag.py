@@ -560,7 +560,7 @@ class WordingDecomposer:
         rels = wording_relations(question, topic)
         if rels: return rels
         labels = [l.replace('_', ' ') for l in self.kg.relation_labels]
-        sim = (self.reader._vecs(labels) @ self.reader._vecs(relation_phrases(plain_question(question), [topic])).T).max(1)
+        sim = (self.reader.vecs(labels) @ self.reader.vecs(relation_phrases(plain_question(question), [topic])).T).max(1)
         return [labels[int(sim.argmax())]] if len(sim) and sim.max() >= self.min_similarity else []
     def describe(self) -> str: return WORDING_DECOMPOSER
 
@@ -591,7 +591,7 @@ class ChainReader:
         adj = {}
         for h, r, t in tri: adj.setdefault(h, []).append((r, 1, t)); adj.setdefault(t, []).append((r, -1, h))
         rels = sorted({r for _, r, _ in tri}); pr = self.path_reader
-        rel_score = dict(zip(rels, (pr._vecs(rels) @ pr._vecs(relation_phrases(question, names)).T).max(1).tolist()))
+        rel_score = dict(zip(rels, (pr.vecs(rels) @ pr.vecs(relation_phrases(question, names)).T).max(1).tolist()))
         best = {}
         for s in seeds:  # pooled, not intersected: a reformulated sub-question lists alternatives
             for e, sc in best_path_scores(adj, s, rel_score, hops, pr.step_cost).items():

@@ -175,7 +175,7 @@ class TextPathReader:
             adj.setdefault(hi, []).append((ri, 1, ti)); adj.setdefault(ti, []).append((ri, -1, hi))
         seed_ids = list(dict.fromkeys(item_id(s) for s in seeds))
         rels = sorted(rel_label)
-        sim = self._vecs([rel_label[r] for r in rels]) @ self._vecs(relation_phrases(question, [item_label(s) for s in seeds])).T
+        sim = self.vecs([rel_label[r] for r in rels]) @ self.vecs(relation_phrases(question, [item_label(s) for s in seeds])).T
         rel_score = dict(zip(rels, sim.max(1).tolist()))
         hops = self.max_hops or question_hops(question)
         per_seed = [best_path_scores(adj, s, rel_score, hops, self.step_cost) for s in seed_ids]
@@ -187,7 +187,7 @@ class TextPathReader:
 
 # %% ../nbs/16_readers.ipynb #c028
 @patch
-def _vecs(self: TextPathReader, texts: list) -> np.ndarray:
+def vecs(self: TextPathReader, texts: list) -> np.ndarray:
     "(len(texts), dim) unit vectors, each text encoded once per reader."
     if self.encoder is None: self.encoder = TextEncoder()
     new = [t for t in dict.fromkeys(texts) if t not in self._vectors]
