@@ -51,7 +51,8 @@ def test_plan_names_every_missing_thing(bare_machine):
         assert a['status'] == ('blocked' if needs else 'ready')
     by = {a['artifact']: a for a in plan['artifacts']}
     assert [n['need'] for n in by['retriever_study']['needs']] == ['llm', 'data:gtsqa', 'gpu', 'encoder:gte-large-en-v1.5', 'data:ogbl_wikikg2']
-    assert by['retriever_study']['api_calls'] == 1622 * 9 * 13 and by['retriever_study']['cost_usd'] > 0
+    # 3 reference retrievers + 3 trained ones (SubgraphRAG, SR, RoG) x 2 label regimes x 3 seeds, at 13 K values
+    assert by['retriever_study']['api_calls'] == 1622 * (3 + 3 * 2 * 3) * 13 and by['retriever_study']['cost_usd'] > 0
     assert by['table4_gt_vs_sp']['llm'][0]['shared_with'] == 'retriever_study'  # the shared study is planned once
     text = pl.format_plan(plan)
     assert text.count('MISSING') == sum(not n['met'] for a in plan['artifacts'] for n in a.get('needs', []))
@@ -183,9 +184,11 @@ def test_a_changed_notebook_default_changes_the_plan(bare_machine):
     changed = bare_machine / art.notebook.name; changed.write_text(json.dumps(nb))
     params = dict(reader='llm', reader_backend='openai', reader_model='gpt-4o-mini', n_questions=600)  # the profile leaves n_seeds alone
     calls = lambda a: [g.calls for g in pl.artifact_calls(a, params, pl.PLAN_DEFAULTS)]
-    ks = len(pr.full_params(art)['reader_ks'])
-    assert calls(art) == [99 * (3 + 2 * 3) * ks]
-    assert calls(pr.Artifact(art.name, changed)) == [99 * (3 + 2 * 5) * ks]
+    full = pr.full_params(art)
+    ks, trained = len(full['reader_ks']), len(full['retrievers']) + bool(full['rog_generator'])  # SubgraphRAG, SR (+ RoG)
+    assert trained == 3
+    assert calls(art) == [99 * (3 + trained * 2 * 3) * ks]
+    assert calls(pr.Artifact(art.name, changed)) == [99 * (3 + trained * 2 * 5) * ks]
 
 
 def test_publishing_from_a_dirty_tree_is_refused_before_anything_runs(bare_machine, monkeypatch):
