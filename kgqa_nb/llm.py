@@ -902,12 +902,14 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             delay = min(ra, self.max_retry_after) if ra is not None else self._backoff(attempt)
             if e.status_code == 429: self._gate.pause(delay, 'HTTP 429', announce=False)  # the retry line says it
         except openai.APITimeoutError:
+            err = None if self._answered else self._hung()  # marks the client dead *before* the gate lets the next call in
             self._gate.release()
-            if not self._answered: raise self._hung() from None
+            if err: raise err from None
             last, delay = f'no answer within timeout={self.timeout}s', self._backoff(attempt)
         except openai.APIConnectionError as e:
+            err = self._unreachable(why) if (why := unreachable_reason(e)) else None  # likewise: dead before the gate opens
             self._gate.release()
-            if why := unreachable_reason(e): raise self._unreachable(why) from None
+            if err: raise err from None
             last, delay = f'connection error: {e}', self._backoff(attempt)
         except _Garbage as e: self._answered = True; self._gate.release(); last, delay = f'garbage response: {e}', self._backoff(attempt)
         except BaseException: self._gate.release(); raise
