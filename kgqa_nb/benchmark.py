@@ -25,13 +25,14 @@ from .retriever_study import ListingRetriever, check_out, retriever_scores, run_
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'ROG_BUDGET', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS',
-           'question_view', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side',
-           'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint',
-           'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model', 'rog_model',
-           'gcr_model', 'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows',
-           'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em',
-           'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli', 'rog_study_listing']
+__all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS',
+           'CKPT_FLAGS', 'question_view', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type',
+           'gold_side', 'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs',
+           'study_checkpoint', 'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model',
+           'fitted_path_model', 'rog_model', 'gcr_model', 'llm_only_model', 'check_model_names', 'make_models',
+           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
+           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli',
+           'rog_study_listing']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
@@ -199,25 +200,25 @@ def pog_model(setup: BenchmarkSetup):
     return PoG(client=agent_client(setup), **setup.budgets.get('pog', {}))
 
 # %% ../nbs/25_benchmark.ipynb #c037
-ROG_BUDGET = dict(generator='tiny', steps=200, batch_size=8, lr=5e-5)  # RoG's default budget (smoke-sized); 'gemma' for Gemma 3 270M
+ROG_BUDGET = dict(generator='tiny', steps=200, batch_size=8, lr=5e-5)  # RoG's default budget (smoke-sized); generator: tiny, gemma or hf:<checkpoint>
+GENERATOR_KEYS = ('generator', 'lora_rank')  # what GCR's budget may set to fine-tune a generator of its own (the paper's GCR: Llama-3.1-8B)
 
-def fitted_path_model(setup: BenchmarkSetup):
+def fitted_path_model(setup: BenchmarkSetup,
+                      generator: dict | None = None):  # overrides of the RoG budget's GENERATOR_KEYS (GCR's own generator)
     "A RoG fitted on the setup's training questions (its generator loaded from the keyed cache when fitted before)."
-    from kgqa_nb.pathgen import RoG, gguf_generator, load_generator, path_prompt, tiny_generator, training_pairs
-    b = {**ROG_BUDGET, **setup.budgets.get('rog', {})}
-    gen_kind, fit = b.pop('generator'), {k: b[k] for k in ('steps', 'batch_size', 'lr') if k in b}
+    from kgqa_nb.pathgen import RoG, check_generator_spec, load_generator, make_generator, path_prompt, training_pairs
+    b = {**ROG_BUDGET, **setup.budgets.get('rog', {}), **(generator or {})}
+    gen_kind, lora = check_generator_spec(b.pop('generator')), int(b.pop('lora_rank', 0) or 0)
+    fit = {k: b[k] for k in ('steps', 'batch_size', 'lr') if k in b}
     extra = {k: v for k, v in b.items() if k not in fit}
     params = dict(records=records_fingerprint(pd.DataFrame(setup.train)), kg=kg_fingerprint(setup.kg), labels=label_key(setup.arm),
-                  generator=gen_kind, graphs=setup.train_graphs is not None, **fit)
+                  generator=gen_kind, graphs=setup.train_graphs is not None, **fit, **({'lora_rank': lora} if lora else {}))
     folder = keyed_folder(Path(setup.cache_dir) if setup.cache_dir else user_cache_dir() / 'benchmark-models', 'rog', params)
     if (folder / 'generator' / 'generator.json').is_file():
-        rog = RoG(load_generator(folder / 'generator'), **fit, **extra); rog.labels = label_key(setup.arm); return rog
-    if gen_kind == 'tiny':
-        pairs = training_pairs(setup.train, setup.kg, setup.train_graphs, label_key(setup.arm))
-        gen = tiny_generator([path_prompt(q) for q, _ in pairs] + [t for _, t in pairs])
-    elif gen_kind == 'gemma': gen = gguf_generator()
-    else: raise UsageError(f"the RoG generator must be 'tiny' or 'gemma', not {gen_kind!r}")
-    rog = RoG(gen, **fit, **extra).fit(setup.train, setup.kg, setup.train_graphs, setup.arm)
+        rog = RoG(load_generator(folder / 'generator'), **fit, lora_rank=lora, **extra); rog.labels = label_key(setup.arm); return rog
+    pairs = training_pairs(setup.train, setup.kg, setup.train_graphs, label_key(setup.arm)) if gen_kind == 'tiny' else []
+    gen = make_generator(gen_kind, [path_prompt(q) for q, _ in pairs] + [t for _, t in pairs])
+    rog = RoG(gen, **fit, lora_rank=lora, **extra).fit(setup.train, setup.kg, setup.train_graphs, setup.arm)
     rog.gen.save(folder / 'generator'); mark_built(folder)
     return rog
 
@@ -226,9 +227,11 @@ def rog_model(setup: BenchmarkSetup):
     return fitted_path_model(setup)
 
 def gcr_model(setup: BenchmarkSetup):
-    "GCR (chapter 24): the same fitted generator, decoding constrained to the KG-Trie of paths of at most 2 hops."
+    "GCR (chapter 24): RoG's fitted generator (or its own, when its budget names one), decoding along the KG-Trie of ≤ 2-hop paths."
     from kgqa_nb.pathgen import GCR
-    return GCR.from_rog(fitted_path_model(setup), **setup.budgets.get('gcr', {}))
+    b = dict(setup.budgets.get('gcr', {}))
+    own = {k: b.pop(k) for k in GENERATOR_KEYS if k in b}
+    return GCR.from_rog(fitted_path_model(setup, own if own.get('generator') else None), **b)
 
 # %% ../nbs/25_benchmark.ipynb #c039
 def llm_only_model(setup: BenchmarkSetup) -> LLMOnlyModel:
@@ -404,15 +407,17 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     return 0
 
 # %% ../nbs/25_benchmark.ipynb #rogstudy-code
-def rog_study_listing(generator: str,  # 'tiny' (random-init smoke stand-in), 'gemma' (Gemma 3 270M) or '' (no RoG arm)
+def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemma (Gemma 3 270M), hf:<checkpoint> or '' (no RoG arm)
                       steps: int, batch_size: int, lr: float, beams: int,  # the fine-tune budget and beam width of each run
-                      threads: int = 0) -> tuple:  # torch threads of the fine-tune (0: the default)
+                      threads: int = 0,  # torch threads of the fine-tune (0: the default)
+                      lora_rank: int = 0) -> tuple:  # > 0: LoRA adapters of this rank (a 7B generator), 0: full fine-tune
     "(the retriever study's `listing` argument for RoG, RoG's row label); ({}, '') without a generator."
+    from kgqa_nb.pathgen import generator_label
     if not generator: return {}, ''
-    budget = dict(generator=generator, steps=steps, batch_size=batch_size, lr=lr, beams=beams)
+    budget = dict(generator=generator, steps=steps, batch_size=batch_size, lr=lr, beams=beams, **({'lora_rank': lora_rank} if lora_rank else {}))
     def fit(records, graphs, kg, labels, seed, folder):
         rog = {**budget, 'seed': seed, 'threads': threads or None}
         return fitted_path_model(BenchmarkSetup(kg, train=records, train_graphs=graphs, arm=labels, budgets={'rog': rog}, cache_dir=folder))
-    model = 'random-init 2-layer LM, word tokenizer: smoke stand-in' if generator == 'tiny' else 'Gemma 3 270M (registry GGUF)'
-    label = f'RoG ({model}; {steps} fine-tune steps of {batch_size}, lr {lr:g}, {beams} beams)'
+    lora = f' (LoRA r={lora_rank})' if lora_rank else ''
+    label = f'RoG ({generator_label(generator)}; {steps} fine-tune steps of {batch_size}{lora}, lr {lr:g}, {beams} beams)'
     return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark')), losses=lambda m: m.gen.history)}, label

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, write_text_atomic
+from .core import ReasonError, UsageError, get_device, write_text_atomic
 from .dataset import record_answers
 from .kg import KnowledgeGraph, parse_item
 from .llm_local import find_gguf
@@ -24,7 +24,7 @@ __all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDG
            'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'training_paths', 'ground_path',
            'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator', 'word_tokenizer',
            'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'RoG', 'question_relgraph', 'GCR',
-           'load_generator', 'companion_rog']
+           'load_generator', 'check_generator_spec', 'generator_label', 'make_generator', 'companion_rog']
 
 # %% ../nbs/24_pathgen.ipynb #c006
 PATH_OPEN, PATH_SEP, PATH_CLOSE = '<p>', '>', '</p>'
@@ -117,7 +117,7 @@ class PathGenerator:
     "A causal LM and its tokenizer that write one relation path after `path_prompt(question)`; `label` names them in every row."
     def __init__(self, model, tokenizer, label: str):
         self.model, self.tok, self.label = model.eval(), tokenizer, label
-        self.steps, self.history = 0, []  # fine-tune steps taken; the loss of each
+        self.steps, self.history, self.lora_rank = 0, [], None  # fine-tune steps taken; the loss of each; LoRA rank of the last fine-tune
     def __repr__(self): return f'PathGenerator({self.label}, {self.steps} steps)'
     @property
     def device(self) -> torch.device: return next(self.model.parameters()).device
@@ -198,23 +198,37 @@ def batch_loss(self: PathGenerator, pairs: list) -> torch.Tensor:
 @patch
 def fine_tune(self: PathGenerator, pairs: list,  # (question, path text)
               steps: int, batch_size: int = 8, lr: float = 5e-5, seed: int = 0,
-              freeze_embeddings: bool = True,  # keep the input embedding table fixed
-              threads: int | None = None) -> list:
+              freeze_embeddings: bool = True,  # keep the input embedding table fixed (full fine-tuning only)
+              threads: int | None = None,
+              lora_rank: int = 0) -> list:  # > 0: train rank-r LoRA adapters on every linear layer, then merge them (7B/8B models)
     "AdamW on the path tokens for `steps` batches drawn with a fixed seed; returns each step's loss (also kept in `history`)."
     if not pairs: raise ReasonError('no_training_paths', 'no (question, path) pair to fine-tune on: no record has a seed-to-answer path')
+    if lora_rank < 0: raise ValueError(f'lora_rank must be 0 (full fine-tuning) or more, not {lora_rank}')
     torch.manual_seed(seed); rng = np.random.default_rng(seed)
     emb = self.model.get_input_embeddings().weight
-    params = [p for p in self.model.parameters() if not (freeze_embeddings and p is emb)]
-    emb.requires_grad_(not freeze_embeddings)
+    if lora_rank:
+        import warnings
+        from peft import LoraConfig, get_peft_model
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='.*is_gradient_checkpointing', category=FutureWarning)  # peft reads a renamed attribute
+            self.model = get_peft_model(self.model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
+                                                               target_modules='all-linear', task_type='CAUSAL_LM'))
+        params = [p for p in self.model.parameters() if p.requires_grad]  # the adapters only
+    else:
+        params = [p for p in self.model.parameters() if not (freeze_embeddings and p is emb)]
+        emb.requires_grad_(not freeze_embeddings)
     opt, losses = torch.optim.AdamW(params, lr=lr), []
     self.model.train()
-    with torch_threads(threads):
-        for _ in range(steps):
-            idx = rng.choice(len(pairs), min(batch_size, len(pairs)), replace=False)
-            loss = self.batch_loss([pairs[i] for i in idx]); loss.backward(); opt.step(); opt.zero_grad()
-            losses.append(loss.item())
-    self.model.eval(); emb.requires_grad_(True)
-    self.steps += steps; self.history += losses
+    try:
+        with torch_threads(threads):
+            for _ in range(steps):
+                idx = rng.choice(len(pairs), min(batch_size, len(pairs)), replace=False)
+                loss = self.batch_loss([pairs[i] for i in idx]); loss.backward(); opt.step(); opt.zero_grad()
+                losses.append(loss.item())
+    finally:
+        if lora_rank: self.model = self.model.merge_and_unload()  # the adapters folded into the weights: a plain model again
+        self.model.eval(); emb.requires_grad_(True)
+    self.steps += steps; self.history += losses; self.lora_rank = lora_rank or None
     return losses
 
 # %% ../nbs/24_pathgen.ipynb #c034
@@ -298,13 +312,15 @@ class RoG:
                  max_nodes: int = 1000,  # a path whose frontier grows past this many entities retrieves nothing
                  max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens
                  freeze_embeddings: bool = True,  # fine-tune with the input embedding table fixed
-                 threads: int | None = None):
+                 threads: int | None = None,
+                 lora_rank: int = 0):  # > 0: fine-tune rank-r LoRA adapters (merged after), as a 7B/8B generator needs
         self.gen, self.steps, self.beams, self.batch_size, self.lr, self.seed = generator, steps, beams, batch_size, lr, seed
         self.max_paths, self.max_nodes, self.max_new_tokens, self.threads = max_paths, max_nodes, max_new_tokens, threads
-        self.freeze_embeddings, self.labels, self.n_pairs = freeze_embeddings, None, 0
+        self.freeze_embeddings, self.lora_rank, self.labels, self.n_pairs = freeze_embeddings, lora_rank, None, 0
     def trained_on(self) -> str:
         if self.labels is None: return 'not fine-tuned'
-        return f'fine-tuned {self.gen.steps} steps on {LABEL_NAMES.get(self.labels, self.labels)} paths'
+        how = f' (LoRA r={self.gen.lora_rank})' if self.gen.lora_rank else ''
+        return f'fine-tuned {self.gen.steps} steps{how} on {LABEL_NAMES.get(self.labels, self.labels)} paths'
     def describe(self) -> str: return f'RoG ({self.gen.label} {self.trained_on()}, {self.beams} beams)'
 
 # %% ../nbs/24_pathgen.ipynb #c046
@@ -314,7 +330,7 @@ def fit(self: RoG, train_records: list, kg: KnowledgeGraph, graphs=None,  # ques
     "Fine-tune the generator for `self.steps` steps on every training path ('gt' or 'sp' labels)."
     key = label_key(labels)
     pairs = training_pairs(train_records, kg, graphs, key, self.max_paths)
-    self.gen.fine_tune(pairs, self.steps, self.batch_size, self.lr, self.seed, self.freeze_embeddings, self.threads)
+    self.gen.fine_tune(pairs, self.steps, self.batch_size, self.lr, self.seed, self.freeze_embeddings, self.threads, self.lora_rank)
     self.labels, self.n_pairs = key, len(pairs)
     return self
 
@@ -343,7 +359,8 @@ class GCR(RoG):
     def from_rog(cls, rog: RoG, **kw) -> GCR:
         "A GCR that decodes with a (fitted) RoG's generator, without fine-tuning again."
         m = cls(rog.gen, steps=rog.steps, batch_size=rog.batch_size, lr=rog.lr, seed=rog.seed, max_paths=rog.max_paths,
-                max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, freeze_embeddings=rog.freeze_embeddings, threads=rog.threads, **kw)
+                max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, freeze_embeddings=rog.freeze_embeddings, threads=rog.threads,
+                lora_rank=rog.lora_rank, **kw)
         m.labels, m.n_pairs = rog.labels, rog.n_pairs
         return m
     def describe(self) -> str:
@@ -366,7 +383,7 @@ def save(self: PathGenerator, folder) -> Path:
     "Write the model, the tokenizer and `generator.json` (label, steps, loss history) into `folder`."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     self.model.save_pretrained(folder / 'model'); self.tok.save_pretrained(folder / 'tokenizer')
-    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history)))
+    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history, lora_rank=self.lora_rank)))
     return folder
 
 def load_generator(folder) -> PathGenerator:
@@ -376,8 +393,31 @@ def load_generator(folder) -> PathGenerator:
     if not (folder / 'generator.json').is_file(): raise FileNotFoundError(f'{folder}: no generator.json (not a saved path generator)')
     meta = json.loads((folder / 'generator.json').read_text())
     gen = PathGenerator(AutoModelForCausalLM.from_pretrained(folder / 'model'), AutoTokenizer.from_pretrained(folder / 'tokenizer'), meta['label'])
-    gen.steps, gen.history = meta['steps'], meta['history']
+    gen.steps, gen.history, gen.lora_rank = meta['steps'], meta['history'], meta.get('lora_rank')
     return gen
+
+# %% ../nbs/24_pathgen.ipynb #spec-code
+def check_generator_spec(spec: str) -> str:
+    "The spec itself, or a UsageError naming the three forms."
+    if spec in ('tiny', 'gemma') or (spec.startswith('hf:') and spec[3:].strip()): return spec
+    raise UsageError(f"a path generator is tiny, gemma or hf:<transformers checkpoint folder or Hub name>, not {spec!r}")
+
+def generator_label(spec: str) -> str:
+    "What every row says of the generator a spec names."
+    check_generator_spec(spec)
+    if spec == 'tiny': return 'random-init 2-layer LM, word tokenizer: smoke stand-in'
+    if spec == 'gemma': return 'Gemma 3 270M (registry GGUF)'
+    return f'{spec[3:]} (transformers checkpoint)'
+
+def make_generator(spec: str,  # tiny, gemma or hf:<checkpoint>
+                   texts=(),  # the tiny generator's vocabulary: prompts and path texts
+                   device: str = 'auto', seed: int = 0) -> PathGenerator:
+    "The path generator a spec names (a checkpoint goes to `device`, in bfloat16 on a GPU)."
+    check_generator_spec(spec)
+    if spec == 'tiny': return tiny_generator(list(texts), seed=seed)
+    if spec == 'gemma': return gguf_generator()
+    dev = get_device(device)
+    return pretrained_generator(spec[3:], spec[3:].rstrip('/').split('/')[-1], str(dev), 'bfloat16' if dev.type == 'cuda' else 'float32')
 
 # %% ../nbs/24_pathgen.ipynb #c059
 COMPANION_BUDGET = dict(steps=40, batch_size=8, lr=5e-5)  # the companion's fine-tune of Gemma 3 270M (about 20 minutes on 2 cores)

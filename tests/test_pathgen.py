@@ -163,3 +163,46 @@ def test_a_seed_outside_the_graph_retrieves_nothing(toy, fitted):
     for m in (fitted, GCR.from_rog(fitted)):
         got = m.retrieve(GoldGuard(train[0]), kg, other)
         assert got.shape == (0, 3) and got.dtype == np.int64
+
+
+def test_lora_fine_tune_trains_adapters_only_and_merges_a_low_rank_change(toy):
+    "LoRA (the paper profile's 7B/8B generators): the loss falls, each weight changes by a rank <= r matrix, the model is plain again."
+    kg, train, qgraphs, texts = toy
+    gen = tiny_generator(texts, seed=1)
+    before = {n: p.detach().clone() for n, p in gen.model.named_parameters()}
+    pairs = training_pairs(train, kg)
+    with torch.no_grad(): l0 = float(gen.batch_loss(pairs))
+    gen.fine_tune(pairs, steps=60, batch_size=4, lr=1e-2, lora_rank=2)
+    with torch.no_grad(): l1 = float(gen.batch_loss(pairs))
+    after = dict(gen.model.named_parameters())
+    assert l1 < 0.8 * l0 and set(after) == set(before) and gen.lora_rank == 2
+    changed = [n for n in before if not torch.equal(before[n], after[n].detach())]
+    assert changed and all(n.endswith('proj.weight') for n in changed)          # embeddings, norms and the head stay fixed
+    assert all(int(torch.linalg.matrix_rank(after[n].detach() - before[n])) <= 2 for n in changed)
+
+
+def test_rog_with_lora_names_it_and_a_saved_generator_keeps_it(toy, tmp_path):
+    from kgqa_nb.pathgen import load_generator
+    kg, train, qgraphs, texts = toy
+    rog = RoG(tiny_generator(texts), steps=5, batch_size=4, lr=1e-2, lora_rank=2).fit(train, kg)
+    assert '5 steps (LoRA r=2) on GT paths' in rog.describe()
+    assert load_generator(rog.gen.save(tmp_path / 'g')).lora_rank == 2
+    assert GCR.from_rog(rog).lora_rank == 2
+
+
+def test_benchmark_gcr_fits_its_own_generator_only_when_its_budget_names_one(toy, tmp_path):
+    "GCR shares RoG's fine-tuned generator unless the budget names another (the paper: Llama-3.1-8B for GCR, Llama-2-7B for RoG)."
+    from kgqa_nb.benchmark import BenchmarkSetup, gcr_model, rog_model
+    from kgqa_nb.core import UsageError
+    kg, train, qgraphs, texts = toy
+    folder = tmp_path / 'ckpt'
+    tiny_generator(texts, seed=3).model.save_pretrained(folder); tiny_generator(texts, seed=3).tok.save_pretrained(folder)
+    base = dict(train=train, train_graphs=[as_triples(g) for g in qgraphs], cache_dir=tmp_path / 'cache')
+    rog = dict(generator='tiny', steps=3, batch_size=4, lr=1e-2)
+    shared = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator='', lora_rank=0, n_paths=4)}, **base))
+    assert shared.n_paths == 4 and 'random-init' in shared.gen.label
+    own = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator=f'hf:{folder}', lora_rank=2)}, **base))
+    assert own.gen.label == 'ckpt' and own.gen.lora_rank == 2 and 'LoRA r=2' in own.describe()
+    assert len(list((tmp_path / 'cache').glob('rog*'))) == 2                    # two keyed fine-tunes, the shared one reused
+    with pytest.raises(UsageError, match='tiny, gemma or hf:'):
+        rog_model(BenchmarkSetup(kg, budgets={'rog': dict(rog, generator='llama')}, **base))
