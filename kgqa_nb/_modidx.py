@@ -985,6 +985,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'kgqa_nb.metrics.triple_ranking': ('metrics.html#triple_ranking', 'kgqa_nb/metrics.py')},
             'kgqa_nb.minimality': { 'kgqa_nb.minimality.MinimalityError': ('minimality.html#minimalityerror', 'kgqa_nb/minimality.py'),
                                     'kgqa_nb.minimality.MinimalityResult': ('minimality.html#minimalityresult', 'kgqa_nb/minimality.py'),
+                                    'kgqa_nb.minimality.MinimalityResult.record_fields': ( 'minimality.html#minimalityresult.record_fields',
+                                                                                           'kgqa_nb/minimality.py'),
                                     'kgqa_nb.minimality.SeedPaths': ('minimality.html#seedpaths', 'kgqa_nb/minimality.py'),
                                     'kgqa_nb.minimality._answer_value': ('minimality.html#_answer_value', 'kgqa_nb/minimality.py'),
                                     'kgqa_nb.minimality._closure': ('minimality.html#_closure', 'kgqa_nb/minimality.py'),

@@ -207,8 +207,7 @@ def current_record(store, rec: dict, kg: KnowledgeGraph, max_answers: int = 10, 
     return dict(rec, answer_node=d['answer_node'], answer_subgraph=v.answer_subgraph, all_answers_wikidata=list(v.all_answers),
                 all_answers_wikikg2=list(v.all_answers), full_answer_subgraph_wikidata=v.full_answer_subgraph,
                 full_answer_subgraph_wikikg2=v.full_answer_subgraph, n_hops=d.get('n_hops'), graph_isomorphism=d.get('graph_isomorphism'),
-                redundant=m.redundant, minimal_graph_isomorphism=m.minimal_graph_isomorphism,
-                minimal_seeds_and_queries=str(m.minimal_seeds_and_queries)), None
+                **m.record_fields()), None
 
 # %% ../nbs/16a_filters.ipynb #c028
 @dataclass

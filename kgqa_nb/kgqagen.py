@@ -547,7 +547,7 @@ def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, ins
         iso = classify_answer_subgraph(proof_ids, seeds, answer)
         rec.update(graph_isomorphism=iso.graph_isomorphism, n_hops=iso.n_hops)
         m = minimality(store, proof_ids, seeds, answer, answers, cache=min_cache)
-        rec.update(redundant=m.redundant, minimal_graph_isomorphism=m.minimal_graph_isomorphism, minimal_seeds_and_queries=str(m.minimal_seeds_and_queries))
+        rec.update(m.record_fields())
     except Exception: pass  # a proof that is not a seed-to-answer tree: no type, no minimality (the instance stays)
     return {**rec, 'seed': kg.entity_text(st.seed), 'answer_labels': [kg.entity_labels[kg.entity_index[a]] for a in answers],
             'proof': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions, 'sparql_draft': inst['sparql'],

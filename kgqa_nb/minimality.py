@@ -111,6 +111,10 @@ class MinimalityResult(NamedTuple):
     minimal_seeds_and_queries: dict  # 'Qa-Qb' -> SPARQL query, for each minimal seed set
     minimal_graph_isomorphism: str  # isomorphism type of the first minimal set's answer subgraph
     n_queries: int  # queries sent to the store (memoised repeats not counted)
+    def record_fields(self) -> dict:
+        "The three GTSQA record fields this result fills (the seed-set queries as the text of a dict, as the published schema)."
+        return dict(redundant=self.redundant, minimal_graph_isomorphism=self.minimal_graph_isomorphism,
+                    minimal_seeds_and_queries=str(self.minimal_seeds_and_queries))
 
 def _answer_value(row) -> str:
     v = row.get('answer') if isinstance(row, dict) else row

@@ -127,8 +127,7 @@ def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str
     try: m = minimality(store, v.answer_subgraph, d['seed_entities'], d['answer_node'], v.all_answers, cache=min_cache)
     except MinimalityError: return None, 'minimality:no_sufficient_subset'
     except Exception: return None, 'minimality:error'
-    rec.update(redundant=m.redundant, minimal_graph_isomorphism=m.minimal_graph_isomorphism,
-               minimal_seeds_and_queries=str(m.minimal_seeds_and_queries))
+    rec.update(m.record_fields())
     return rec, None
 
 # %% ../nbs/10a_synthkgqa.ipynb #c029
