@@ -4,7 +4,7 @@
 
 # %% ../nbs/25_benchmark.ipynb #c002
 from __future__ import annotations
-import importlib
+import hashlib, importlib, json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,21 +25,17 @@ from .retriever_study import ListingRetriever, check_out, retriever_scores, run_
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['QUESTION_FIELDS', 'TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS',
-           'CKPT_FLAGS', 'question_view', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type',
-           'gold_side', 'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs',
-           'study_checkpoint', 'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model',
-           'fitted_path_model', 'rog_model', 'gcr_model', 'llm_only_model', 'check_model_names', 'make_models',
-           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
-           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli',
-           'rog_study_listing']
+__all__ = ['TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS',
+           'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side', 'LLMOnlyModel',
+           'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint', 'subgraphrag_model',
+           'sr_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model', 'rog_model', 'gcr_model',
+           'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows', 'run_benchmark',
+           'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em', 'plot_recall_vs_em',
+           'check_benchmark_args', 'checkpoint_model', 'benchmark_cli', 'rog_study_listing']
 
 # %% ../nbs/25_benchmark.ipynb #c006
-QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
+from .dataset import QUESTION_FIELDS, question_view  # the one view of a record, shared with the retriever study
 
-def question_view(rec: dict) -> dict:
-    "The fields of a GTSQA-schema record that a model and the reader may read (`QUESTION_FIELDS`), and nothing else."
-    return {k: rec[k] for k in QUESTION_FIELDS if k in rec}
 
 # %% ../nbs/25_benchmark.ipynb #c010
 def check_subgraph(triples,  # what the model's `retrieve` returned
@@ -211,8 +207,11 @@ def fitted_path_model(setup: BenchmarkSetup,
     gen_kind, lora = check_generator_spec(b.pop('generator')), int(b.pop('lora_rank', 0) or 0)
     fit = {k: b[k] for k in ('steps', 'batch_size', 'lr') if k in b}
     extra = {k: v for k, v in b.items() if k not in fit}
-    params = dict(records=records_fingerprint(pd.DataFrame(setup.train)), kg=kg_fingerprint(setup.kg), labels=label_key(setup.arm),
-                  generator=gen_kind, graphs=setup.train_graphs is not None, **fit, **({'lora_rank': lora} if lora else {}))
+    texts = hashlib.sha256(json.dumps([[r.get('id'), r.get('question'), r.get('all_answers_wikidata')] for r in setup.train], default=str).encode()).hexdigest()  # prompts, SP targets
+    graphs = hashlib.sha256(b''.join(np.ascontiguousarray(g, np.int64).tobytes() + b'|' for g in setup.train_graphs)).hexdigest() if setup.train_graphs is not None else None
+    tune = dict(seed=0, max_paths=20, freeze_embeddings=True) | {k: b[k] for k in ('seed', 'max_paths', 'freeze_embeddings') if k in b}  # RoG's defaults
+    params = dict(records=records_fingerprint(pd.DataFrame(setup.train)), questions=texts, kg=kg_fingerprint(setup.kg), labels=label_key(setup.arm),
+                  generator=gen_kind, graphs=graphs, **fit, **tune, **({'lora_rank': lora} if lora else {}), code=code_fingerprint('pathgen'))
     folder = keyed_folder(Path(setup.cache_dir) if setup.cache_dir else user_cache_dir() / 'benchmark-models', 'rog', params)
     if (folder / 'generator' / 'generator.json').is_file():
         rog = RoG(load_generator(folder / 'generator'), **fit, lora_rank=lora, **extra); rog.labels = label_key(setup.arm); return rog
@@ -394,6 +393,7 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     if a.out: check_out(a.out, folder=False)
     src = open_dataset_dir(a.dataset, a.seed); kg = dataset_kg(src, a.kg or None)
     test = src.test.iloc[:a.n_questions or None]
+    if not len(test): raise UsageError(f'{a.dataset}: no test question to benchmark (the test split is empty)')
     qgs = build_question_graphs(kg, test, Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'benchmark-cli', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
     setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url))
     enc = TextEncoder(a.encoder)

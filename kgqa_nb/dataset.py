@@ -18,13 +18,13 @@ from .validate import QueryShapeError, canonical_query
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
 
 # %% auto #0
-__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY', 'MINTAKA_ANSWER_TYPES',
-           'DEDUP_RULE', 'TEST_CATEGORIES', 'empty_record', 'normalize_frame', 'write_jsonl', 'read_records',
-           'write_parquet', 'read_dataset', 'record_relations', 'record_entities', 'record_answers',
-           'check_gtsqa_record', 'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items',
-           'mintaka_record', 'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen',
-           'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table',
-           'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'answer_popularity', 'build_split',
+__all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'QUESTION_FIELDS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY',
+           'MINTAKA_ANSWER_TYPES', 'DEDUP_RULE', 'TEST_CATEGORIES', 'empty_record', 'question_view', 'normalize_frame',
+           'write_jsonl', 'read_records', 'write_parquet', 'read_dataset', 'record_relations', 'record_entities',
+           'record_answers', 'check_gtsqa_record', 'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa',
+           'json_array_items', 'mintaka_record', 'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen',
+           'load_kgqagen', 'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats',
+           'stats_table', 'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'answer_popularity', 'build_split',
            'synthetic_records', 'check_split', 'hops_by_split', 'types_by_split', 'dataset_card', 'type_shape',
            'test_category', 'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
            'size_distributions', 'minimal_type_matrix']
@@ -56,6 +56,13 @@ def empty_record(**fields) -> dict:
     unknown = set(fields) - set(GTSQA_COLUMNS) - {'graph'}
     if unknown: raise KeyError(f'not GTSQA columns: {sorted(unknown)}')
     return {**{c: None for c in GTSQA_COLUMNS}, **fields}
+
+# %% ../nbs/10_dataset.ipynb #qview-code
+QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
+
+def question_view(rec: dict) -> dict:
+    "The fields of a GTSQA-schema record that a model and the reader may read (`QUESTION_FIELDS`), and nothing else."
+    return {k: rec[k] for k in QUESTION_FIELDS if k in rec}
 
 # %% ../nbs/10_dataset.ipynb #c008
 def _to_list(v):

@@ -278,7 +278,7 @@ def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.
             v = v.dropna()
             out.append(dict(reader=reader, labels=arm, metric=metric, n_seeds=len(v), mean=v.mean(), std=v.std(ddof=1) if len(v) > 1 else np.nan,
                             min=v.min(), max=v.max(), ppr=None if arm == 'GT - SP' else base,
-                            seeds_above_ppr=None if arm == 'GT - SP' else int((v > base).sum())))
+                            seeds_above_ppr=None if arm == 'GT - SP' or np.isnan(base) else int((v > base).sum())))
     return pd.DataFrame(out)
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c046

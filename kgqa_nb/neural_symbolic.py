@@ -321,7 +321,8 @@ def paired_difference(scores: pd.DataFrame,  # one row per question and executor
     rows = []
     for s, g in scores.groupby(by, sort=False):
         for m in metrics:
-            w = g.pivot_table(index=['id', 'n_hops'], columns='executor', values=m).reset_index()
+            w = g.pivot(index=['id', 'n_hops'], columns='executor', values=m).reset_index()  # raises on a repeated (question, executor)
+            if w[[a, b]].isna().any().any(): raise ValueError(f'{s}: {m} is missing for some questions under {a} or {b}: a paired difference needs both on every question')
             d = w[a] - w[b]
             lo, hi = class_average_interval(d, w.n_hops)
             p = float(stats.wilcoxon(d, zero_method='zsplit').pvalue) if (d != 0).any() else 1.0

@@ -278,7 +278,8 @@ class PathTrie:
 def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hops: int = 2) -> tuple:
     "(KG-Trie of the tokenised paths of ≤ `max_hops` hops from the seeds, {token tuple: path}, build seconds)."
     t0 = time.perf_counter()
-    seqs = {tuple(self.target_ids(path_text(rel_texts, p))): p for p in kg_paths(g, seeds, max_hops)}
+    seqs = {}
+    for p in kg_paths(g, seeds, max_hops): seqs.setdefault(tuple(self.target_ids(path_text(rel_texts, p))), p)  # first path wins, as in `relation_vocab`
     trie = PathTrie(seqs)
     return trie, seqs, time.perf_counter() - t0
 
@@ -383,16 +384,20 @@ def save(self: PathGenerator, folder) -> Path:
     "Write the model, the tokenizer and `generator.json` (label, steps, loss history) into `folder`."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     self.model.save_pretrained(folder / 'model'); self.tok.save_pretrained(folder / 'tokenizer')
-    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history, lora_rank=self.lora_rank)))
+    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history, lora_rank=self.lora_rank,
+                                                                 dtype=str(next(self.model.parameters()).dtype).removeprefix('torch.'))))
     return folder
 
-def load_generator(folder) -> PathGenerator:
-    "A generator written by `PathGenerator.save`."
+def load_generator(folder, device: str = 'auto') -> PathGenerator:  # where it runs: auto (CUDA when present), cpu, cuda, cuda:N
+    "A generator written by `PathGenerator.save`, on `device` (in its saved dtype on a GPU, float32 on the CPU)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
     folder = Path(folder)
     if not (folder / 'generator.json').is_file(): raise FileNotFoundError(f'{folder}: no generator.json (not a saved path generator)')
     meta = json.loads((folder / 'generator.json').read_text())
-    gen = PathGenerator(AutoModelForCausalLM.from_pretrained(folder / 'model'), AutoTokenizer.from_pretrained(folder / 'tokenizer'), meta['label'])
+    dev = get_device(device)
+    dtype = getattr(torch, meta.get('dtype', 'float32')) if dev.type == 'cuda' else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder / 'model', dtype=dtype).to(dev)
+    gen = PathGenerator(model, AutoTokenizer.from_pretrained(folder / 'tokenizer'), meta['label'])
     gen.steps, gen.history, gen.lora_rank = meta['steps'], meta['history'], meta.get('lora_rank')
     return gen
 

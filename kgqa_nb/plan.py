@@ -208,7 +208,7 @@ def kgqagen_table2_calls(p, plan) -> list:
     out = kgqagen_calls(p, plan) if gen else []
     n = int(p['n_target']) if gen else plan['kgqagen_10k']
     if p['max_questions']: n = min(n, int(p['max_questions']))
-    retrievers = 1 + (len(p['retriever_labels']) if p['retriever_profile'] else 0)  # PPR, and one trained retriever per label regime
+    retrievers = 1 + (len(p['retriever_labels']) * int(p.get('retriever_seeds') or 1) if p['retriever_profile'] else 0)  # PPR, and a trained retriever per (labels, seed)
     uq = int(p['ultrag_questions'])
     ultrag_n = min(n, uq) if uq else n  # ULTRAG's row (oracle writer: no LLM call of its own)
     if p['reader_backend'] == 'openai':
@@ -217,7 +217,7 @@ def kgqagen_table2_calls(p, plan) -> list:
                 CallGroup('reader (proof triples)', 'kgqa-reader', **api, calls=n, triples=plan['kgqagen_proof_triples']),
                 CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=retrievers * n, triples=float(p['top_k']))]
     if p['judge_backend'] == 'openai':
-        rows = (2 + retrievers) * n + (1 + retrievers) * n * gen + ultrag_n  # LLM-reader rows, oracle rows (generated only), ULTRAG
+        rows = (2 + retrievers) * n + (1 + retrievers) * n * (1 + gen) + ultrag_n  # LLM-reader rows, offline-reader rows, oracle rows (generated only), ULTRAG
         out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p['judge_model'], p['base_url'], 'judge_model'),
                              calls=math.ceil(rows * plan['lasm_judged_per_question'])))
     return out

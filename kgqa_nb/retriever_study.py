@@ -16,7 +16,7 @@ from torch import nn
 from . import sr, subgraphrag
 from .core import (UsageError, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
                           progress, user_cache_dir, write_text_atomic)
-from .dataset import gtsqa_files, read_gtsqa_parquet
+from .dataset import gtsqa_files, question_view, read_gtsqa_parquet
 from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
 from .llm_local import REGISTRY_MODEL, registry_model_try
@@ -171,10 +171,10 @@ class ListingRetriever:
 class ListedScores:
     "A fitted listing model scored over the study's examples (`retriever_scores` calls `example_scores`)."
     model: object
-    recs: dict  # id -> record: the model reads the question and its seeds
+    recs: dict  # id -> record; the model is given only its question view (question, paraphrase, seeds)
     kg: KnowledgeGraph
     def example_scores(self, ex: RetrievalExample) -> np.ndarray:
-        return ranked_scores(ex, self.model.retrieve(self.recs[ex.id], self.kg, example_triples(ex)))
+        return ranked_scores(ex, self.model.retrieve(question_view(self.recs[ex.id]), self.kg, example_triples(ex)))
 
 def listing_trainer(lr: ListingRetriever, recs: dict):
     "A training function like `TRAINED_RETRIEVERS`' for a `ListingRetriever`, reading the records by id."

@@ -169,3 +169,12 @@ def test_kgqa_benchmark_reads_a_trained_subgraphrag_checkpoint(tmp_path, capsys)
     rows = pd.read_csv(tmp_path / 'rows.csv', dtype={'id': str})
     assert rows.groupby('model').id.apply(list).to_dict() == {'llm-only': ['b10', 'b11', 'b12', 'b13'], 'subgraphrag': ['b10', 'b11', 'b12', 'b13']}
     assert rows.set_index('model').n_triples.groupby(level=0).max().to_dict() == {'llm-only': 0, 'subgraphrag': 5}
+
+
+def test_kgqa_benchmark_refuses_an_empty_test_split_in_one_line(tmp_path, capsys):
+    kg = make_toyworld()
+    recs = tree_records(kg, 3, seed=1, max_hops=2, max_seeds=1)
+    write_jsonl(recs.to_dict('records'), tmp_path / 'd' / 'train.jsonl'); (tmp_path / 'd' / 'test.jsonl').write_text('')
+    assert main(['benchmark', '--models', 'llm-only', '--dataset', str(tmp_path / 'd'), '--kg', 'toyworld', '--cache-dir', str(tmp_path / 'c')]) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'test' in err and '\n' not in err and 'Traceback' not in err

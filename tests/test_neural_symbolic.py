@@ -114,3 +114,17 @@ def test_heldback_refuses_pretraining_graphs_and_bad_shares():
 def test_codex_heldback_is_its_valid_and_test_split():
     full, held, desc = heldback_facts('codex-m')
     assert 'valid+test' in desc and full.num_triples - held.sum() == 185_584  # the training split, every fact of it in the KG
+
+
+def test_the_paired_difference_refuses_unpaired_scores():
+    "A question scored by one executor only, or twice by one, is refused in one line instead of averaged or dropped."
+    import pandas as pd
+    from kgqa_nb.neural_symbolic import EXECUTORS, paired_difference
+    a, b = EXECUTORS[:2]
+    rows = [dict(id=i, n_hops=1 + i % 2, executor=e, setting='s', mrr=v) for i in range(6) for e, v in ((a, 0.5 + 0.05 * i), (b, 0.4))]
+    ok = paired_difference(pd.DataFrame(rows), metrics=('mrr',))
+    assert ok.n.tolist() == [6] and ok.difference.iloc[0] > 0
+    with pytest.raises(ValueError, match='missing for some questions'):
+        paired_difference(pd.DataFrame(rows[:-1]), metrics=('mrr',))
+    with pytest.raises(ValueError):
+        paired_difference(pd.DataFrame(rows + rows[:1]), metrics=('mrr',))

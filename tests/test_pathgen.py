@@ -206,3 +206,19 @@ def test_benchmark_gcr_fits_its_own_generator_only_when_its_budget_names_one(toy
     assert len(list((tmp_path / 'cache').glob('rog*'))) == 2                    # two keyed fine-tunes, the shared one reused
     with pytest.raises(UsageError, match='tiny, gemma or hf:'):
         rog_model(BenchmarkSetup(kg, budgets={'rog': dict(rog, generator='llama')}, **base))
+
+
+def test_the_fitted_generator_cache_key_follows_everything_that_changes_the_fine_tune(toy, tmp_path):
+    "Seed, training questions' wording and the train graphs each give a new fine-tune; the same setup reuses the saved one (float32 on the CPU)."
+    from kgqa_nb.benchmark import BenchmarkSetup, fitted_path_model
+    kg, train, qgraphs, texts = toy
+    graphs = [as_triples(g) for g in qgraphs]
+    def fit(train=train, graphs=graphs, **b):
+        return fitted_path_model(BenchmarkSetup(kg, train=train, train_graphs=graphs, cache_dir=tmp_path,
+                                                budgets={'rog': dict(generator='tiny', steps=2, batch_size=4, lr=1e-2, **b)}))
+    fit(); fit()
+    assert len(list(tmp_path.glob('rog-*'))) == 1
+    again = fit()
+    assert again.gen.steps == 2 and next(again.gen.model.parameters()).dtype == torch.float32 and again.gen.device.type == 'cpu'
+    fit(seed=1); fit(train=[dict(r, question=r['question'] + ' ?') for r in train]); fit(graphs=[g[:-1] for g in graphs])
+    assert len(list(tmp_path.glob('rog-*'))) == 4

@@ -99,3 +99,15 @@ def test_known_limits_make_a_hosted_model_fast_and_a_server_of_yours_takes_its_c
 def test_bad_limits_are_refused(machine):
     with pytest.raises(pr.ProfileError, match=r'plan.limits.gpt-4o: expected rpm, tpm, concurrency and/or seconds_per_call, numbers > 0'):
         pl.plan_settings(profile(machine, 'plan:\n  limits: {gpt-4o: {rpm: -5}}\n'))
+
+
+def test_kgqagen_table2_counts_every_trained_seed_and_the_offline_rows(machine):
+    "Reader calls on retrieved triples: PPR + labels x seeds retrievers; the LASM judge reads every row, offline-reader rows too."
+    text = ('kgqagen_table2:\n  source: generated\n  n_target: 100\n  backend: offline\n  reader_backend: openai\n  reader_model: gpt-4o\n'
+            '  judge_backend: openai\n  judge_model: gpt-4o-mini\n  retriever_profile: companion\n  retriever_labels: [sp, gt]\n'
+            '  retriever_seeds: 3\n  ultrag_questions: 10\n')
+    groups = {g['role']: g for g in plan(profile(machine, text), ['kgqagen_table2'])['artifacts'][0]['llm']}
+    assert groups['reader (retrieved triples)']['api_calls'] == (1 + 2 * 3) * 100
+    per_q = pl.PLAN_DEFAULTS['lasm_judged_per_question']
+    rows = (2 + 7) * 100 + (1 + 7) * 100 * 2 + 10   # LLM-reader, offline-reader and oracle rows (generated), ULTRAG
+    assert groups['LASM judge']['api_calls'] == -(-rows * per_q // 1)

@@ -105,3 +105,18 @@ def test_rog_study_listing_keys_the_same_budget_the_same_way():
     b, lb = rog_study_listing('tiny', 300, 8, 3e-3, 5, threads=2)
     c, _ = rog_study_listing('tiny', 301, 8, 3e-3, 5)
     assert la == lb and a['rog'].cfg == b['rog'].cfg and a['rog'].cfg != c['rog'].cfg
+
+
+def test_a_listed_retriever_is_given_the_question_view_only():
+    "The study hands a listed model the question, paraphrase and seeds of a record, never its answers, query or subgraph."
+    from kgqa_nb.dataset import QUESTION_FIELDS
+    from kgqa_nb.retriever_study import ListedScores
+    from kgqa_nb.subgraphrag import prepare_examples
+    kg, recs, graphs = two_hop_dataset(4, n_distractors=4, seed=2)
+    rows = toy_records(kg, recs, graphs)
+    seen = []
+    class Spy:
+        def retrieve(self, rec, kg, graph=None): seen.append(set(rec)); return np.zeros((0, 3), np.int64)
+    exs = prepare_examples(rows, graphs, HashingEncoder(dim=16))
+    ListedScores(Spy(), {r['id']: r for r in rows}, kg).example_scores(exs[0])
+    assert seen and seen[0] <= set(QUESTION_FIELDS) and 'answer_subgraph' in rows[0]
