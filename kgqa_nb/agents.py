@@ -316,18 +316,20 @@ class Path:
     rows: tuple = ()
 
 def search_round(policy, task: Task, walk: Walkable, frontier: list,  # the paths to grow
-                 width: int, max_candidates: int, tried: set) -> list:  # (entity, relation, forward) already expanded (updated)
+                 width: int, max_candidates: int, tried: set,  # (entity, relation, forward) already expanded (updated)
+                 mark: str = 'offered') -> list:  # what counts as expanded: 'offered' (kept by relation pruning) or 'kept' (a hop survived entity pruning)
     "The paths one round of relation and entity pruning grows from `frontier`."
-    grown = []  # (path, row, forward, new entity)
+    grown, now = [], set()  # (path, row, forward, new entity, relations used); the pairs offered this round
     for p in frontier:
-        rels = [x for x in relation_candidates(walk, p.end, p.rows) if (p.end, *x) not in tried]
+        rels = [x for x in relation_candidates(walk, p.end, p.rows) if (p.end, *x) not in tried and (p.end, *x) not in now]
         if not rels: continue
         used = tuple(int(walk.triples[r, 1]) for r in p.rows)
         for i in policy.relations(task, p.end, rels, width, used):
-            tried.add((p.end, *rels[i]))
+            (tried if mark == 'offered' else now).add((p.end, *rels[i]))
             grown += [(p, row, rels[i][1], n, used) for row, n in entity_candidates(walk, p.end, rels[i], p.rows, max_candidates)]
     if not grown: return []
     keep = policy.entities(task, [(walk.triples[row], f, used) for _, row, f, _, used in grown], width)
+    if mark == 'kept': tried |= {(grown[i][0].end, int(walk.triples[grown[i][1], 1]), grown[i][2]) for i in keep}
     return [Path(p.start, n, p.rows + (row,)) for p, row, _, n, _ in (grown[i] for i in keep)]
 
 def path_triples(walk: Walkable, paths: list) -> np.ndarray:
@@ -443,9 +445,12 @@ class PoG(KGAgent):
         return self.policy.describe() + (', plan from the question phrases, no backtracking' if isinstance(self.policy, OfflinePolicy) else '')
 
 @patch
-def reflect_or_continue(self: PoG, task: Task, kept: list, new: list, memory: str) -> Path | None:
-    "The earlier path to search again from after a reflection, or None to keep growing `new`."
+def reflect_or_continue(self: PoG, task: Task, walk: Walkable, kept: list, new: list, memory: str,
+                        tried: set) -> Path | None:  # (entity, relation, forward) explored so far
+    "The earlier path to search again from after a reflection, or None to keep growing `new` (also when no earlier entity has an unexplored relation)."
     earlier = list({p.end: p for p in [Path(s, s) for s in task.seeds] + [p for p in kept if p not in new]}.values())
+    earlier = [p for p in earlier if any((p.end, *x) not in tried for x in relation_candidates(walk, p.end, p.rows))]
+    if not earlier: return None
     b = self.policy.reflect(task, memory, [p.end for p in earlier])
     return None if b is None else earlier[b]
 
@@ -460,23 +465,30 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
     try: task.plan = self.policy.decompose(task)
     except ReplyError as e: return run(e.reason, 0)
     memory = {f'{i}. {o}': [] for i, o in enumerate(task.plan, 1)}
+    dropped = []  # the branch the last reflection left, restored when the entity it went back to leads nowhere
     for d in range(1, self.depth + 1):
         try:
-            new = search_round(self.policy, task, walk, frontier, self.width, self.max_candidates, tried)
+            new = search_round(self.policy, task, walk, frontier, self.width, self.max_candidates, tried, mark='kept')
+            if not new and dropped:
+                new, dropped = dropped, []  # the backtrack led nowhere: pick the dropped branch up again
+                for i, paths in enumerate(memory.values()):
+                    if i not in covered: paths += [path_text(task.kg, walk, p) for p in new]
+                kept += new; frontier = new; continue
             if not new: return run('dead end', d)
+            dropped = []
             kept += new
             for i, paths in enumerate(memory.values()):
                 if i not in covered: paths += [path_text(task.kg, walk, p) for p in new]
             verdict = self.policy.sufficiency(task, path_triples(walk, kept), d, memory_text(memory, covered))
             covered |= set(verdict['covered'])
             if verdict['sufficient']: return run('sufficient', d, verdict['answer'])
-            back = self.reflect_or_continue(task, kept, new, memory_text(memory, covered)) if d < self.depth else None
+            back = self.reflect_or_continue(task, walk, kept, new, memory_text(memory, covered), tried) if d < self.depth else None
         except ReplyError as e: return run(e.reason, d)
         frontier = new if back is None else [back]
         if back is not None:
-            dropped = {path_text(task.kg, walk, p) for p in new}
-            kept = [p for p in kept if p not in new]
-            for paths in memory.values(): paths[:] = [x for x in paths if x not in dropped]
+            gone = {path_text(task.kg, walk, p) for p in new}
+            kept, dropped = [p for p in kept if p not in new], new
+            for paths in memory.values(): paths[:] = [x for x in paths if x not in gone]
             backtracks += 1
     return run('depth limit', self.depth)
 

@@ -187,3 +187,36 @@ def test_a_crowded_relation_offers_a_seeded_sample_of_its_neighbours():
     assert len(got) == len({n for _, n in got}) == 20 and got == entity_candidates(w, hub, (star.relation('P1'), True), max_candidates=20)
     assert [r for r, _ in got] == sorted(r for r, _ in got) and [r for r, _ in got] != list(range(20))  # KG order, not the first 20
     assert all(star.head[r] == hub and star.tail[r] == n for r, n in got)
+
+
+class Chooser:
+    "A policy in code: keeps the relations and entity hops it is told to, and always backtracks to the first earlier entity offered."
+    calls = 0
+    def __init__(self, kg, keep_entities, relations_after=None):
+        self.kg, self.keep_entities, self.relations_after, self.offered, self.earlier = kg, keep_entities, relations_after, [], []
+    def describe(self): return 'chooser'
+    def decompose(self, task): return ['find the director', 'find the birthplace']
+    def relations(self, task, e, rels, width, used=()):
+        self.offered.append((self.kg.entity_labels[e], sorted(self.kg.relation_labels[r] for r, _ in rels)))
+        if self.relations_after is not None and len(self.offered) > 1: return self.relations_after(rels)
+        return list(range(len(rels)))[:width]
+    def entities(self, task, hops, width):
+        return [i for i, (t, _, _) in enumerate(hops) if self.kg.relation_labels[int(t[1])] in self.keep_entities][:width]
+    def sufficiency(self, task, triples, depth, memory=''): return dict(sufficient=False, answer=[], covered=[])
+    def reflect(self, task, memory, earlier): self.earlier.append(earlier); return 0
+
+
+def test_pog_backtrack_offers_again_a_relation_whose_hops_were_all_pruned(toy):
+    "Relation pruning kept 'director' but entity pruning dropped its hop: after backtracking to the film, 'director' is offered again."
+    from kgqa_nb.agents import Task, walkable
+    pog = PoG(client=None, width=5, depth=2); pog.policy = Chooser(toy, keep_entities={'cast member'})
+    run = pog.explore(Task(toy, QUESTION, [toy.entity('Q1')]), walkable(toy))
+    assert pog.policy.offered[1] == ('Night Harbour', ['director', 'genre'])    # the pruned hops' relations, not the explored one
+    assert run.backtracks == 1 and len(run.subgraph)                             # was: a dead end with an empty subgraph
+
+
+def test_pog_picks_the_dropped_branch_up_again_when_its_backtrack_leads_nowhere(toy):
+    from kgqa_nb.agents import Task, walkable
+    pog = PoG(client=None, width=5, depth=3); pog.policy = Chooser(toy, keep_entities={'cast member'}, relations_after=lambda rels: [])
+    run = pog.explore(Task(toy, QUESTION, [toy.entity('Q1')]), walkable(toy))
+    assert run.backtracks == 1 and {toy.relation_labels[r] for r in run.subgraph[:, 1]} >= {'cast member'}
