@@ -118,6 +118,7 @@ class PathGenerator:
     def __init__(self, model, tokenizer, label: str):
         self.model, self.tok, self.label = model.eval(), tokenizer, label
         self.steps, self.history, self.lora_rank = 0, [], None  # fine-tune steps taken; the loss of each; LoRA rank of the last fine-tune
+        self.max_target = 0  # tokens of the longest path it was fine-tuned on (decoding leaves room for it)
     def __repr__(self): return f'PathGenerator({self.label}, {self.steps} steps)'
     @property
     def device(self) -> torch.device: return next(self.model.parameters()).device
@@ -205,6 +206,7 @@ def fine_tune(self: PathGenerator, pairs: list,  # (question, path text)
     if not pairs: raise ReasonError('no_training_paths', 'no (question, path) pair to fine-tune on: no record has a seed-to-answer path')
     if lora_rank < 0: raise ValueError(f'lora_rank must be 0 (full fine-tuning) or more, not {lora_rank}')
     torch.manual_seed(seed); rng = np.random.default_rng(seed)
+    self.max_target = max(self.max_target, max(len(self.target_ids(t)) for _, t in pairs))
     emb = self.model.get_input_embeddings().weight
     if lora_rank:
         import warnings
@@ -311,13 +313,14 @@ class RoG:
                  beams: int = 5, batch_size: int = 8, lr: float = 5e-5, seed: int = 0,
                  max_paths: int = 20,  # training paths per record
                  max_nodes: int = 1000,  # a path whose frontier grows past this many entities retrieves nothing
-                 max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens
+                 max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens (raised to the longest trained path + 4)
                  freeze_embeddings: bool = True,  # fine-tune with the input embedding table fixed
                  threads: int | None = None,
                  lora_rank: int = 0):  # > 0: fine-tune rank-r LoRA adapters (merged after), as a 7B/8B generator needs
         self.gen, self.steps, self.beams, self.batch_size, self.lr, self.seed = generator, steps, beams, batch_size, lr, seed
         self.max_paths, self.max_nodes, self.max_new_tokens, self.threads = max_paths, max_nodes, max_new_tokens, threads
         self.freeze_embeddings, self.lora_rank, self.labels, self.n_pairs = freeze_embeddings, lora_rank, None, 0
+        self.n_beams = self.n_unparsed = 0  # beams decoded, and those that name no known relation path (cut off or hallucinated)
     def trained_on(self) -> str:
         if self.labels is None: return 'not fine-tuned'
         how = f' (LoRA r={self.gen.lora_rank})' if self.gen.lora_rank else ''
@@ -344,8 +347,10 @@ def question_relgraph(kg: KnowledgeGraph, graph=None) -> RelGraph:
 def retrieve(self: RoG, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
     "(n, 3) triples reached by the generated paths from the seeds, best path first (reads question and seeds only)."
     seeds, vocab = record_seeds(rec, kg), relation_vocab(kg)
-    with torch_threads(self.threads): texts = self.gen.beam_paths(rec['question'], self.beams, self.max_new_tokens)
-    paths = list(dict.fromkeys(p for p in (parse_path(t, vocab) for t in texts) if p))
+    with torch_threads(self.threads): texts = self.gen.beam_paths(rec['question'], self.beams, max(self.max_new_tokens, self.gen.max_target + 4))
+    parsed = [parse_path(t, vocab) for t in texts]
+    self.n_beams += len(parsed); self.n_unparsed += sum(p is None for p in parsed)
+    paths = list(dict.fromkeys(p for p in parsed if p))
     self.last_paths = paths
     return ground_paths(question_relgraph(kg, graph), seeds, paths, self.max_nodes)
 
@@ -384,7 +389,7 @@ def save(self: PathGenerator, folder) -> Path:
     "Write the model, the tokenizer and `generator.json` (label, steps, loss history) into `folder`."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     self.model.save_pretrained(folder / 'model'); self.tok.save_pretrained(folder / 'tokenizer')
-    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history, lora_rank=self.lora_rank,
+    write_text_atomic(folder / 'generator.json', json.dumps(dict(label=self.label, steps=self.steps, history=self.history, lora_rank=self.lora_rank, max_target=self.max_target,
                                                                  dtype=str(next(self.model.parameters()).dtype).removeprefix('torch.'))))
     return folder
 
@@ -398,7 +403,7 @@ def load_generator(folder, device: str = 'auto') -> PathGenerator:  # where it r
     dtype = getattr(torch, meta.get('dtype', 'float32')) if dev.type == 'cuda' else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder / 'model', dtype=dtype).to(dev)
     gen = PathGenerator(model, AutoTokenizer.from_pretrained(folder / 'tokenizer'), meta['label'])
-    gen.steps, gen.history, gen.lora_rank = meta['steps'], meta['history'], meta.get('lora_rank')
+    gen.steps, gen.history, gen.lora_rank, gen.max_target = meta['steps'], meta['history'], meta.get('lora_rank'), meta.get('max_target', 0)
     return gen
 
 # %% ../nbs/24_pathgen.ipynb #spec-code

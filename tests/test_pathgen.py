@@ -222,3 +222,14 @@ def test_the_fitted_generator_cache_key_follows_everything_that_changes_the_fine
     assert again.gen.steps == 2 and next(again.gen.model.parameters()).dtype == torch.float32 and again.gen.device.type == 'cpu'
     fit(seed=1); fit(train=[dict(r, question=r['question'] + ' ?') for r in train]); fit(graphs=[g[:-1] for g in graphs])
     assert len(list(tmp_path.glob('rog-*'))) == 4
+
+
+def test_rog_decodes_room_for_its_longest_trained_path_and_counts_unparsed_beams(toy, tmp_path):
+    "A generator remembers its longest trained target (also when saved and loaded); RoG leaves room for it and counts beams that parse to no path."
+    from kgqa_nb.pathgen import load_generator
+    kg, train, qgraphs, texts = toy
+    rog = RoG(tiny_generator(texts), steps=3, batch_size=4, lr=1e-2, max_new_tokens=1).fit(train, kg)
+    longest = max(len(rog.gen.target_ids(t)) for _, t in training_pairs(train, kg))
+    assert rog.gen.max_target == longest and load_generator(rog.gen.save(tmp_path / 'g')).max_target == longest
+    rog.retrieve({k: train[0][k] for k in ALLOWED}, kg)
+    assert rog.n_beams == rog.beams and 0 <= rog.n_unparsed <= rog.n_beams
