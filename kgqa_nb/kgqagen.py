@@ -548,7 +548,8 @@ def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, ins
         rec.update(graph_isomorphism=iso.graph_isomorphism, n_hops=iso.n_hops)
         m = minimality(store, proof_ids, seeds, answer, answers, cache=min_cache)
         rec.update(m.record_fields())
-    except Exception: pass  # a proof that is not a seed-to-answer tree: no type, no minimality (the instance stays)
+    except Exception as e:  # a proof that is not a seed-to-answer tree (or a query that failed): no type, no minimality, the reason kept
+        rec['minimality_error'] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
     return {**rec, 'seed': kg.entity_text(st.seed), 'answer_labels': [kg.entity_labels[kg.entity_index[a]] for a in answers],
             'proof': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions, 'sparql_draft': inst['sparql'],
             'subgraph_size': len(st.edges)}
@@ -623,8 +624,9 @@ def process_batch(run: _Run, ids: list) -> tuple:
         except LLMError as e: errors.append(f'candidate {i} (reviser): {e}'); continue
         if not v.ok: outcomes[i] = _out(i, 'rejected', v.reason, v.attempts[-1]['outcome'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
         rec = instance_record(run.kg, run.store, i, st, inst, answer_ids, v, run.cfg.query_timeout, run.min_cache)
+        unchecked = rec.pop('minimality_error', None)  # why minimality could not be decided, for the outcome (not a record field)
         if run.cfg.minimal_only and (why := minimality_reason(rec)):
-            outcomes[i] = _out(i, 'rejected', why, rec['minimal_seeds_and_queries'] or rec['sparql_query'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
+            outcomes[i] = _out(i, 'rejected', why, unchecked or rec['minimal_seeds_and_queries'] or rec['sparql_query'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
         outcomes[i] = _out(i, 'accepted', v.reason, record=rec, rounds=st.rounds, revisions=v.revisions, attempts=v.attempts)
     return [outcomes[i] for i in sorted(outcomes)], errors
 
