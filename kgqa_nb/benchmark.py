@@ -371,6 +371,10 @@ def check_benchmark_args(a) -> list:
     for f in ('n_nodes', 'max_triples', 'k'):
         if getattr(a, f) < 1: raise UsageError(f"--{f.replace('_', '-')} must be at least 1, not {getattr(a, f)}")
     if a.n_questions < 0: raise UsageError(f'--n-questions must be 0 (all) or more, not {a.n_questions}')
+    if {'rog', 'gcr'} & set(names):
+        from kgqa_nb.pathgen import check_generator_spec
+        check_generator_spec(a.rog_generator)
+        if a.rog_steps < 1 or a.rog_lora_rank < 0: raise UsageError(f'--rog-steps must be at least 1 and --rog-lora-rank 0 or more, not {a.rog_steps} and {a.rog_lora_rank}')
     for n in names:
         f = CKPT_FLAGS.get(n)
         if f and not getattr(a, f): raise UsageError(f"model {n} needs --{f.replace('_', '-')} (a best.pt of kgqa train-retriever)")
@@ -395,7 +399,8 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     test = src.test.iloc[:a.n_questions or None]
     if not len(test): raise UsageError(f'{a.dataset}: no test question to benchmark (the test split is empty)')
     qgs = build_question_graphs(kg, test, Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'benchmark-cli', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
-    setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url))
+    setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url),
+                           budgets={'rog': dict(generator=a.rog_generator, steps=a.rog_steps, lora_rank=a.rog_lora_rank)})
     enc = TextEncoder(a.encoder)
     models = [checkpoint_model(n, getattr(a, CKPT_FLAGS[n]), enc, a.k) if n in CKPT_FLAGS else MODEL_FACTORIES[n](setup) for n in names]
     perq = run_benchmark(models, test, kg, [np.stack([g.h, g.r, g.t], 1) for g in qgs], reader)

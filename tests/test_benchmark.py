@@ -121,6 +121,8 @@ def test_by_group_refuses_a_baseline_that_did_not_run(toy):
     (['--models', 'llm-only', '--n-questions', '-1'], '--n-questions must be 0 (all) or more, not -1'),
     (['--models', 'llm-only', '--k', '0'], '--k must be at least 1, not 0'),
     (['--models', 'llm-only', '--reader', 'llm', '--backend', 'openai'], 'needs a model name'),
+    (['--models', 'llm-only,rog', '--rog-generator', 'llama'], 'a path generator is tiny, gemma or hf:'),
+    (['--models', 'gcr', '--rog-lora-rank', '-1'], '--rog-lora-rank 0 or more'),
 ])
 def test_kgqa_benchmark_refuses_bad_flags_in_one_line_before_any_work(tmp_path, monkeypatch, capsys, argv, said):
     opened = []
