@@ -142,6 +142,8 @@ def gguf_generator(path=None,  # a .gguf file; None: the registry model found by
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+    model.hf_quantizer = None  # the weights are dequantised float32 now: a plain model, which `save` can write (transformers refuses a GGUF-marked one)
+    if hasattr(model.config, 'quantization_config'): del model.config.quantization_config
     return PathGenerator(model, tok, label)
 
 def pretrained_generator(name_or_path: str,  # a `transformers` checkpoint folder (or a Hub name where the Hub is reachable)

@@ -233,3 +233,14 @@ def test_rog_decodes_room_for_its_longest_trained_path_and_counts_unparsed_beams
     assert rog.gen.max_target == longest and load_generator(rog.gen.save(tmp_path / 'g')).max_target == longest
     rog.retrieve({k: train[0][k] for k in ALLOWED}, kg)
     assert rog.n_beams == rog.beams and 0 <= rog.n_unparsed <= rog.n_beams
+
+
+def test_the_registry_generator_can_be_saved_after_fine_tuning_and_loads_back_the_same(tmp_path):
+    "Gemma 3 270M from its GGUF (dequantised) is a plain model: `save` writes it and `load_generator` gives the same beams (the companion caches it)."
+    from kgqa_nb.llm_local import find_gguf
+    from kgqa_nb.pathgen import gguf_generator, load_generator
+    if find_gguf() is None: pytest.skip('the registry GGUF is not on this machine (make llm-local)')
+    gen = gguf_generator()
+    gen.fine_tune([('Who directed Alien?', ' <p> director </p>')], steps=1, batch_size=1, lr=1e-5)
+    back = load_generator(gen.save(tmp_path / 'g'), device='cpu')
+    assert back.steps == 1 and back.beam_paths('Who directed Alien?', 2, 6) == gen.beam_paths('Who directed Alien?', 2, 6)
