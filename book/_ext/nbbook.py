@@ -191,6 +191,7 @@ def committed_results(name: str, root: Path) -> str:
             rel = '/../' + shown  # Sphinx reads '/x' from the book's source dir, and the repository is its parent
             shape = _csv_shape(f) if f.suffix == '.csv' else None
             if f.suffix == '.png': found.append(f'![{shown}]({rel})\n\n`{shown}`')
+            elif shape and shape[0] == 0: found.append(f'`{shown}`: no rows, only the header (its provenance record says why)')
             elif shape and shape[0] <= MAX_TABLE_ROWS and shape[1] <= MAX_TABLE_COLS:
                 found.append(f'`{shown}`:\n\n```{{csv-table}}\n:file: {rel}\n:header-rows: 1\n```')
             elif shape: found.append(f'`{shown}`: {shape[0]:,} rows, {shape[1]} columns (not shown)')
