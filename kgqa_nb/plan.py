@@ -163,8 +163,9 @@ def benchmark_calls(p, plan) -> list:
                 for m in names if m in plan['agent_calls']]
     if p['reader'] == 'llm':
         api = _api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model')
+        arms = ['rog-sp'] if p.get('rog_sp', True) and 'rog' in names else []  # RoG's second arm (Table 4's RoG rows), read like RoG
         out += [CallGroup(f'reader ({m} subgraph)', 'kgqa-subgraphrag-reader', **api, calls=n,
-                          triples=float(min(int(p['k']), plan['benchmark_triples'].get(m, p['k'])))) for m in names]
+                          triples=float(min(int(p['k']), plan['benchmark_triples'].get(m.removesuffix('-sp'), p['k'])))) for m in names + arms]
     return out
 
 def mintaka_calls(p, plan) -> list:
