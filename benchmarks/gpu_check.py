@@ -46,7 +46,7 @@ from kgqa_nb.core import Timer, get_device, project_dirs, provenance, write_text
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / 'results' / 'gpu.json'
 COMPANION_ULTRA = project_dirs.root / 'results' / 'companion' / 'ultra_ilpc2022_zero_shot.csv'
-SECTIONS = ('ultra', 'ultrag', 'subgraphrag', 'sr', 'text', 'rerun')
+SECTIONS = ('ultra', 'ultrag', 'subgraphrag', 'sr', 'text', 'pathgen', 'rerun')
 TOL = 1e-4  # parity tolerance of metrics, memberships and vectors
 
 SIZES = {
@@ -54,11 +54,13 @@ SIZES = {
                  ultrag_scale=7.0, ultrag_k=30_000, ultrag_queries=6,
                  srag_questions=100, srag_distractors=1000, srag_epochs=3,
                  sr_questions=100, sr_epochs=1, text_strings=2000, text_batch=128,
+                 pathgen_questions=60, pathgen_test=8, pathgen_dim=256, pathgen_layers=4, pathgen_steps=150,
                  rerun={'retriever_study': {'n_seeds': 1}}),
     'tiny': dict(ultra_queries=4, ultra_batch=2, ultra_full_queries=6,
                  ultrag_scale=0.25, ultrag_k=500, ultrag_queries=2,
                  srag_questions=6, srag_distractors=20, srag_epochs=1,
                  sr_questions=4, sr_epochs=1, text_strings=32, text_batch=16,
+                 pathgen_questions=12, pathgen_test=2, pathgen_dim=32, pathgen_layers=2, pathgen_steps=30,
                  rerun={'ultra_ilpc_zero_shot': {'checkpoints': ['ultra_3g'], 'max_queries': 2, 'batch_size': 2},
                         'retriever_study': {'n_questions': 40, 'n_nodes': 100, 'max_triples': 500, 'labels': ['gt'],
                                             'n_seeds': 1, 'epochs': 1, 'sr_epochs': 1, 'sr_max_hop': 2, 'sr_beam': 3}}),
@@ -276,6 +278,46 @@ def section_text(dev, s: dict, work: Path) -> dict:
     return out
 
 
+def section_pathgen(dev, s: dict, work: Path) -> dict:
+    """RoG's and GCR's path generator the way the paper profile runs its 7B/8B models: an `hf:` transformers checkpoint
+    (here a small random-init Llama written to the work folder, so nothing is downloaded) loaded in bfloat16 on CUDA,
+    fine-tuned with rank-8 LoRA adapters (merged after), then RoG's beam search and GCR's trie-constrained decoding.
+    Checks on each device: the loss falls, the weights stay finite, every GCR sequence is a path of its KG-Trie."""
+    from kgqa_nb.pathgen import GCR, RoG, make_generator, path_prompt, question_relgraph, record_seeds, tiny_generator, training_pairs
+    from kgqa_nb.sr import relation_texts
+    from kgqa_nb.spanalysis import tree_records
+    from kgqa_nb.toyworld import make_toyworld
+    kg = make_toyworld(scale=0.2)
+    train = tree_records(kg, s['pathgen_questions'], seed=100, max_hops=2, max_seeds=1).to_dict('records')
+    test = tree_records(kg, s['pathgen_test'], seed=3, max_hops=2, max_seeds=1).to_dict('records')
+    pairs = training_pairs(train, kg)
+    ckpt = work / 'pathgen-checkpoint'
+    g0 = tiny_generator([path_prompt(r['question']) for r in train + test] + [t for _, t in pairs], layers=s['pathgen_layers'], dim=s['pathgen_dim'])
+    g0.model.save_pretrained(ckpt); g0.tok.save_pretrained(ckpt)
+    out = dict(checkpoint=f'random-init Llama, {s["pathgen_layers"]} layers, d={s["pathgen_dim"]}', train_questions=len(train), pairs=len(pairs),
+               steps=s['pathgen_steps'], lora_rank=8, test_questions=len(test))
+    for side, d in (('cpu', torch.device('cpu')), ('accelerator', dev)):
+        rog = RoG(make_generator(f'hf:{ckpt}', device=str(d)), steps=s['pathgen_steps'], batch_size=8, lr=2e-3, lora_rank=8)
+        _, fit_s = timed(lambda: rog.fit(train, kg), d)
+        h = rog.gen.history; k = max(1, len(h) // 5)
+        _, beam_s = timed(lambda: [rog.retrieve(r, kg) for r in test], d)
+        gcr, inside, n_seqs = GCR.from_rog(rog), True, 0
+        for r_ in test:
+            trie, _, _ = gcr.gen.build_trie(question_relgraph(kg), record_seeds(r_, kg), relation_texts(kg), gcr.max_hops)
+            seqs = gcr.gen.constrained_paths(r_['question'], trie, gcr.n_paths)
+            n_seqs += len(seqs); inside &= all(q in trie for q in seqs)
+        out[side] = dict(device=str(d), dtype=str(next(rog.gen.model.parameters()).dtype).removeprefix('torch.'), fit_seconds=r(fit_s, 2),
+                         steps_per_s=r(len(h) / fit_s, 2), beam_seconds_per_question=r(beam_s / len(test), 3),
+                         loss_first=r(np.mean(h[:k])), loss_last=r(np.mean(h[-k:])), final_loss=r(np.mean(h[-k:])),
+                         weights_finite=finite_weights(rog.gen.model), gcr_sequences=n_seqs, gcr_inside_trie=bool(inside))
+    out['speedup'] = r(out['accelerator']['steps_per_s'] / out['cpu']['steps_per_s'], 2)
+    out['checks'] = dict(loss_falls=all(out[x]['loss_last'] < out[x]['loss_first'] for x in ('cpu', 'accelerator')),
+                         weights_finite=out['cpu']['weights_finite'] and out['accelerator']['weights_finite'],
+                         gcr_inside_trie=out['cpu']['gcr_inside_trie'] and out['accelerator']['gcr_inside_trie'],
+                         bfloat16_on_cuda=dev.type != 'cuda' or out['accelerator']['dtype'] == 'bfloat16')
+    return out
+
+
 def device_artifacts() -> list:
     "Names of the artifacts whose notebook declares a `device` parameter."
     from kgqa_nb.profiles import load_manifest, notebook_parameters
@@ -305,7 +347,7 @@ def section_rerun(dev, s: dict, work: Path) -> dict:
 
 
 RUNNERS = dict(ultra=section_ultra, ultrag=section_ultrag, subgraphrag=section_subgraphrag, sr=section_sr, text=section_text,
-               rerun=section_rerun)
+               pathgen=section_pathgen, rerun=section_rerun)
 
 
 def run_section(name: str, dev, s: dict, work: Path) -> dict:
@@ -334,7 +376,7 @@ def versions(dev) -> dict:
 def table(rep: dict) -> str:
     "The short table printed at the end: one line per section, the accelerator's figure beside the CPU's."
     fig = dict(ultra=('seconds_per_batch', 's/batch'), ultrag=('total_s', 's/query'), subgraphrag=('questions_per_s', 'questions/s'),
-               sr=('questions_per_s', 'questions/s'), text=('strings_per_s', 'strings/s'))
+               sr=('questions_per_s', 'questions/s'), text=('strings_per_s', 'strings/s'), pathgen=('steps_per_s', 'steps/s'))
     lines = [f'{"section":<12} {"ok":<4} {"seconds":>8} {"accelerator":>12} {"cpu":>12}  {"unit":<12} checks']
     for name, sec in rep['sections'].items():
         k, unit = fig.get(name, (None, ''))
@@ -359,7 +401,7 @@ def parse(argv=None):
 
 
 def merge_reports(reps: list) -> dict:
-    "One report from the reports of `--only` runs on the same device and versions, each section from exactly one run."
+    "One report from the reports of `--only` runs (or merged reports) on the same device and versions, each section from exactly one run."
     same = ('device', 'device_type', 'torch', 'cuda', 'tiny')
     for k in same:
         if len({json.dumps(x.get(k)) for x in reps}) > 1: raise ValueError(f'the reports differ in {k!r}: {[x.get(k) for x in reps]}')
@@ -373,7 +415,7 @@ def merge_reports(reps: list) -> dict:
     return {**{k: v for k, v in reps[0].items() if k not in ('sections', 'provenance', 'seconds', 'complete', 'ok', 'cpu_threads')},
             'cpu_threads': sorted({x.get('cpu_threads') for x in reps}, key=str)[-1], 'seconds': r(sum(x['seconds'] for x in reps), 1),
             'complete': done, 'ok': done and all(s_['ok'] for s_ in sections.values()), 'sections': sections,
-            'parts': [dict(sections=list(x['sections']), seconds=x['seconds'], provenance=x['provenance']) for x in reps]}
+            'parts': [p for x in reps for p in (x['parts'] if 'parts' in x else [dict(sections=list(x['sections']), seconds=x['seconds'], provenance=x['provenance'])])]}
 
 
 def main(argv=None) -> int:
@@ -381,7 +423,7 @@ def main(argv=None) -> int:
     if a.merge:
         try:
             reps = [json.loads(Path(f).read_text()) for f in a.merge]
-            rep = {**merge_reports(reps), 'notes': a.note}
+            rep = {**merge_reports(reps), 'notes': [n for x in reps for n in x.get('notes', [])] + a.note}  # a merged report's notes are kept
             out = Path(a.out) if a.out else DEFAULT_OUT if rep['device_type'] == 'cuda' and not rep['tiny'] else project_dirs.scratch / 'gpu_check' / 'gpu-merged.json'
             if out.resolve() == DEFAULT_OUT.resolve() and (rep['device_type'] != 'cuda' or rep['tiny']):
                 raise ValueError(f'{DEFAULT_OUT.relative_to(project_dirs.root)} holds the real run only (on CUDA, without --tiny): give another --out')
