@@ -42,7 +42,7 @@ def check_report(rep: dict, device_type: str):
         assert sec['checks'] and all(v is True for v in sec['checks'].values()), (name, sec['checks'])
     bad = [(p, v) for p, v in numbers(rep['sections']) if not math.isfinite(v)]
     assert not bad, bad
-    for name in ('ultra', 'ultrag', 'subgraphrag', 'sr', 'text'):
+    for name in ('ultra', 'ultrag', 'subgraphrag', 'sr', 'text', 'pathgen'):
         sec = rep['sections'][name]
         assert sec['cpu']['device'] == 'cpu' and sec['accelerator']['device'].startswith(device_type), name
     s = rep['sections']
@@ -52,6 +52,9 @@ def check_report(rep: dict, device_type: str):
     assert s['ultrag']['mean_sub_entities'] <= s['ultrag']['k']
     for name in ('subgraphrag', 'sr'): assert s[name]['accelerator']['questions_per_s'] > 0 and s[name]['checks']['weights_finite']
     assert s['text']['checks']['parity_vectors'] and s['text']['min_cosine'] > 0.999
+    pg = s['pathgen']  # the hf: generator path: LoRA lowers the loss on both devices, GCR stays inside its trie, bfloat16 on CUDA
+    assert all(pg[x]['loss_last'] < pg[x]['loss_first'] and pg[x]['gcr_sequences'] > 0 for x in ('cpu', 'accelerator'))
+    assert pg['accelerator']['dtype'] == ('bfloat16' if device_type == 'cuda' else 'float32')
     assert [a['artifact'] for a in s['rerun']['artifacts']] == mod.device_artifacts() and s['rerun']['device'].startswith(device_type)
 
 
@@ -69,14 +72,20 @@ def test_cpu_dry_run(tmp_path):
     assert (real.read_bytes() if real.exists() else None) == before
     assert set(rep['sections']['rerun']['checks']) >= {'ultra_ilpc_zero_shot_ok', 'retriever_study_ok', 'ultra_ilpc_zero_shot_ran_on_device'}
     # --merge joins runs that split the sections (a lease too small to carry every input at once) into the same report
-    parts = [('ultra', 'ultrag'), ('subgraphrag', 'sr', 'text', 'rerun')]
+    parts = [('ultra', 'ultrag'), ('subgraphrag', 'sr', 'text', 'rerun'), ('pathgen',)]
     for i, names in enumerate(parts):
         (tmp_path / f'part{i}.json').write_text(json.dumps({**rep, 'sections': {n: rep['sections'][n] for n in names}}))
-    m = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'part1.json'), '--out', str(tmp_path / 'merged.json'), timeout=120)
+    m = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'part1.json'), '--out', str(tmp_path / 'first.json'),
+                   '--note', 'first lease', timeout=120)
+    assert m.returncode == 1 and 'FAILED (merged from 2 runs)' in m.stdout, m.stderr  # a section missing: not complete
+    # a merged report merges again with a later run (a section added after the first lease): its parts and notes are kept
+    m = run_script('--merge', str(tmp_path / 'first.json'), str(tmp_path / 'part2.json'), '--out', str(tmp_path / 'merged.json'),
+                   '--note', 'second lease', timeout=120)
     assert m.returncode == 0 and 'merged from 2 runs' in m.stdout, m.stderr
     merged = json.loads((tmp_path / 'merged.json').read_text())
     check_report(merged, 'cpu')
     assert merged['sections'] == rep['sections'] and [x['sections'] for x in merged['parts']] == [list(n) for n in parts]
+    assert merged['notes'] == ['first lease', 'second lease']
     twice = run_script('--merge', str(tmp_path / 'part0.json'), str(tmp_path / 'part0.json'), '--out', str(tmp_path / 'm2.json'), timeout=120)
     assert twice.returncode == 2 and 'more than one report' in twice.stderr and not (tmp_path / 'm2.json').exists()
     (tmp_path / 'other.json').write_text(json.dumps({**rep, 'device': 'NVIDIA H200', 'sections': {'text': rep['sections']['text']}}))
