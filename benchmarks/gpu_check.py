@@ -282,7 +282,9 @@ def section_pathgen(dev, s: dict, work: Path) -> dict:
     """RoG's and GCR's path generator the way the paper profile runs its 7B/8B models: an `hf:` transformers checkpoint
     (here a small random-init Llama written to the work folder, so nothing is downloaded) loaded in bfloat16 on CUDA,
     fine-tuned with rank-8 LoRA adapters (merged after), then RoG's beam search and GCR's trie-constrained decoding.
-    Checks on each device: the loss falls, the weights stay finite, every GCR sequence is a path of its KG-Trie."""
+    Checks on each device: the loss falls (mean of the first fifth of steps against the last fifth; `final_loss` is that
+    last-fifth mean here, not one step's loss as in the training sections), the weights stay finite, every GCR sequence
+    is a path of its KG-Trie."""
     from kgqa_nb.pathgen import GCR, RoG, make_generator, path_prompt, question_relgraph, record_seeds, tiny_generator, training_pairs
     from kgqa_nb.sr import relation_texts
     from kgqa_nb.spanalysis import tree_records
@@ -430,7 +432,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             print(f'gpu_check --merge: {type(e).__name__}: {e}', file=sys.stderr); return 2
         out.parent.mkdir(parents=True, exist_ok=True); write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
-        print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} (merged from {len(reps)} runs); wrote {out}')
+        print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} (merged from {len(rep['parts'])} runs); wrote {out}')
         return 0 if rep['ok'] else 1
     real = not a.tiny and a.device.startswith('cuda')
     out = Path(a.out) if a.out else DEFAULT_OUT if real else project_dirs.scratch / 'gpu_check' / f'gpu-{a.device}{"-tiny" if a.tiny else ""}.json'

@@ -397,7 +397,7 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     names = check_benchmark_args(a); reader = make_reader(a.reader, a.backend, a.model, a.base_url)
     if a.out: check_out(a.out, folder=False)
     src = open_dataset_dir(a.dataset, a.seed); kg = dataset_kg(src, a.kg or None)
-    test = src.test.iloc[:a.n_questions or None]
+    test = src.test.iloc[benchmark_sample(src.test.to_dict('records'), a.n_questions, a.sample_seed)]
     if not len(test): raise UsageError(f'{a.dataset}: no test question to benchmark (the test split is empty)')
     qgs = build_question_graphs(kg, test, Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'benchmark-cli', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
     setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url),
@@ -436,14 +436,16 @@ def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored
     if n < 0: raise UsageError(f'n must be 0 (all) or more, not {n}')
     if not n or n >= len(recs): return np.arange(len(recs))
     types = np.array([question_test_type(r) for r in recs]); groups, counts = np.unique(types, return_counts=True)
-    share = n * counts / counts.sum(); take = np.floor(share).astype(int)
-    if n >= len(groups): take = np.maximum(take, 1)
-    for i in np.argsort(-(share - np.floor(share)), kind='stable'):  # largest remainders first, until n are taken
-        if take.sum() >= n: break
-        take[i] += 1
-    while take.sum() > n: take[np.argmax(take)] -= 1
+    share = n * counts / counts.sum(); take = np.floor(share).astype(int)  # floor(share) <= counts, as n <= len(recs)
+    if n >= len(groups): take = np.maximum(take, 1)  # every present type at least once
+    while take.sum() < n:  # the largest remainder among the types with questions left gets the next one
+        room = np.flatnonzero(take < counts); i = room[np.argmax((share - take)[room])]; take[i] += 1
+    while take.sum() > n:  # the raise above overshot: the type most over its share gives one back (never below 1)
+        over = np.flatnonzero(take > 1); i = over[np.argmin((share - take)[over])]; take[i] -= 1
     rng = np.random.default_rng(seed)
-    return np.sort(np.concatenate([rng.choice(np.flatnonzero(types == g), size=min(k, c), replace=False) for g, k, c in zip(groups, take, counts)]))
+    out = np.sort(np.concatenate([rng.choice(np.flatnonzero(types == g), size=k, replace=False) for g, k in zip(groups, take)]))
+    assert len(out) == n, (len(out), n)
+    return out
 
 # %% ../nbs/25_benchmark.ipynb #gate-code
 PATH_MODELS = ('rog', 'gcr')  # the benchmark's fine-tuned path models (their rows carry `matched_gate`'s verdict)
@@ -467,33 +469,37 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                 cache[qid] = (ex, {x: retriever_scores(x, ex, feats) for x in references}, gold_side(kg, recs[qid]))
             ex, scores, gold = cache[qid]
             for x in references: ref[x].append(subgraph_scores(top_triples(ex, scores[x], n).astype(np.int64) if n else np.zeros((0, 3), np.int64), gold['gt_triples'], gold['answers'])['gt_recall'])
-        row = dict(model=m, n_questions=len(d), gt_recall=float(d.gt_recall.mean()), mean_triples=float(d.n_triples.mean()),
+        row = dict(model=m, n_questions=len(d), n_scored=int(d.gt_recall.notna().sum()), n_retrieving=int((d.n_triples > 0).sum()),
+                   gt_recall=float(d.gt_recall.mean()), mean_triples=float(d.n_triples.mean()),
                    **{f'{x}_gt_recall': float(np.nanmean(v)) for x, v in ref.items()})
         row['passes'] = bool(all(row['gt_recall'] > row[f'{x}_gt_recall'] for x in references))
         rows.append(row)
-    out = pd.DataFrame(rows)
+    cols = ['model', 'n_questions', 'n_scored', 'n_retrieving', 'gt_recall', 'mean_triples', *[f'{x}_gt_recall' for x in references], 'passes', 'verdict']
+    out = pd.DataFrame(rows, columns=cols[:-1])
     refs = ' and '.join(references)
-    out['verdict'] = [f'trained: GT-triple recall above {refs} at matched budgets' if r.passes else
+    cover = lambda r: f'retrieves on {r.n_retrieving} of {r.n_questions} questions'
+    out['verdict'] = [f'trained: GT-triple recall {r.gt_recall:.3f} above {refs} at matched budgets ({cover(r)})' if r.passes else
                       f'{UNDER_TRAINED} (GT-triple recall {r.gt_recall:.3f} not above {refs} at matched budgets: ' +
-                      ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + ')' for r in out.itertuples()] if len(out) else []
-    return out
+                      ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + f'; {cover(r)})' for r in out.itertuples()]
+    return out[cols]
 
 # %% ../nbs/25_benchmark.ipynb #arms-code
 def rog_arm_model(setup: BenchmarkSetup,
                   arm: str):  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
     "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm."
     from dataclasses import replace
+    from kgqa_nb.pathgen import LABEL_NAMES
     m = fitted_path_model(replace(setup, arm=arm))
-    if label_key(arm) != label_key(setup.arm): m.name = f'rog-{arm}'
+    if label_key(arm) != label_key(setup.arm): m.name = f'rog-{LABEL_NAMES.get(label_key(arm), label_key(arm)).lower()}'
     return m
 
 ARM_METRICS = ('em_hit', 'em_recall', 'gt_recall', 'gt_precision', 'answer_recall', 'n_triples')  # what `arm_comparison` compares
 
 def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding both models
                    gt_model: str, sp_model: str,  # the model names of the GT arm and of the SP arm
-                   by: str = 'n_hops', metrics=ARM_METRICS,
+                   retriever: str = 'rog', by: str = 'n_hops', metrics=ARM_METRICS,
                    n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    "Per group ('all', then each `by` group) and metric: GT and SP means, GT − SP with its bootstrap CI, the study's paired tests."
+    "Per group ('all', then each `by` group) and metric: GT and SP means, GT − SP with its bootstrap CI, the study's paired tests (columns as `gt_vs_sp`)."
     from kgqa_nb.retriever_study import hierarchical_bootstrap, paired_tests
     d = per_question[per_question.model.isin([gt_model, sp_model])]
     missing = {gt_model, sp_model} - set(d.model)
@@ -501,12 +507,14 @@ def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding b
     if set(d[d.model == gt_model].id) != set(d[d.model == sp_model].id): raise ValueError(f'{gt_model} and {sp_model} answered different questions: the comparison is paired')
     piv = {m: d[d.model == m].set_index('id') for m in (gt_model, sp_model)}
     rows = []
-    for grp, ids in [('all', sorted(piv[gt_model].index))] + [(str(g), sorted(x.index)) for g, x in piv[gt_model].groupby(by, sort=True)]:
+    for grp, ids in [('all', sorted(piv[gt_model].index))] + [(g, sorted(x.index)) for g, x in piv[gt_model].groupby(by, sort=True, dropna=False)]:
         for m in metrics:
             a, b = piv[gt_model].loc[ids, m].to_numpy(float), piv[sp_model].loc[ids, m].to_numpy(float)
             ok = np.isfinite(a) & np.isfinite(b); A, B = a[ok][None], b[ok][None]  # one run per arm: (1 × questions)
             lo, hi = hierarchical_bootstrap(A, B, n_boot, seed) if ok.any() else (float('nan'),) * 2
-            rows.append(dict(group_by='all' if grp == 'all' else by, group=grp, metric=m, n_questions=int(ok.sum()),
-                             gt_mean=float(a[ok].mean()) if ok.any() else float('nan'), sp_mean=float(b[ok].mean()) if ok.any() else float('nan'),
-                             diff=float((a[ok] - b[ok]).mean()) if ok.any() else float('nan'), ci_low=lo, ci_high=hi, **paired_tests(A, B)))
+            ga, sb = (float(a[ok].mean()), float(b[ok].mean())) if ok.any() else (float('nan'),) * 2
+            rows.append(dict(retriever=retriever, sp_labels='sp:synth-kgqa', group_by='all' if grp == 'all' else by, group=grp, metric=m,
+                             n_runs_gt=1, n_runs_sp=1, n_questions=int(ok.sum()), sp_mean=sb, gt_mean=ga,
+                             pct_variation=100 * (ga - sb) / sb if sb else float('nan'), diff=ga - sb if ok.any() else float('nan'),
+                             ci_low=lo, ci_high=hi, **paired_tests(A, B)))
     return pd.DataFrame(rows).assign(label_gt=piv[gt_model].label.iloc[0], label_sp=piv[sp_model].label.iloc[0])

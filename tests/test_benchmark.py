@@ -151,7 +151,9 @@ def test_kgqa_benchmark_runs_on_a_split_folder_and_writes_its_rows(tmp_path, cap
     said = capsys.readouterr().out
     assert '3 test questions' in said and 'EM Hits' in said and 'GT-triple Recall' in said
     rows = pd.read_csv(out, dtype={'id': str})
-    assert list(rows.id) == [str(i) for i in recs.id[2:5]] and (rows.n_triples == 0).all()
+    test = recs.iloc[2:]  # --n-questions 3 of 4: the seeded sample stratified by test type (benchmark_sample), in record order
+    assert list(rows.id) == [str(i) for i in test.id.iloc[B.benchmark_sample(test.to_dict('records'), 3, 0)]] and (rows.n_triples == 0).all()
+    assert len(set(rows.id)) == 3 and set(rows.id) <= {str(i) for i in test.id}
 
 
 def test_kgqa_benchmark_reads_a_trained_subgraphrag_checkpoint(tmp_path, capsys):
