@@ -432,7 +432,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:
             print(f'gpu_check --merge: {type(e).__name__}: {e}', file=sys.stderr); return 2
         out.parent.mkdir(parents=True, exist_ok=True); write_text_atomic(out, json.dumps(rep, indent=1, default=str) + '\n')
-        print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} (merged from {len(rep['parts'])} runs); wrote {out}')
+        print(table(rep)); print(f'{rep["device"]}: {"all checks hold" if rep["ok"] else "FAILED"} (merged from {len(rep["parts"])} runs); wrote {out}')
         return 0 if rep['ok'] else 1
     real = not a.tiny and a.device.startswith('cuda')
     out = Path(a.out) if a.out else DEFAULT_OUT if real else project_dirs.scratch / 'gpu_check' / f'gpu-{a.device}{"-tiny" if a.tiny else ""}.json'
