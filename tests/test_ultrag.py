@@ -353,17 +353,21 @@ def test_mention_linking_accuracy_scores_each_kind_on_the_seeds_it_applies_to(to
     from kgqa_nb.ultrag import MENTION_KINDS, linking_accuracy, mention_linking_accuracy
     linker = EntityLinker(TW, encoder=HashingEncoder(256))
     recs = toy_source.test
-    seeds = [parse_item(s)[1] for ss in recs['seed_entities'] for s in ss]
+    seeds = list(dict.fromkeys(parse_item(s)[1] for ss in recs['seed_entities'] for s in ss))  # each distinct seed is one trial
     t = mention_linking_accuracy(linker, recs, aliases={seeds[0]: ['an alias nobody uses']}).set_index('mentions')
     assert list(t.index) == list(MENTION_KINDS) and (t.seeds == len(seeds)).all()
-    assert t.loc['exact label', 'n'] == len(seeds) and t.loc['exact label', 'acc@1'] == linking_accuracy(linker, recs)['acc@1']
+    assert t.loc['exact label', 'n'] == len(seeds) and t.seed_mentions_in_questions.iloc[0] == sum(len(ss) for ss in recs['seed_entities'])
+    distinct = list(dict.fromkeys(s for ss in recs['seed_entities'] for s in ss))  # the exact-label row: linking over the distinct seeds
+    assert t.loc['exact label', 'acc@1'] == linking_accuracy(linker, pd.DataFrame({'seed_entities': [[s] for s in distinct]}))['acc@1']
+    assert mention_linking_accuracy(linker, pd.concat([recs, recs]))[['mentions', 'n', 'acc@1']].equals(
+        mention_linking_accuracy(linker, recs)[['mentions', 'n', 'acc@1']])  # a repeated question adds no trial
     assert t.loc['alias', 'n'] == 1 and t.loc['alias', 'example'].endswith('-> an alias nobody uses')
     ok = t[t.n > 0]
     assert (ok['acc@1_ci_low'] <= ok['acc@1']).all() and (ok['acc@1'] <= ok['acc@1_ci_high']).all() and (ok['acc@1'] <= ok['acc@10']).all()
     assert t.loc['partial (a token dropped)', 'n'] < len(seeds)  # one-word labels have no partial mention
     unnamed = recs.head(3).assign(seed_entities=lambda d: d.seed_entities.map(lambda ss: [f'{parse_item(s)[1]} ({parse_item(s)[1]})' for s in ss]))
     u = mention_linking_accuracy(linker, pd.concat([recs, unnamed]))  # seeds labelled by their ID only: left out and counted
-    assert (u.seeds == len(seeds)).all() and (u.unnamed_seeds_left_out == sum(len(ss) for ss in unnamed.seed_entities)).all()
+    assert (u.seeds == len(seeds)).all() and (u.unnamed_seeds_left_out == len({s for ss in unnamed.seed_entities for s in ss})).all()
 
 
 def test_same_footing_table_refuses_rows_on_different_questions():
