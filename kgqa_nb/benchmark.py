@@ -5,7 +5,7 @@
 # %% ../nbs/25_benchmark.ipynb #c002
 from __future__ import annotations
 import hashlib, importlib, json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -453,11 +453,12 @@ PATH_MODELS = ('rog', 'gcr')  # the benchmark's fine-tuned path models (their ro
 def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                  models, records: list, kg: KnowledgeGraph, graphs: list,  # the model names to gate; the test records and their graphs
                  encoder: TextEncoder, root=None,  # the embedding reference's encoder; embedding-store folder
-                 references=('ppr', 'embedding')) -> pd.DataFrame:
+                 references=('ppr', 'embedding'),
+                 cache: dict | None = None) -> pd.DataFrame:  # question ID -> its references' scores: pass one dict to gate more models on the same questions
     "Per model: mean GT-triple recall beside each reference keeping, per question, as many top triples as the model did; passes."
     from kgqa_nb.retriever_study import UNDER_TRAINED
     recs = {str(r['id']): r for r in records}; gi = {str(r['id']): g for r, g in zip(records, graphs)}; rows = []
-    cache = {}
+    cache = {} if cache is None else cache
     for m in models:
         d = per_question[per_question.model == m]
         if d.empty: continue
@@ -468,7 +469,7 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                 feats = text_features(kg, encoder, entities=ex.nodes, root=root) if 'embedding' in references else None
                 cache[qid] = (ex, {x: retriever_scores(x, ex, feats) for x in references}, gold_side(kg, recs[qid]))
             ex, scores, gold = cache[qid]
-            for x in references: ref[x].append(subgraph_scores(top_triples(ex, scores[x], n).astype(np.int64) if n else np.zeros((0, 3), np.int64), gold['gt_triples'], gold['answers'])['gt_recall'])
+            for x in references: ref[x].append(subgraph_scores(top_triples(ex, scores[x], n).astype(np.int64), gold['gt_triples'], gold['answers'])['gt_recall'])
         row = dict(model=m, n_questions=len(d), n_scored=int(d.gt_recall.notna().sum()), n_retrieving=int((d.n_triples > 0).sum()),
                    gt_recall=float(d.gt_recall.mean()), mean_triples=float(d.n_triples.mean()),
                    **{f'{x}_gt_recall': float(np.nanmean(v)) for x, v in ref.items()})
@@ -487,7 +488,6 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
 def rog_arm_model(setup: BenchmarkSetup,
                   arm: str):  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
     "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm."
-    from dataclasses import replace
     from kgqa_nb.pathgen import LABEL_NAMES
     m = fitted_path_model(replace(setup, arm=arm))
     if label_key(arm) != label_key(setup.arm): m.name = f'rog-{LABEL_NAMES.get(label_key(arm), label_key(arm)).lower()}'
