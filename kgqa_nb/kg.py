@@ -15,10 +15,10 @@ from .core import MalformedFileError
 
 # %% auto #0
 __all__ = ['HEADER_WORDS', 'WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'format_item', 'parse_item',
-           'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'CSR', 'csr_view', 'unique_ids', 'relabel',
-           'kg_fingerprint', 'check_id', 'read_text_file', 'tsv_after_header', 'width_error', 'read_triple_file',
-           'read_id_text', 'read_json_file', 'read_tsv', 'read_ntriples', 'check_ids', 'check_index_range',
-           'read_synth_kgqa']
+           'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'names_an_id', 'CSR', 'csr_view', 'unique_ids',
+           'relabel', 'kg_fingerprint', 'check_id', 'read_text_file', 'tsv_after_header', 'width_error',
+           'read_triple_file', 'read_id_text', 'read_json_file', 'read_tsv', 'read_ntriples', 'check_ids',
+           'check_index_range', 'read_synth_kgqa']
 
 # %% ../nbs/01_kg.ipynb #c005
 _TEXT_RE = re.compile(r'^\s*(?P<label>.*?)\s*\(\s*(?P<id>[A-Za-z]{1,3}-?\d+)\s*\)\s*$', re.S)
@@ -166,6 +166,26 @@ def parse_relation(self: KnowledgeGraph, text: str, check_label: bool = True) ->
     return r
 
 # %% ../nbs/01_kg.ipynb #c019
+_BARE_ID_RE = re.compile(r'(?<![A-Za-z0-9_])[QP]\d+(?![A-Za-z0-9_])')
+
+@patch
+def has_label(self: KnowledgeGraph, i: int) -> bool:
+    "Whether entity index `i` has a human label (one that is not its ID)."
+    lab = self.entity_labels[i]
+    return bool(lab.strip()) and normalize_label(lab) != normalize_label(self.entity_ids[i])
+
+@patch(as_prop=True)
+def labelled_mask(self: KnowledgeGraph) -> np.ndarray:
+    "(V,) bool: which entities have a human label (computed once per graph)."
+    if '_labelled' not in self.__dict__:
+        self.__dict__['_labelled'] = np.fromiter((self.has_label(i) for i in range(self.num_entities)), bool, self.num_entities)
+    return self.__dict__['_labelled']
+
+def names_an_id(text) -> bool:
+    "Whether question text names an entity or relation by a bare Wikidata ID (`Q84998`, `P19`)."
+    return isinstance(text, str) and bool(_BARE_ID_RE.search(text))
+
+# %% ../nbs/01_kg.ipynb #c022
 @dataclass
 class CSR:
     "Compressed adjacency: the neighbours of node v are `nbr[indptr[v]:indptr[v+1]]`, reached via edge `eid` (direction `fwd`)."
@@ -195,7 +215,7 @@ def csr_view(src,  # (nnz,) int64 node each entry belongs to
     np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
     return CSR(indptr, dst[order], eid[order], fwd[order])
 
-# %% ../nbs/01_kg.ipynb #c022
+# %% ../nbs/01_kg.ipynb #c025
 @patch(as_prop=True)
 def out_csr(self: KnowledgeGraph) -> CSR:
     "Out-edges per entity (neighbour = tail)."
@@ -219,7 +239,7 @@ def und_csr(self: KnowledgeGraph) -> CSR:
                                      np.concatenate([eid, eid]), np.concatenate([np.ones(E, bool), np.zeros(E, bool)]))
     return self.__dict__['_und']
 
-# %% ../nbs/01_kg.ipynb #c025
+# %% ../nbs/01_kg.ipynb #c028
 def unique_ids(ids, n: int) -> np.ndarray:
     "Sorted distinct values of `ids`, integers in [0, n): a marker array of n flags when ids are many, else np.unique."
     ids = np.asarray(ids, np.int64)
@@ -234,7 +254,7 @@ def relabel(ids, n: int) -> tuple[np.ndarray, np.ndarray]:
     pos = np.empty(n, np.int64); pos[uniq] = np.arange(len(uniq))
     return uniq, pos[ids]
 
-# %% ../nbs/01_kg.ipynb #c028
+# %% ../nbs/01_kg.ipynb #c031
 @patch
 def degree(self: KnowledgeGraph, kind: str = 'total') -> np.ndarray:
     "Per-entity degree: 'out', 'in' or 'total' (triples touching the entity)."
@@ -268,7 +288,7 @@ def has_triples(self: KnowledgeGraph, h, r, t) -> np.ndarray:
     pos = np.searchsorted(self.triple_keys, k)
     return (pos < len(self.triple_keys)) & (self.triple_keys[np.minimum(pos, len(self.triple_keys) - 1)] == k)
 
-# %% ../nbs/01_kg.ipynb #c031
+# %% ../nbs/01_kg.ipynb #c034
 @patch
 def bfs_distances(self: KnowledgeGraph, sources,  # entity indices to start from (distance 0)
                   max_hops: int | None = None,  # stop after this many hops (unreached = -1)
@@ -285,7 +305,7 @@ def bfs_distances(self: KnowledgeGraph, sources,  # entity indices to start from
         d += 1; dist[nxt] = d; frontier = nxt
     return dist
 
-# %% ../nbs/01_kg.ipynb #c034
+# %% ../nbs/01_kg.ipynb #c037
 @patch
 def edge_subgraph(self: KnowledgeGraph, edges,  # triple indices (or a boolean mask over triples) to keep
                   nodes=None,  # entity indices to keep as well (default: the endpoints of the kept edges)
@@ -313,7 +333,7 @@ def drop_triples(self: KnowledgeGraph, edges, name: str | None = None):
     keep = np.ones(self.num_triples, bool); keep[np.asarray(edges, np.int64)] = False
     return self.edge_subgraph(keep, nodes=np.arange(self.num_entities), name=name or f'{self.name}[-{(~keep).sum()}]')[0]
 
-# %% ../nbs/01_kg.ipynb #c037
+# %% ../nbs/01_kg.ipynb #c040
 @patch
 def summary(self: KnowledgeGraph, percentiles=(50, 90, 99, 99.9)) -> dict:
     "Counts and degree percentiles of the KG."
@@ -323,7 +343,7 @@ def summary(self: KnowledgeGraph, percentiles=(50, 90, 99, 99.9)) -> dict:
     for p in percentiles: out[f'degree_p{p:g}'] = float(np.percentile(deg, p)) if len(deg) else 0.0
     return out
 
-# %% ../nbs/01_kg.ipynb #c040
+# %% ../nbs/01_kg.ipynb #c043
 def kg_fingerprint(kg: KnowledgeGraph) -> str:
     "sha256 over a KG's edge arrays, IDs, labels and descriptions (equal fingerprints = identical KGs); computed once per graph."
     if '_fingerprint' in kg.__dict__: return kg.__dict__['_fingerprint']
@@ -334,7 +354,7 @@ def kg_fingerprint(kg: KnowledgeGraph) -> str:
     kg.__dict__['_fingerprint'] = h.hexdigest()
     return kg.__dict__['_fingerprint']
 
-# %% ../nbs/01_kg.ipynb #c043
+# %% ../nbs/01_kg.ipynb #c046
 _BAD_ID_CHARS = re.compile(r'[\s<>"{}|^`\\]')  # whitespace, and what an IRI forbids
 
 def check_id(x: str,  # the candidate ID
@@ -348,7 +368,7 @@ def check_id(x: str,  # the candidate ID
                                    'an ID is one token without spaces or < > " { } | ^ ` \\')
     return x
 
-# %% ../nbs/01_kg.ipynb #c046
+# %% ../nbs/01_kg.ipynb #c049
 def _read_bytes(path) -> bytes:
     "The bytes of a file, decompressed when its name ends in .gz or .bz2; a damaged or truncated archive is a `MalformedFileError`."
     import bz2, zlib
@@ -385,7 +405,7 @@ def width_error(fields: list, n: int, names: str) -> str:
     hint = '; the fields look separated by spaces, but the file must be tab-separated' if len(fields) == 1 and len(fields[0].split()) == n else ''
     return f'{len(fields)} tab-separated field{"s" if len(fields) != 1 else ""}, expected {n} ({names}){hint}'
 
-# %% ../nbs/01_kg.ipynb #c048
+# %% ../nbs/01_kg.ipynb #c051
 HEADER_WORDS = frozenset('head relation tail subject predicate object h r t s p o rel relation_id head_id tail_id '
                          'source target src dst edge property from to'.split())
 
@@ -417,7 +437,7 @@ def read_triple_file(path,  # a text file of tab-separated `head relation tail` 
     if not len(df) and not allow_empty: raise MalformedFileError(path, None, 'no triples in the file')
     return df
 
-# %% ../nbs/01_kg.ipynb #c052
+# %% ../nbs/01_kg.ipynb #c055
 def read_id_text(path,  # a text file of `ID<TAB>text` lines
                  fixes: dict | None = None):  # line number -> (ID written there, ID it should be): errata of published files
     "ID -> text of a two-column file, checked line by line (IDs valid and unique)."
@@ -437,7 +457,7 @@ def read_json_file(path):
     except json.JSONDecodeError as e: raise MalformedFileError(path, e.lineno, f'not valid JSON ({e.msg})') from None
     except UnicodeDecodeError as e: raise MalformedFileError(path, None, f'not UTF-8 text ({e.reason})') from None
 
-# %% ../nbs/01_kg.ipynb #c055
+# %% ../nbs/01_kg.ipynb #c058
 def _tsv_text(s: str, what: str) -> str:
     if '\t' in s or '\n' in s or '\r' in s: raise ValueError(f'{what} {s!r} contains a tab or a line break: TSV cannot hold it')
     return s
@@ -483,7 +503,7 @@ def read_tsv(folder, name: str | None = None) -> KnowledgeGraph:
     (el, ed), (rl, rd) = ((_read_meta(folder / f) if (folder / f).exists() else (None, None)) for f in ('entities.tsv', 'relations.tsv'))
     return KnowledgeGraph.from_id_triples(tri, el, rl, ed, rd, extra_entities=list(el or ()), name=name or folder.name)
 
-# %% ../nbs/01_kg.ipynb #c059
+# %% ../nbs/01_kg.ipynb #c062
 WD = 'http://www.wikidata.org/entity/'
 WDT = 'http://www.wikidata.org/prop/direct/'
 RDFS_LABEL = 'http://www.w3.org/2000/01/rdf-schema#label'
@@ -531,7 +551,7 @@ def read_ntriples(path, name: str | None = None) -> KnowledgeGraph:
     extra = [k for k in extra if k not in rel_ids]
     return KnowledgeGraph.from_id_triples(triples, labels, labels, descs, descs, extra_entities=extra, name=name or path.stem)
 
-# %% ../nbs/01_kg.ipynb #c062
+# %% ../nbs/01_kg.ipynb #c065
 def _load_npy(path, text: bool = False) -> np.ndarray:  # `text`: the file may hold Python objects (strings saved from pandas)
     "The array in a .npy file, unpickled only for a `text` file that holds objects; `MalformedFileError` when damaged."
     import pickle
@@ -578,7 +598,7 @@ def check_index_range(idx: np.ndarray, n: int, path, what: str):
         pos = tuple(int(p) for p in np.unravel_index(np.flatnonzero((idx < 0) | (idx >= n))[0], idx.shape))
         raise MalformedFileError(path, None, f'{what} index {int(idx[pos])} at position {list(pos)} is outside the {n:,} {what} rows 0..{n - 1}')
 
-# %% ../nbs/01_kg.ipynb #c063
+# %% ../nbs/01_kg.ipynb #c066
 _SYNTH_TEXT = ('node_ids', 'node_labels', 'node_descriptions', 'relation_ids', 'relation_labels', 'relation_descriptions')
 
 @patch
