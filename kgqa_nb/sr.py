@@ -17,13 +17,14 @@ from fastcore.basics import patch
 from .core import atomic_path, get_device, jsonable, params_key
 from .kg import KnowledgeGraph
 from .subgraphrag import (VAL_CURVE_METRIC, CheckpointMismatchError, ExampleSet, RetrievalExample, RetrievalInputError,
-                                 check_val_metric, end_epoch, label_key, read_checkpoint, torch_threads, train_state, val_metrics)
+                                 check_val_metric, config_record, end_epoch, fixed_subset, full_validation, label_key, read_checkpoint,
+                                 torch_threads, train_state, val_metrics)
 from .text import TextEncoder
 
 # %% auto #0
 __all__ = ['END_TEXT', 'relation_texts', 'RelGraph', 'label_paths', 'training_steps', 'query_text', 'beam_search', 'all_paths',
-           'path_triples', 'paths_to_scores', 'SRConfig', 'SRModel', 'save_sr', 'load_sr', 'sr_loss', 'train_sr',
-           'study_train']
+           'path_triples', 'paths_to_scores', 'SRConfig', 'SRModel', 'save_sr', 'load_sr', 'training_texts', 'sr_loss',
+           'train_sr', 'study_train']
 
 # %% ../nbs/15b_sr.ipynb #c006
 END_TEXT = 'END OF HOP'
@@ -185,6 +186,9 @@ class SRConfig:
     path_score: str = 'logprob'  # 'logprob' (log-softmax per step) or 'sum' (the original's sum of cos / tau)
     max_nodes: int = 1000  # a path reaching more entities is skipped
     val_metric: str | None = 'label_recall@100'  # early stopping on validation: recall@100 of the run's own labels (as SubgraphRAG); None: keep the last epoch
+    # the cheaper epoch (section "A cheaper epoch"); each default is the reference procedure
+    cache_frozen: bool = False  # what the frozen parts compute, once per run: the validation questions read and their graphs indexed, the frozen encoder's vectors of every training text
+    val_subset: int | None = None  # validation questions searched per epoch, a fixed seeded subset (None: all); the chosen epoch is scored on all
 
 # %% ../nbs/15b_sr.ipynb #c026
 class SRModel(nn.Module):
@@ -205,7 +209,7 @@ class SRModel(nn.Module):
             with torch.no_grad(): self.head.weight.copy_(torch.eye(encoder.dim)); self.head.bias.zero_()
         self._vec, self._rel = {}, None
     @property
-    def config(self) -> dict: return dict(asdict(self.cfg), encoder=self.frozen.key, dim=self.frozen.dim)
+    def config(self) -> dict: return dict(config_record(self.cfg), encoder=self.frozen.key, dim=self.frozen.dim)
     def train(self, mode: bool = True):
         self._rel = None  # relation vectors change with the weights
         return super().train(mode)
@@ -287,6 +291,20 @@ def load_sr(path, encoder: TextEncoder | None = None,  # the encoder to build on
     return model.eval(), ck.get('meta', {})
 
 # %% ../nbs/15b_sr.ipynb #c036
+def training_texts(steps: list,  # `_steps_of` rows: (texts, prefix, positive, negatives)
+                   rel_texts: list) -> list:
+    "Every text a training step embeds: each prefix's query with the question and with its paraphrase, and every relation text."
+    qs = {query_text(t, [rel_texts[d] for d in prefix]) for texts, prefix, _, _ in steps for t in texts}
+    return sorted(qs | set(rel_texts))
+
+@patch
+def cache_texts(self: SRModel, texts: list) -> int:
+    "Put the frozen encoder's vectors of `texts` in the model's memory in one batch; returns how many were new."
+    miss = sorted({t for t in texts if t not in self._vec})
+    if miss: self._frozen_vectors(miss)
+    return len(miss)
+
+# %% ../nbs/15b_sr.ipynb #c039
 def _steps_of(examples, labels: str, R: int, max_paths: int) -> list:
     out = []
     for ex in examples:
@@ -323,9 +341,12 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
     model = SRModel(encoder, rel_texts, cfg, root).to(get_device(device))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr or (5e-5 if cfg.tune == 'encoder' else 1e-3), weight_decay=0.0)
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
-    run_key = params_key(dict(cfg=asdict(cfg), encoder=encoder.key, rel=rel_texts, train=ids(train), val=ids(val)), 16)
+    run_key = params_key(dict(cfg=config_record(cfg), encoder=encoder.key, rel=rel_texts, train=ids(train), val=ids(val)), 16)
     last = Path(ckpt_dir) / 'last.pt' if ckpt_dir else None
     state = train_state(model, opt, last, run_key, 'SR training run')
+    val_all = list(val) if cfg.cache_frozen or cfg.val_subset else val  # read once instead of from disk every epoch
+    val_epoch = fixed_subset(val_all, cfg.val_subset, cfg.seed) if cfg.val_subset else val_all
+    if cfg.cache_frozen and cfg.tune == 'head' and not state['done']: model.cache_texts(training_texts(steps, rel_texts))
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order = rng.permutation(len(steps)); para = {t[0]: x for t, x in zip(sorted({s[0] for s in steps}), rng.random(len(steps)))}
@@ -336,17 +357,18 @@ def train_sr(train, val,  # RetrievalExamples (an ExampleSet or a list)
             opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
         model.eval()
         watch = list(dict.fromkeys([m for m in (cfg.val_metric, VAL_CURVE_METRIC) if m]))
-        vm = val_metrics(model, val, None, watch, cfg.labels) if len(val) else {m: float('nan') for m in watch}
+        vm = val_metrics(model, val_epoch, None, watch, cfg.labels) if len(val) else {m: float('nan') for m in watch}
         v = vm[cfg.val_metric] if cfg.val_metric else float('nan')
         improved = not (len(val) and cfg.val_metric) or v > state['best']
         end_epoch(state, model, opt, last, run_key, float(np.mean(losses)), v, improved, cfg.patience, steps=len(steps), **{f'val_{VAL_CURVE_METRIC}': vm[VAL_CURVE_METRIC]})
         if verbose: print(f"SR epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state']); model = model.cpu().eval()
-    if ckpt_dir: save_sr(model, Path(ckpt_dir) / 'best.pt', train=asdict(cfg), history=state['history'])
+    if len(val): full_validation(state['history'], model, val_all, val_epoch, None, cfg.val_metric, cfg.labels)
+    if ckpt_dir: save_sr(model, Path(ckpt_dir) / 'best.pt', train=config_record(cfg), history=state['history'])
     return model, state['history']
 
-# %% ../nbs/15b_sr.ipynb #c044
+# %% ../nbs/15b_sr.ipynb #c049
 def study_train(kg: KnowledgeGraph, encoder: TextEncoder, train, val, feats, labels: str, seed: int, cfg: dict,
                 ckpt_dir=None, verbose: bool = False, threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SR training of one (labels, seed) arm: (model, history)."

@@ -5,9 +5,10 @@
 # %% ../nbs/15_subgraphrag.ipynb #c002
 from __future__ import annotations
 import copy
-from contextlib import contextmanager
+import warnings
+from contextlib import contextmanager, nullcontext
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +25,14 @@ from .qgraphs import QuestionGraph
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['RETRIEVAL_INPUT_REASONS', 'VAL_CURVE_METRIC', 'RetrievalInputError', 'CheckpointMismatchError', 'TextFeatures',
-           'entity_has_text', 'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever', 'save_retriever',
-           'read_checkpoint', 'load_retriever', 'train_state', 'end_epoch', 'torch_threads', 'RetrievalExample',
-           'label_key', 'check_question_graph', 'prepare_example', 'question_texts', 'ExampleSet', 'prepare_examples',
-           'check_width', 'score_example', 'top_triples', 'example_metrics', 'gt_recall_split', 'TrainConfig',
-           'label_recall', 'val_metrics', 'mean_metric', 'check_val_metric', 'step_inputs', 'warm_start',
-           'train_retriever', 'study_train', 'two_hop_dataset']
+__all__ = ['RETRIEVAL_INPUT_REASONS', 'CHEAPER_STEP', 'VAL_CURVE_METRIC', 'RetrievalInputError', 'CheckpointMismatchError',
+           'TextFeatures', 'entity_has_text', 'text_features', 'DDERound', 'dde', 'SubgraphRAGRetriever',
+           'save_retriever', 'read_checkpoint', 'load_retriever', 'train_state', 'end_epoch', 'torch_threads',
+           'RetrievalExample', 'label_key', 'check_question_graph', 'prepare_example', 'question_texts', 'ExampleSet',
+           'prepare_examples', 'check_width', 'score_example', 'top_triples', 'example_metrics', 'gt_recall_split',
+           'TrainConfig', 'label_recall', 'val_metrics', 'mean_metric', 'check_val_metric', 'config_record',
+           'step_inputs', 'negative_sample', 'sampled_loss', 'cpu_bf16_units', 'forward_precision', 'fixed_subset',
+           'warm_start', 'full_validation', 'train_retriever', 'study_train', 'two_hop_dataset']
 
 # %% ../nbs/15_subgraphrag.ipynb #c006
 RETRIEVAL_INPUT_REASONS = ('empty_graph', 'no_gt_triples', 'answer_not_in_graph', 'record_mismatch', 'unknown_labels')
@@ -352,6 +354,12 @@ class TrainConfig:
     paraphrase_p: float = 0.5  # probability of training on the paraphrase instead of the question
     val_metric: str | None = 'label_recall@100'  # 'label_recall@K' (the run's own labels) or a `retrieval_metrics` key; None: keep the last epoch
     hidden: int | None = None  # MLP width (None: the encoder's)
+    # the cheaper step (section "A cheaper step"); each default is the reference step of SubgraphRAG
+    neg_sample: int | None = None  # negatives drawn per question and step, reweighted so the loss stays unbiased (None: every triple)
+    questions_per_step: int = 1  # questions whose mean loss makes one Adam step (gradients accumulated)
+    bf16: bool = False  # bf16 autocast of the forward pass where the CPU has bf16 matrix units (else a warning and float32)
+    compile: bool = False  # torch.compile the forward pass of training
+    val_subset: int | None = None  # validation questions scored per epoch, a fixed seeded subset (None: all); the chosen epoch is scored on all
 
 def label_recall(scores,  # (E,) triple scores; -inf marks a triple as not retrieved
                  y,  # (E,) the labels a run trains on (GT or SP)
@@ -387,9 +395,15 @@ def check_val_metric(metric: str | None) -> None:
     if (f'{name}@1' if at else name) not in keys or (at and not (k.isdigit() and int(k) > 0)):
         raise ValueError(f"unknown validation metric {metric!r}: use one of {sorted(k.replace('@1', '@K') for k in keys)} (K a positive whole number)")
 
+def config_record(cfg) -> dict:
+    "A run config as recorded (checkpoint, run key): its fields, the cheaper-step options only where set, so a reference run keeps its key."
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in CHEAPER_STEP or getattr(cfg, f.name) != f.default}
+
+CHEAPER_STEP = ('neg_sample', 'questions_per_step', 'bf16', 'compile', 'val_subset', 'cache_frozen')  # options off by default
+
 def _run_key(cfg: TrainConfig, feats: TextFeatures, train, val) -> str:
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
-    return params_key(dict(cfg=asdict(cfg), encoder=feats.encoder, dim=feats.dim, train=ids(train), val=ids(val)), 16)
+    return params_key(dict(cfg=config_record(cfg), encoder=feats.encoder, dim=feats.dim, train=ids(train), val=ids(val)), 16)
 
 # %% ../nbs/15_subgraphrag.ipynb #c040
 VAL_CURVE_METRIC = 'gt_recall@100'  # recorded per epoch beside the selection metric: the study's gate reads it
@@ -408,6 +422,59 @@ def _step_loss(model, it, ent, rel_x, row, dev):
     return F.binary_cross_entropy_with_logits(logits, x('y'))
 
 # %% ../nbs/15_subgraphrag.ipynb #c042
+def negative_sample(y,  # (E,) the run's labels of one question
+                    n_neg: int,  # negatives to draw (all of them when there are no more)
+                    rng: np.random.Generator) -> tuple:
+    "(triple positions, loss weights): every positive (weight 1), then n_neg negatives drawn uniformly, each weighted n / n_neg."
+    if int(n_neg) < 1: raise ValueError(f'neg_sample must be a positive whole number or None, not {n_neg!r}')
+    pos = np.asarray(y) > 0; neg = np.flatnonzero(~pos); m = min(int(n_neg), len(neg))
+    pick = np.sort(rng.choice(neg, m, replace=False)) if m < len(neg) else neg
+    w = np.concatenate([np.ones(int(pos.sum())), np.full(m, len(neg) / m if m else 0.0)])
+    return torch.as_tensor(np.concatenate([np.flatnonzero(pos), pick])), torch.as_tensor(w, dtype=torch.float32)
+
+def sampled_loss(logits,  # (k,) logits of the sampled triples
+                 y,  # (k,) their labels
+                 weight,  # (k,) their weights (`negative_sample`)
+                 n_triples: int) -> torch.Tensor:  # E, the question's triples
+    "Unbiased estimate of the full-graph mean cross-entropy from the sampled triples."
+    return F.binary_cross_entropy_with_logits(logits, y, weight=weight, reduction='sum') / n_triples
+
+# %% ../nbs/15_subgraphrag.ipynb #c046
+def cpu_bf16_units() -> str:
+    "The CPU feature that multiplies bf16 in hardware ('amx_bf16' or 'avx512_bf16'), '' when there is none (or it cannot be read)."
+    try: flags = set(' '.join(l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')).split())
+    except OSError: return ''
+    return next((f for f in ('amx_bf16', 'avx512_bf16') if f in flags), '')
+
+def forward_precision(bf16: bool, device) -> tuple:
+    "(autocast context factory, what was chosen): bf16 autocast when asked and the device runs it natively, else float32 (warned)."
+    dev = torch.device(device)
+    if not bf16: return nullcontext, 'float32'
+    ok = torch.cuda.is_bf16_supported() if dev.type == 'cuda' else bool(cpu_bf16_units())
+    if not ok:
+        warnings.warn(f'bf16 asked for but {dev.type} has no bf16 matrix units: training in float32', stacklevel=2)
+        return nullcontext, 'float32 (bf16 unavailable)'
+    return (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)), 'bf16'
+
+def fixed_subset(items: list, n: int | None,  # how many to keep (None: all)
+                 seed: int) -> list:
+    "A seeded subset of n items in their order, the same for every call with the same seed (all of them when n is None or larger)."
+    if n is not None and int(n) < 1: raise ValueError(f'val_subset must be a positive whole number or None, not {n!r}')
+    if n is None or n >= len(items): return list(items)
+    return [items[i] for i in np.sort(np.random.default_rng([seed, 104729]).choice(len(items), int(n), replace=False))]
+
+# %% ../nbs/15_subgraphrag.ipynb #c049
+def _lever_loss(fwd, it, ent, rel_x, row, dev, n_neg, rng, amp):
+    "`_step_loss` with sampled negatives (`n_neg`, None: all triples) under the autocast context `amp`, through `fwd` (the model or its compiled form)."
+    x = lambda k: it[k].to(dev)
+    if n_neg is None: idx, w = None, None
+    else: idx, w = (t.to(dev) for t in negative_sample(it['y'].numpy(), n_neg, rng))
+    ei, rl, y = (x('edge_index'), x('rel'), x('y')) if idx is None else (x('edge_index')[:, idx], x('rel')[idx], x('y')[idx])
+    with amp(): logits = fwd(it['q'][row].to(dev), ent[it['rows']].to(dev), x('has_text'), rel_x, ei, rl, x('topic'), dde_x=x('dde'))
+    logits = logits.float()
+    return F.binary_cross_entropy_with_logits(logits, y) if idx is None else sampled_loss(logits, y, w, len(it['y']))
+
+# %% ../nbs/15_subgraphrag.ipynb #c051
 def warm_start(model: SubgraphRAGRetriever, init,  # a SubgraphRAGRetriever or its checkpoint file (`save_retriever`); None: keep the fresh weights
                encoder: str | None = None) -> str:  # the encoder of the run (a checkpoint of another encoder is refused)
     "Copy the starting weights `init` into `model` (a warm start); returns their fingerprint for the run key ('' for a cold start)."
@@ -418,7 +485,7 @@ def warm_start(model: SubgraphRAGRetriever, init,  # a SubgraphRAGRetriever or i
     model.load_state_dict(sd)
     return params_key({k: v.numpy().round(6).tolist() for k, v in sd.items()}, 16)
 
-# %% ../nbs/15_subgraphrag.ipynb #c044
+# %% ../nbs/15_subgraphrag.ipynb #c053
 def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init=None):
     "The training loop of `train_retriever`, inside its thread setting: every question read once, then epochs over memory."
     dev = get_device(device)
@@ -434,18 +501,34 @@ def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init=N
     state = train_state(model, opt, last, run_key)
     items = [step_inputs(ex, feats, key, model.config['dde_rounds']) for ex in train] if not state['done'] and state['epoch'] < cfg.epochs else []
     val = list(val)  # read once: scored after every epoch
+    val_epoch = fixed_subset(val, cfg.val_subset, cfg.seed)  # all of them unless `val_subset`
     ent = torch.cat([torch.as_tensor(feats.ent), torch.zeros(1, feats.dim)]); rel_x = torch.as_tensor(feats.rel).to(dev)
     watch = list(dict.fromkeys([m for m in (cfg.val_metric, VAL_CURVE_METRIC) if m]))
+    B = int(cfg.questions_per_step)
+    if B < 1: raise ValueError(f'questions_per_step must be a positive whole number, not {cfg.questions_per_step!r}')
+    amp, _ = forward_precision(cfg.bf16, dev)
+    fwd = torch.compile(model, dynamic=True) if cfg.compile else model
+    reference = cfg.neg_sample is None and B == 1 and amp is nullcontext and not cfg.compile
     while not state['done'] and state['epoch'] < cfg.epochs:
         ep = state['epoch']; rng = np.random.default_rng([cfg.seed, ep])
         order, para = rng.permutation(len(train)), rng.random(len(train))
         model.train(); losses = []
-        for i in order:
-            it = items[i]
-            if not it['y'].any(): continue
-            loss = _step_loss(model, it, ent, rel_x, 1 if len(it['q']) > 1 and para[i] < cfg.paraphrase_p else 0, dev)
-            opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
-        vm = val_metrics(model, val, feats, watch, key) if val else {m: float('nan') for m in watch}
+        if reference:  # SubgraphRAG's step: one question, all its triples
+            for i in order:
+                it = items[i]
+                if not it['y'].any(): continue
+                loss = _step_loss(model, it, ent, rel_x, 1 if len(it['q']) > 1 and para[i] < cfg.paraphrase_p else 0, dev)
+                opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
+        else:  # the cheaper step: sampled negatives, B questions per Adam step, bf16, compiled forward
+            nrng, todo = np.random.default_rng([cfg.seed, ep, 1]), [i for i in order if items[i]['y'].any()]
+            for b in range(0, len(todo), B):
+                opt.zero_grad()
+                for i in todo[b:b + B]:
+                    loss = _lever_loss(fwd, items[i], ent, rel_x, 1 if len(items[i]['q']) > 1 and para[i] < cfg.paraphrase_p else 0,
+                                       dev, cfg.neg_sample, nrng, amp)
+                    (loss / len(todo[b:b + B])).backward(); losses.append(loss.item())
+                opt.step()
+        vm = val_metrics(model, val_epoch, feats, watch, key) if val else {m: float('nan') for m in watch}
         v = vm[cfg.val_metric] if cfg.val_metric else float('nan')
         improved = not (val and cfg.val_metric) or v > state['best']
         end_epoch(state, model, opt, last, run_key, float(np.mean(losses)) if losses else float('nan'), v, improved, cfg.patience,
@@ -454,8 +537,17 @@ def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init=N
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state'])
     model = model.cpu()  # scores and checkpoints are device-independent
-    if ckpt_dir: save_retriever(model, Path(ckpt_dir) / 'best.pt', encoder=feats.encoder, train=asdict(cfg), history=state['history'])
+    full_validation(state['history'], model, val, val_epoch, feats, cfg.val_metric, key)
+    if ckpt_dir: save_retriever(model, Path(ckpt_dir) / 'best.pt', encoder=feats.encoder, train=config_record(cfg), history=state['history'])
     return model.eval(), state['history']
+
+def full_validation(history: list, model, val: list, val_epoch: list, feats, metric, key: str) -> None:
+    "When epochs were scored on a validation subset: score the selected model on all of `val` and add it to the selected epoch's row."
+    if len(val_epoch) == len(val) or not history: return
+    best = max((i for i, h in enumerate(history) if h['improved']), default=len(history) - 1)
+    watch = list(dict.fromkeys([m for m in (metric, VAL_CURVE_METRIC) if m]))
+    vm = val_metrics(model, val, feats, watch, key)
+    history[best].update(full_val=vm[metric] if metric else float('nan'), val_subset=len(val_epoch), **{f'full_val_{VAL_CURVE_METRIC}': vm[VAL_CURVE_METRIC]})
 
 def train_retriever(train: list,  # RetrievalExamples to train on
                     val: list,  # RetrievalExamples for early stopping
@@ -470,14 +562,14 @@ def train_retriever(train: list,  # RetrievalExamples to train on
     "Train (or resume) one retriever, from fresh weights or from `init`; returns (best model, history rows)."
     with torch_threads(threads): return _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init)
 
-# %% ../nbs/15_subgraphrag.ipynb #c046
+# %% ../nbs/15_subgraphrag.ipynb #c055
 def study_train(kg, encoder, train, val, feats, labels: str, seed: int, cfg: dict, ckpt_dir=None, verbose: bool = False,
                 threads: int | None = None, device: str = 'cpu', root=None) -> tuple:
     "The retriever study's SubgraphRAG training of one (labels, seed) arm: (model, history)."
     return train_retriever(train, val, feats, TrainConfig(**{**cfg, 'labels': labels, 'seed': int(seed)}), ckpt_dir,
                            verbose=verbose, threads=threads, device=device)
 
-# %% ../nbs/15_subgraphrag.ipynb #c048
+# %% ../nbs/15_subgraphrag.ipynb #c057
 def two_hop_dataset(n: int = 60,  # questions
                     n_distractors: int = 40,  # random distractor triples per question
                     shortcut: bool = False,  # add a seed -shortcut-> answer triple to every question
