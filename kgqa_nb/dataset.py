@@ -13,20 +13,21 @@ import numpy as np
 import pandas as pd
 
 from .core import MalformedFileError, atomic_path, data_dir, jsonable, provenance, read_jsonl
-from .kg import format_item, normalize_label, parse_item
+from .kg import format_item, names_an_id, normalize_label, parse_item
 from .validate import QueryShapeError, canonical_query
 from .isomorphism import DUTT_IDS, answer_tree, tree_from_name
 
 # %% auto #0
 __all__ = ['GTSQA_COLUMNS', 'LIST_COLUMNS', 'QUESTION_FIELDS', 'GTSQA_URL', 'GTSQA_FILES', 'MINTAKA_COMPLEXITY',
-           'MINTAKA_ANSWER_TYPES', 'DEDUP_RULE', 'TEST_CATEGORIES', 'empty_record', 'question_view', 'normalize_frame',
-           'write_jsonl', 'read_records', 'write_parquet', 'read_dataset', 'record_relations', 'record_entities',
-           'record_answers', 'check_gtsqa_record', 'read_gtsqa_parquet', 'gtsqa_files', 'iter_gtsqa', 'load_gtsqa',
-           'json_array_items', 'mintaka_record', 'read_mintaka', 'load_mintaka', 'kgqagen_record', 'read_kgqagen',
-           'load_kgqagen', 'normalize_question', 'datapoint_keys', 'DedupIndex', 'find_duplicates', 'dataset_stats',
-           'stats_table', 'SplitConfig', 'SplitResult', 'reserve_rare_relations', 'answer_popularity', 'build_split',
-           'synthetic_records', 'check_split', 'hops_by_split', 'types_by_split', 'dataset_card', 'type_shape',
-           'test_category', 'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
+           'MINTAKA_ANSWER_TYPES', 'DEDUP_RULE', 'QUESTION_TEXT_COLUMNS', 'TEST_CATEGORIES', 'empty_record',
+           'question_view', 'normalize_frame', 'write_jsonl', 'read_records', 'write_parquet', 'read_dataset',
+           'record_relations', 'record_entities', 'record_answers', 'check_gtsqa_record', 'read_gtsqa_parquet',
+           'gtsqa_files', 'iter_gtsqa', 'load_gtsqa', 'json_array_items', 'mintaka_record', 'read_mintaka',
+           'load_mintaka', 'kgqagen_record', 'read_kgqagen', 'load_kgqagen', 'normalize_question', 'datapoint_keys',
+           'DedupIndex', 'find_duplicates', 'dataset_stats', 'stats_table', 'SplitConfig', 'SplitResult',
+           'reserve_rare_relations', 'answer_popularity', 'build_split', 'synthetic_records', 'check_split',
+           'hops_by_split', 'types_by_split', 'id_naming_by_split', 'dataset_card', 'type_shape', 'test_category',
+           'isomorphism_type_table', 'relation_frequency', 'count_distributions', 'subgraph_sizes',
            'size_distributions', 'minimal_type_matrix']
 
 # %% ../nbs/10_dataset.ipynb #c005
@@ -57,14 +58,14 @@ def empty_record(**fields) -> dict:
     if unknown: raise KeyError(f'not GTSQA columns: {sorted(unknown)}')
     return {**{c: None for c in GTSQA_COLUMNS}, **fields}
 
-# %% ../nbs/10_dataset.ipynb #qview-code
+# %% ../nbs/10_dataset.ipynb #c008
 QUESTION_FIELDS = ('id', 'question', 'paraphrased_question', 'seed_entities')  # all a model or the reader is given
 
 def question_view(rec: dict) -> dict:
     "The fields of a GTSQA-schema record that a model and the reader may read (`QUESTION_FIELDS`), and nothing else."
     return {k: rec[k] for k in QUESTION_FIELDS if k in rec}
 
-# %% ../nbs/10_dataset.ipynb #c008
+# %% ../nbs/10_dataset.ipynb #c011
 def _to_list(v):
     if v is None or (isinstance(v, float) and np.isnan(v)): return None
     if isinstance(v, np.ndarray): v = v.tolist()
@@ -105,7 +106,7 @@ def read_dataset(path) -> pd.DataFrame:
             raise MalformedFileError(path, None, f'not a complete parquet file ({type(e).__name__}: {str(e)[:160]})') from None
     raise ValueError(f'unknown dataset format {path.suffix!r} (use .jsonl or .parquet)')
 
-# %% ../nbs/10_dataset.ipynb #c011
+# %% ../nbs/10_dataset.ipynb #c014
 def record_relations(rec) -> set:
     "Relation IDs used by the answer subgraph."
     return {parse_item(r)[1] for _, r, _ in rec['answer_subgraph'] or []}
@@ -120,7 +121,7 @@ def record_answers(rec, column: str = 'all_answers_wikidata') -> set:
     if a is not None and len(a): return {parse_item(x)[1] if '(' in str(x) else str(x) for x in a}
     return {parse_item(rec['answer_node'])[1]}
 
-# %% ../nbs/10_dataset.ipynb #c014
+# %% ../nbs/10_dataset.ipynb #c017
 GTSQA_URL = 'https://huggingface.co/datasets/Graphcore/GTSQA/resolve/main/gtsqa/{split}.parquet'
 GTSQA_FILES = {  # config -> split -> files inside <data dir>/gtsqa, as published
     'gtsqa': {'train': ['gtsqa/train.parquet'], 'test': ['gtsqa/test.parquet']},
@@ -164,7 +165,7 @@ def check_gtsqa_record(rec: dict, path, row: int, graph: bool = False) -> dict:
         if not good: raise MalformedFileError(path, None, f'row {row} (id {rec.get("id")!r}): {col} must be {what}, got {repr(rec.get(col))[:80]}')
     return rec
 
-# %% ../nbs/10_dataset.ipynb #c018
+# %% ../nbs/10_dataset.ipynb #c021
 def _gtsqa_batches(path, columns: list, batch_size: int = 256):
     "Record dicts of a parquet file, batch by batch; `MalformedFileError` for a damaged file or a missing column."
     import pyarrow as pa, pyarrow.parquet as pq
@@ -214,7 +215,7 @@ def load_gtsqa(split: str = 'test',  # 'train' or 'test'
     "A published GTSQA split as a DataFrame in our schema, every record checked."
     return pd.DataFrame(list(iter_gtsqa(split, config, allow_download, root)))
 
-# %% ../nbs/10_dataset.ipynb #c022
+# %% ../nbs/10_dataset.ipynb #c025
 MINTAKA_COMPLEXITY = ('ordinal', 'intersection', 'count', 'superlative', 'yesno', 'comparative', 'multihop', 'difference', 'generic')
 MINTAKA_ANSWER_TYPES = ('entity', 'boolean', 'number', 'date', 'string')
 _QID = re.compile(r'Q\d+')
@@ -249,7 +250,7 @@ def json_array_items(path) -> list:
     if text[pos + 1:].strip(): raise MalformedFileError(path, line(pos + 1 + len(text[pos + 1:]) - len(text[pos + 1:].lstrip())), 'text after the closing ]')
     return out
 
-# %% ../nbs/10_dataset.ipynb #c026
+# %% ../nbs/10_dataset.ipynb #c029
 def _label(v, lang: str):
     "A Mintaka label: a string, or a dict of languages (the requested one, else English); None when absent."
     if isinstance(v, dict): v = v.get(lang) or v.get('en')
@@ -294,7 +295,7 @@ def load_mintaka(split: str = 'test', allow_download: bool = True, root=None) ->
     if split not in ('train', 'dev', 'test'): raise ValueError(f"unknown Mintaka split {split!r}: use 'train', 'dev' or 'test'")
     return read_mintaka(_ensure_files([(Path(root) if root else data_dir()) / 'mintaka' / f'mintaka_{split}.json'], allow_download, root, f'Mintaka {split}')[0])
 
-# %% ../nbs/10_dataset.ipynb #c029
+# %% ../nbs/10_dataset.ipynb #c032
 _WD_CONST = re.compile(r'\bwd:(Q\d+)\b')
 
 def kgqagen_record(obj, path, line: int) -> dict:
@@ -335,7 +336,7 @@ def load_kgqagen(allow_download: bool = True, root=None) -> pd.DataFrame:
     "KGQAGen-10k from `<data dir>/kgqagen/data.jsonl`, fetched when missing and allowed."
     return read_kgqagen(_ensure_files([(Path(root) if root else data_dir()) / 'kgqagen' / 'data.jsonl'], allow_download, root, 'KGQAGen-10k')[0])
 
-# %% ../nbs/10_dataset.ipynb #c032
+# %% ../nbs/10_dataset.ipynb #c035
 DEDUP_RULE = ('a record is a duplicate of an earlier one (by id) when it has the same query pattern (up to variable names, '
               'pattern order and prefixes) and the same answer set, or the same question text (case, spacing and final '
               'punctuation ignored); only the first is kept')
@@ -353,7 +354,7 @@ def datapoint_keys(rec: dict, answers_column: str = 'all_answers_wikidata') -> t
         qk = f"{q} | answers: {' '.join(sorted(record_answers(rec, answers_column)))}"
     return qk, normalize_question(rec['question'])
 
-# %% ../nbs/10_dataset.ipynb #c035
+# %% ../nbs/10_dataset.ipynb #c038
 class DedupIndex:
     "The keys of the records kept so far; `check(rec)` says whether a new record repeats one of them."
     def __init__(self, answers_column: str = 'all_answers_wikidata'):
@@ -377,7 +378,7 @@ def find_duplicates(records, answers_column: str = 'all_answers_wikidata') -> di
         if (hit := index.check(rec)) is not None: out[rec['id']] = hit
     return out
 
-# %% ../nbs/10_dataset.ipynb #c038
+# %% ../nbs/10_dataset.ipynb #c041
 def dataset_stats(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> dict:
     "The Table 1 statistics of one split."
     recs = df.to_dict('records')
@@ -398,7 +399,7 @@ def stats_table(splits: dict, answers_column: str = 'all_answers_wikidata') -> p
     if len(splits) > 1: cols['All'] = dataset_stats(pd.concat(list(splits.values()), ignore_index=True), answers_column)
     return pd.DataFrame(cols)
 
-# %% ../nbs/10_dataset.ipynb #c041
+# %% ../nbs/10_dataset.ipynb #c044
 @dataclass
 class SplitConfig:
     "Thresholds of the zero-shot split."
@@ -423,21 +424,21 @@ class SplitResult:
     unsatisfied: list = field(default_factory=list)
     cells: pd.DataFrame | None = None
 
-# %% ../nbs/10_dataset.ipynb #c043
+# %% ../nbs/10_dataset.ipynb #c046
 def reserve_rare_relations(df: pd.DataFrame, n: int | None = None, share: float = 0.45) -> list:
     "The least frequent relation types (by number of questions using them), ties broken by ID."
     cnt = Counter(r for rels in df['answer_subgraph'].map(lambda s: record_relations({'answer_subgraph': s})) for r in rels)
     n = int(round(share * len(cnt))) if n is None else n
     return [r for r, _ in sorted(cnt.items(), key=lambda kv: (kv[1], kv[0]))[:n]]
 
-# %% ../nbs/10_dataset.ipynb #c045
+# %% ../nbs/10_dataset.ipynb #c048
 def answer_popularity(df: pd.DataFrame, answers_column: str = 'all_answers_wikidata') -> pd.Series:
     "Per question: the largest number of questions that share one of its answers (`record_answers`)."
     answers = [record_answers(r, answers_column) for r in df.to_dict('records')]
     cnt = Counter(a for ans in answers for a in ans)
     return pd.Series([max(cnt[a] for a in ans) for ans in answers], index=df.index)
 
-# %% ../nbs/10_dataset.ipynb #c048
+# %% ../nbs/10_dataset.ipynb #c051
 def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResult:
     "Zero-shot train/test split with test_type labels; rules that cannot be met are reported, not hidden."
     rng = np.random.default_rng(cfg.seed)
@@ -481,7 +482,7 @@ def build_split(df: pd.DataFrame, cfg: SplitConfig = SplitConfig()) -> SplitResu
     return SplitResult(train.reset_index(drop=True), test.drop(columns='_cat').reset_index(drop=True), unseen_rel,
                        list(cfg.unseen_graph_types), dropped, unsatisfied, cells.rename(columns={'_cat': 'category'}))
 
-# %% ../nbs/10_dataset.ipynb #c050
+# %% ../nbs/10_dataset.ipynb #c053
 def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400, seed: int = 0) -> pd.DataFrame:
     "Random GTSQA-schema records with chain or star answer subgraphs (for examples and tests only)."
     rng = np.random.default_rng(seed)
@@ -502,7 +503,7 @@ def synthetic_records(n: int = 600, n_relations: int = 30, n_entities: int = 400
                                  graph_isomorphism=kind, redundant=bool(rng.random() < 0.2), all_answers_wikidata=[f'Q{1000 + ents[0]}']))
     return pd.DataFrame(recs)
 
-# %% ../nbs/10_dataset.ipynb #c053
+# %% ../nbs/10_dataset.ipynb #c056
 def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') -> list:
     "Violations of the zero-shot rules in a split (empty when all hold)."
     bad = []
@@ -522,7 +523,7 @@ def check_split(res: SplitResult, answers_column: str = 'all_answers_wikidata') 
         if set(r['test_type']) != (want or {'in_distribution'}): bad.append(f"wrong test_type for id {r['id']}"); break
     return bad
 
-# %% ../nbs/10_dataset.ipynb #c056
+# %% ../nbs/10_dataset.ipynb #c059
 def _count_by_split(splits: dict, column: str, name: str) -> pd.DataFrame:
     "Questions per value of `column` in each split: one count and one share (% of the split) column per split."
     out = {}
@@ -541,7 +542,21 @@ def types_by_split(splits: dict) -> pd.DataFrame:
     t = _count_by_split(splits, 'graph_isomorphism', 'graph_isomorphism')
     return t.loc[t[list(splits)].sum(axis=1).sort_values(ascending=False, kind='stable').index]
 
-# %% ../nbs/10_dataset.ipynb #c058
+# %% ../nbs/10_dataset.ipynb #c062
+QUESTION_TEXT_COLUMNS = ('question', 'paraphrased_question')  # the text a reader is shown, when the dataset has it
+
+def id_naming_by_split(splits: dict) -> pd.DataFrame:
+    "Questions whose text (question or paraphrase) names a bare Wikidata ID, per split: count and % of the split."
+    rows = {}
+    for split, d in splits.items():
+        cols = [c for c in QUESTION_TEXT_COLUMNS if c in d.columns]
+        if 'question' not in cols: raise ValueError(f"split {split!r} has no 'question' column")
+        named = np.zeros(len(d), bool)
+        for c in cols: named |= np.fromiter((names_an_id(x) for x in d[c]), bool, len(d))
+        rows[split] = {'questions': len(d), 'naming an ID': int(named.sum()), 'naming an ID %': round(100 * named.sum() / max(len(d), 1), 1)}
+    return pd.DataFrame(rows).T.astype({'questions': int, 'naming an ID': int}).rename_axis('split')
+
+# %% ../nbs/10_dataset.ipynb #c064
 def dataset_card(name: str,  # the dataset's title
                  splits: dict,  # split name -> DataFrame of records
                  kg: str,  # the KG the records were generated on (name and view)
@@ -555,7 +570,9 @@ def dataset_card(name: str,  # the dataset's title
              'Records follow the GTSQA schema; the `*_wikidata`/`*_wikikg2` columns hold results on the KG named above.', '',
              '## Statistics', '', _stats_text(stats_table(splits)), '',
              '## Hops by split', '', _table_text(hops_by_split(splits)), '',
-             '## Isomorphism types by split', '', _table_text(types_by_split(splits)), '']
+             '## Isomorphism types by split', '', _table_text(types_by_split(splits)), '',
+             '## Questions naming an ID', '', 'Questions whose text (question or paraphrase) names an entity or relation by a bare '
+             'Wikidata ID (`Q84998`) instead of a label (`kg.names_an_id`; the goal is 0 %):', '', _table_text(id_naming_by_split(splits)), '']
     if acceptance:
         lines += ['## Generation filters', '', *[f'- {k}: {v}' for k, v in acceptance.items()], '']
     if duplicates is not None:
@@ -587,7 +604,7 @@ def _has_tabulate():
     try: import tabulate; return True
     except ImportError: return False
 
-# %% ../nbs/10_dataset.ipynb #c063
+# %% ../nbs/10_dataset.ipynb #c069
 def type_shape(name: str) -> dict:
     "Edges, seeds, hops and whether a GTSQA type name branches below the answer (a nested intersection)."
     t = tree_from_name(name, strict=False)
@@ -595,7 +612,7 @@ def type_shape(name: str) -> dict:
     nested = any(len(tree.children[v]) >= 2 for v in tree.order[1:])
     return dict(n_edges=tree.n_edges, n_seeds=len(t.seeds), n_hops=max(tree.depth.values()), nested=nested)
 
-# %% ../nbs/10_dataset.ipynb #c066
+# %% ../nbs/10_dataset.ipynb #c072
 TEST_CATEGORIES = {'unseen_graph_type': 'ugt', 'unseen_relation_type': 'urt', 'in_distribution': 'id'}
 
 def test_category(test_type) -> str:
@@ -626,7 +643,7 @@ def isomorphism_type_table(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFr
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/10_dataset.ipynb #c069
+# %% ../nbs/10_dataset.ipynb #c075
 def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     "Edges per relation type in the ground-truth answer subgraphs of train and test, most frequent first."
     def count(df):
@@ -643,7 +660,7 @@ def relation_frequency(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=['relation_id', 'relation', 'train_edges', 'test_edges', 'total_edges', 'test_only'])
     return out.sort_values(['total_edges', 'relation_id'], ascending=[False, True], ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c072
+# %% ../nbs/10_dataset.ipynb #c078
 def _distribution(values: dict, column: str) -> pd.DataFrame:
     rows = []
     for split, v in values.items():
@@ -660,7 +677,7 @@ def count_distributions(train: pd.DataFrame, test: pd.DataFrame, answers_column:
     return pd.concat([_distribution(seeds, 'seed_entities'), _distribution(hops, 'hops'), _distribution(answers, 'answers')],
                      ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c075
+# %% ../nbs/10_dataset.ipynb #c081
 def subgraph_sizes(df: pd.DataFrame, full_column: str = 'full_answer_subgraph_wikidata') -> pd.DataFrame:
     "Per question: edges of the ground-truth and of the full answer subgraph (rows without a full subgraph dropped)."
     gt = df['answer_subgraph'].map(len)
@@ -674,7 +691,7 @@ def size_distributions(train: pd.DataFrame, test: pd.DataFrame, full_column: str
     return pd.concat([_distribution({k: s['ground_truth_edges'] for k, s in sz.items()}, 'ground_truth_edges'),
                       _distribution({k: s['full_edges'] for k, s in sz.items()}, 'full_edges')], ignore_index=True)
 
-# %% ../nbs/10_dataset.ipynb #c078
+# %% ../nbs/10_dataset.ipynb #c084
 def minimal_type_matrix(df: pd.DataFrame) -> pd.DataFrame:
     "Counts of (full type, minimal type) over the non-minimal questions, rows and columns in the paper's type order."
     red = df[df['redundant'].fillna(False).astype(bool)]

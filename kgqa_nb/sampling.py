@@ -29,25 +29,28 @@ def inverse_degree_softmax(degrees,  # degrees d(x) of the candidate nodes (all 
     return w / w.sum()
 
 # %% ../nbs/05_sampling.ipynb #c009
-_VIEWS = weakref.WeakKeyDictionary()  # KnowledgeGraph -> {excluded relation IDs: (allowed mask, degree)}
+_VIEWS = weakref.WeakKeyDictionary()  # KnowledgeGraph -> {excluded relation IDs (, 'labelled_only'): (allowed mask, degree)}
 
-def _allowed_view(kg: KnowledgeGraph, excluded_relations) -> tuple:
-    "Cached (allowed mask over und_csr entries, degree without excluded relations) for `excluded_relations`."
-    key = tuple(sorted(set(excluded_relations)))
+def _allowed_view(kg: KnowledgeGraph, excluded_relations,
+                  labelled_only: bool = False) -> tuple:  # True: only triples whose two entities have a human label
+    "Cached (allowed mask over und_csr entries, degree over the allowed entries) for `excluded_relations`."
+    excl = tuple(sorted(set(excluded_relations)))
+    key = (excl, 'labelled_only') if labelled_only else excl
     cache = _VIEWS.setdefault(kg, {})
     if key not in cache:
         csr = kg.und_csr
         bad_rel = np.zeros(kg.num_relations, bool)
-        for p in key:
+        for p in excl:
             if p in kg.relation_index: bad_rel[kg.relation_index[p]] = True
         src = np.repeat(np.arange(kg.num_entities), np.diff(csr.indptr))
         ok = ~bad_rel[kg.rel[csr.eid]] & (csr.nbr != src)
+        if labelled_only: ok &= kg.labelled_mask[src] & kg.labelled_mask[csr.nbr]
         deg = np.add.reduceat(ok.astype(np.int64), csr.indptr[:-1]) if len(ok) else np.zeros(kg.num_entities, np.int64)
         deg[np.diff(csr.indptr) == 0] = 0  # reduceat repeats the next value for empty rows
         cache[key] = (ok, deg)
     return cache[key]
 
-# %% ../nbs/05_sampling.ipynb #c013
+# %% ../nbs/05_sampling.ipynb #c015
 @dataclass
 class SampledSubgraph:
     "A seed subgraph Q: its entities (in the order reached), its triples (KG triple indices) and the start entity."
@@ -59,7 +62,7 @@ class SampledSubgraph:
     def node_set(self) -> set: return set(self.nodes.tolist())
     def edge_set(self) -> set: return set(self.edges.tolist())
 
-# %% ../nbs/05_sampling.ipynb #c015
+# %% ../nbs/05_sampling.ipynb #c017
 def sample_seed_subgraph(kg: KnowledgeGraph,
                          rng: np.random.Generator,  # source of all randomness (deterministic per seed)
                          max_nodes: int = 10,  # N_nodes: stop when this many entities are reached
@@ -67,17 +70,20 @@ def sample_seed_subgraph(kg: KnowledgeGraph,
                          excluded_relations=DEFAULT_EXCLUDED_RELATIONS,  # relation IDs never sampled
                          start: int | str | None = None,  # start entity (index or ID); None = uniform over entities with edges
                          degree_bias: bool = True,  # softmax(1/degree) choices (Algorithm 1); False = uniform
+                         labelled_only: bool = False,  # True: start from and grow into entities with a human label only
                         ) -> SampledSubgraph:
     "Grow a seed subgraph around `start` by Algorithm 1 of SynthKGQA."
     if max_nodes < 2 or max_edges < 1: raise ValueError(f'need max_nodes >= 2 and max_edges >= 1, got {max_nodes}, {max_edges}')
-    ok, deg = _allowed_view(kg, excluded_relations)
+    ok, deg = _allowed_view(kg, excluded_relations, labelled_only)
     if start is None:
         cands = np.flatnonzero(deg > 0)
-        if not len(cands): raise ValueError(f'KG {kg.name!r} has no triple outside the excluded relations')
+        if not len(cands): raise ValueError(f'KG {kg.name!r} has no triple outside the excluded relations'
+                                            + (' between two labelled entities' if labelled_only else ''))
         start = int(cands[rng.integers(len(cands))])
     elif isinstance(start, str): start = kg.entity(start)
     start = int(start)
     if not 0 <= start < kg.num_entities: raise IndexError(f'start entity index {start} out of range')
+    if labelled_only and not kg.has_label(start): raise ValueError(f'start entity {kg.entity_ids[start]} has no label (labelled_only)')
     csr = kg.und_csr
     nodes, in_n = [start], {start}
     edges, tree_edges = [], []
@@ -108,7 +114,7 @@ def sample_seed_subgraph(kg: KnowledgeGraph,
         edges = np.unique(np.concatenate([tree, extra]))
     return SampledSubgraph(np.asarray(nodes, np.int64), edges, start)
 
-# %% ../nbs/05_sampling.ipynb #c019
+# %% ../nbs/05_sampling.ipynb #c023
 def is_connected_sample(kg: KnowledgeGraph, edges) -> bool:
     "Whether the triples `edges` form one connected (undirected) graph."
     edges = np.asarray(edges, np.int64)
@@ -121,7 +127,7 @@ def is_connected_sample(kg: KnowledgeGraph, edges) -> bool:
     for h, t in zip(kg.head[edges].tolist(), kg.tail[edges].tolist()): parent[find(h)] = find(t)
     return len({find(int(v)) for v in nodes}) == 1
 
-# %% ../nbs/05_sampling.ipynb #c022
+# %% ../nbs/05_sampling.ipynb #c026
 def triple_string(h: str, r: str, t: str) -> str:
     "One triple in prompt form: `'Head (QID)-relation (PID)-Tail (QID)'` (arguments already in 'Label (ID)' form)."
     return f'{h}-{r}-{t}'
@@ -134,7 +140,7 @@ def subgraph_text(kg: KnowledgeGraph, edges) -> str:
     "Prompt text of a set of triples: `'H (Q..)-r (P..)-T (Q..);...'`."
     return ';'.join(triple_string(*t) for t in subgraph_triples(kg, edges))
 
-# %% ../nbs/05_sampling.ipynb #c025
+# %% ../nbs/05_sampling.ipynb #c029
 def sample_seed_subgraphs(kg: KnowledgeGraph, n: int,  # how many subgraphs
                           seed: int = 0,  # seed of the numpy Generator shared by all samples
                           **kwargs):  # passed to `sample_seed_subgraph`

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .core import CLIParser, UsageError, code_fingerprint, read_jsonl, write_text_atomic
-from .kg import KnowledgeGraph
+from .kg import KnowledgeGraph, names_an_id
 from .loaders import load_kg
 from .sparql import OxigraphStore
 from .llm import LLMClient, read_ledger
@@ -56,6 +56,7 @@ class GenerationConfig:
     max_answers: int = 10  # validation: most answers a question may have
     query_timeout: float = 10.0  # validation: seconds per SPARQL query
     aggregation_fraction: float = 0.0  # share of candidates asked for COUNT / FILTER NOT EXISTS questions (Appendix A.5)
+    labelled_only: bool = True  # sample labelled entities only and reject candidates naming an entity without a label
     batch_size: int = 32  # candidates per batch (one concurrent LLM batch, one fsync)
     concurrency: int = 8  # concurrent LLM requests
     early_stop: int = 50  # stop when the first this-many candidates all fail for the same reason (0: never)
@@ -89,12 +90,13 @@ def config_problems(c: GenerationConfig) -> list:
              ('max_answers', _is_int(c.max_answers) and c.max_answers >= 1, 'an integer >= 1'),
              ('query_timeout', _is_num(c.query_timeout) and c.query_timeout > 0, 'a number of seconds > 0'),
              ('aggregation_fraction', _is_num(c.aggregation_fraction) and 0 <= c.aggregation_fraction <= 1, 'a number in [0, 1]'),
+             ('labelled_only', isinstance(c.labelled_only, (bool, np.bool_)), 'True or False'),
              ('batch_size', _is_int(c.batch_size) and c.batch_size >= 1, 'an integer >= 1'),
              ('concurrency', _is_int(c.concurrency) and c.concurrency >= 1, 'an integer >= 1'),
              ('early_stop', _is_int(c.early_stop) and c.early_stop >= 0, 'an integer >= 0 (0: never stop early)')]
     return [(f, f'{want}, got {getattr(c, f)!r}') for f, ok, want in rules if not ok]
 
-# %% ../nbs/10a_synthkgqa.ipynb #c011
+# %% ../nbs/10a_synthkgqa.ipynb #c012
 @dataclass
 class Candidate:
     "One planned candidate: its sample and the prompt sent to the generator LLM."
@@ -107,13 +109,13 @@ class Candidate:
 def plan_candidate(kg: KnowledgeGraph, cfg: GenerationConfig, i: int) -> Candidate:
     "Sample the subgraph and build the prompt of candidate `i` (deterministic in (cfg.seed, i))."
     rng = np.random.default_rng([cfg.seed, i])
-    sample = sample_seed_subgraph(kg, rng, cfg.max_nodes, cfg.max_edges)
+    sample = sample_seed_subgraph(kg, rng, cfg.max_nodes, cfg.max_edges, labelled_only=cfg.labelled_only)
     u, k, op = rng.random(), int(rng.choice(cfg.k_choices)), ('count', 'not_exists')[int(rng.integers(2))]
     text = subgraph_text(kg, sample.edges)
     if u < cfg.aggregation_fraction: return Candidate(i, sample, 'aggregation', op, aggregation_prompt(text, op))
     return Candidate(i, sample, 'datapoint', str(k), datapoint_prompt(text, k))
 
-# %% ../nbs/10a_synthkgqa.ipynb #c026
+# %% ../nbs/10a_synthkgqa.ipynb #c027
 def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str | None,
                   min_cache: dict | None = None) -> tuple:
     "(record, None) for an accepted candidate, or (None, reason) when the minimality analysis rejects it."
@@ -130,7 +132,7 @@ def finish_record(store, cand: Candidate, parsed, v: Validation, paraphrase: str
     rec.update(m.record_fields())
     return rec, None
 
-# %% ../nbs/10a_synthkgqa.ipynb #c029
+# %% ../nbs/10a_synthkgqa.ipynb #c030
 CODE_MODULES = ('sampling', 'generate', 'validate', 'isomorphism', 'minimality', 'dataset', 'runs', 'synthkgqa')
 
 def code_version() -> str:
@@ -144,7 +146,7 @@ def run_manifest(cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para
                     code=code_version(), **({'filters': [f.describe() for f in filters]} if filters else {}))
     return make_manifest('kgqa_nb.synthkgqa/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
-# %% ../nbs/10a_synthkgqa.ipynb #c031
+# %% ../nbs/10a_synthkgqa.ipynb #c032
 @dataclass
 class _Ctx:
     kg: KnowledgeGraph
@@ -165,7 +167,7 @@ def process_batch(ctx: _Ctx, ids: list) -> tuple:
     errors, results = [], {}
     for c, r in zip(cands, replies):
         if isinstance(r, Exception): errors.append(f'candidate {c.id}: {r}'); continue
-        parsed, v = validate_response(ctx.kg, ctx.store, c.sample, r.text, ctx.cfg.max_answers, ctx.cfg.query_timeout)
+        parsed, v = validate_response(ctx.kg, ctx.store, c.sample, r.text, ctx.cfg.max_answers, ctx.cfg.query_timeout, ctx.cfg.labelled_only)
         results[c.id] = (c, parsed, v)
     ok = [x for x in results.values() if x[2].ok]
     paras = ctx.para.chat_many([paraphrase_prompt(p.question) for _, p, _ in ok], desc='paraphrase', return_exceptions=True)
@@ -174,13 +176,15 @@ def process_batch(ctx: _Ctx, ids: list) -> tuple:
         if isinstance(pr, Exception): errors.append(f'candidate {c.id} (paraphrase): {pr}'); del results[c.id]; continue
         try: para = parse_paraphrase_response(pr.text)
         except ParseError: para = None
+        if ctx.cfg.labelled_only and names_an_id(para):
+            outcomes[c.id] = _outcome(c, 'rejected', 'unlabelled_entity:paraphrase', f'the paraphrase names an ID: {para[:120]!r}'); continue
         rec, why = finish_record(ctx.store, c, parsed, v, para, ctx.min_cache)
         outcomes[c.id] = _outcome(c, 'accepted', record=rec) if rec else _outcome(c, 'rejected', why)
     for i, (c, parsed, v) in results.items():
         if i not in outcomes: outcomes[i] = _outcome(c, 'rejected', v.reason, v.details.get('detail', ''))
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/10a_synthkgqa.ipynb #c033
+# %% ../nbs/10a_synthkgqa.ipynb #c034
 @dataclass
 class Selection:
     "The dataset the outcome log gives: records, the funnel that produced them and the duplicates dropped."
@@ -205,7 +209,7 @@ def select_records(done: dict,  # candidate id -> outcome
         else: dups[cid] = hit; funnel.add('duplicate')
     return Selection(records, funnel, dups, len(done) - i)
 
-# %% ../nbs/10a_synthkgqa.ipynb #c036
+# %% ../nbs/10a_synthkgqa.ipynb #c037
 def early_stop_reason(done: dict, n: int) -> str | None:
     "Why to stop when the first `n` candidates are all done and all rejected for one family of reasons; else None."
     if n <= 0 or any(i not in done for i in range(n)): return None
@@ -215,12 +219,12 @@ def early_stop_reason(done: dict, n: int) -> str | None:
     ex = first[0]
     return f"the first {n} candidates were all rejected as {families.pop()} (e.g. candidate 0: {ex['reason']}{': ' + ex['detail'][:100] if ex.get('detail') else ''})"
 
-# %% ../nbs/10a_synthkgqa.ipynb #c039
+# %% ../nbs/10a_synthkgqa.ipynb #c040
 def _status_text(done: dict, sel: Selection, ledger) -> str:
     return (f'kgqa generate: {len(done)} candidates done, {len(sel.records)} records, '
             f'{sel.funnel.total - sel.funnel.accepted} rejected, {read_ledger(ledger)["calls"]} model calls')
 
-# %% ../nbs/10a_synthkgqa.ipynb #c040
+# %% ../nbs/10a_synthkgqa.ipynb #c041
 def run_generation(out_dir,  # the run folder (created, or resumed when it holds the same run)
                    cfg: GenerationConfig,
                    kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -255,7 +259,7 @@ def run_generation(out_dir,  # the run folder (created, or resumed when it holds
     _raise_if_empty(summary, stop, out, gen)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c042
+# %% ../nbs/10a_synthkgqa.ipynb #c043
 def _refuse_shrinking(out: Path, cfg: GenerationConfig):
     "Refuse a target smaller than the dataset the folder already holds."
     have = len(read_jsonl(out / 'records.jsonl'))
@@ -273,7 +277,7 @@ def _raise_if_empty(summary: dict, stop: str | None, out: Path, gen: LLMClient):
         top = ', '.join(f'{k} {v}' for k, v in list(summary['rejected'].items())[:3])
         raise GenerationError(f"no record: all {summary['candidates']} candidates were rejected ({top}); see {out / 'filter_log.json'}")
 
-# %% ../nbs/10a_synthkgqa.ipynb #c044
+# %% ../nbs/10a_synthkgqa.ipynb #c045
 def apply_filters(records: list, filters, out: Path) -> tuple:
     "(records every filter kept, one funnel stage per filter, card sections); each filter's log goes to out/filter_<stage>.jsonl."
     stages, sections = [], []
@@ -285,7 +289,7 @@ def apply_filters(records: list, filters, out: Path) -> tuple:
         records = kept
     return records, stages, sections
 
-# %% ../nbs/10a_synthkgqa.ipynb #c047
+# %% ../nbs/10a_synthkgqa.ipynb #c048
 def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMClient, para: LLMClient,
                  done: dict, seconds: float, processed: int, stopped: str | None = None, filters=()) -> dict:
     "Write records.jsonl, filter_log.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
@@ -318,7 +322,7 @@ def finalize_run(out: Path, cfg: GenerationConfig, kg: KnowledgeGraph, gen: LLMC
         write_text_atomic(out / 'dataset_card.md', card)
     return summary
 
-# %% ../nbs/10a_synthkgqa.ipynb #c059
+# %% ../nbs/10a_synthkgqa.ipynb #c060
 _FLAGS = {f.name: '--' + f.name.replace('_', '-') for f in fields(GenerationConfig)} | {'n_target': '--n', 'query_timeout': '--timeout', 'k_choices': '--k'}
 
 def _int_list(text: str) -> tuple:
@@ -346,11 +350,13 @@ def generate_parser() -> CLIParser:
     p.add_argument('--max-edges', type=int, default=d.max_edges, help='Algorithm 1: edge limit of each seed subgraph')
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     p.add_argument('--aggregation-fraction', type=float, default=d.aggregation_fraction)
+    p.add_argument('--labelled-only', action=argparse.BooleanOptionalAction, default=d.labelled_only,
+                   help='questions name only entities with a human label (--no-labelled-only: any entity)')
     p.add_argument('--early-stop', type=int, default=d.early_stop, help='stop when the first N candidates all fail for the same reason (0: never)')
     p.add_argument('--cache-dir', default=None, help='LLM cache folder (default: OUT/llm_cache)')
     return p
 
-# %% ../nbs/10a_synthkgqa.ipynb #c061
+# %% ../nbs/10a_synthkgqa.ipynb #c062
 def generate_cli(argv=None,
                  parser: CLIParser | None = None,  # default `generate_parser()`; a later chapter's adds its filters' flags
                  make_filters=None) -> int:  # (parsed args, KG) -> the run's filters, called before any work; None: no filters
@@ -360,7 +366,7 @@ def generate_cli(argv=None,
         cfg = GenerationConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                                model=a.model, paraphrase_model=a.paraphrase_model, base_url=a.base_url, k_choices=a.k,
                                max_answers=a.max_answers, max_nodes=a.max_nodes, max_edges=a.max_edges, query_timeout=a.timeout,
-                               aggregation_fraction=a.aggregation_fraction,
+                               aggregation_fraction=a.aggregation_fraction, labelled_only=a.labelled_only,
                                batch_size=a.batch_size, concurrency=a.concurrency, early_stop=a.early_stop)
     except ConfigError as e: raise flag_usage_error(e, _FLAGS) from None
     if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')

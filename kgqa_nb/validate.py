@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .core import ReasonError
-from .kg import KnowledgeGraph, UnknownIdError, normalize_label, parse_item, SPARQL_PREFIXES, WD, WDT
+from .kg import KnowledgeGraph, UnknownIdError, names_an_id, normalize_label, parse_item, SPARQL_PREFIXES, WD, WDT
 from .sparql import (SparqlError, QuerySyntaxError, QueryTimeout, UnsafeQueryError, check_read_only,
                             sparql_tokens, term_id)
 from .sampling import SampledSubgraph
@@ -26,6 +26,7 @@ VALIDATION_REASONS = (  # in the order the checks run
     'llm_error', 'parse',  # (parse:<parser reason>)
     'unknown_entity', 'unknown_relation', 'label_mismatch',
     'seed_not_in_sample', 'answer_not_in_sample', 'triple_not_in_kg', 'triple_not_in_sample',
+    'unlabelled_entity',  # (unlabelled_entity:seed | :answer | :question here; :answer again for all answers, after count_mismatch)
     'unsafe_query', 'sparql_syntax', 'sparql_unsupported', 'sparql_projection', 'rdfs_in_query', 'constants_not_seeds',
     'query_timeout', 'query_error', 'answer_not_in_results', 'too_many_answers', 'count_mismatch',
     'triple_not_in_full_subgraph', 'seed_not_in_full_subgraph',
@@ -328,6 +329,18 @@ def _check_items(kg: KnowledgeGraph, sample: SampledSubgraph, parsed: ParsedData
     return list(dict.fromkeys(seeds)), a, triples
 
 # %% ../nbs/08a_validate.ipynb #c033
+def _unlabelled(kg: KnowledgeGraph, ids) -> list:
+    "The IDs among `ids` of KG entities that have no human label (other values, e.g. literals, pass)."
+    return [x for x in ids if x in kg.entity_index and not kg.has_label(kg.entity_index[x])]
+
+def _check_names(kg: KnowledgeGraph, parsed: ParsedDatapoint, seeds: list, a: int):
+    "None, or a rejection when a seed or the answer has no label or the question text names a bare ID."
+    if bad := _unlabelled(kg, [kg.entity_ids[s] for s in seeds]): return _reject('unlabelled_entity:seed', f'seed {bad[0]} has no label')
+    if _unlabelled(kg, [kg.entity_ids[a]]): return _reject('unlabelled_entity:answer', f'answer {kg.entity_ids[a]} has no label')
+    if names_an_id(parsed.question): return _reject('unlabelled_entity:question', f'the question names an ID: {parsed.question[:120]!r}')
+    return None
+
+# %% ../nbs/08a_validate.ipynb #c037
 def _check_query(kg: KnowledgeGraph, query: str, seed_ids: list):
     "The query's `QueryShape`, or a rejection (unsafe, unparsable, unsupported, rdfs, constants other than the seeds)."
     try: check_read_only(query)
@@ -339,7 +352,7 @@ def _check_query(kg: KnowledgeGraph, query: str, seed_ids: list):
         return _reject('constants_not_seeds', f'query constants {sorted(shape.entities)} != seeds {sorted(set(seed_ids))}')
     return shape
 
-# %% ../nbs/08a_validate.ipynb #c035
+# %% ../nbs/08a_validate.ipynb #c039
 def _run(store, kind: str, query: str, timeout):
     "('ok', result) or a rejection for one store call."
     try: return 'ok', (store.select(query, timeout=timeout) if kind == 'select' else store.construct(query, timeout=timeout))
@@ -350,7 +363,7 @@ def _run(store, kind: str, query: str, timeout):
 def _id_triples(triples) -> list:
     return sorted({(term_id(s), term_id(p), term_id(o)) for s, p, o in triples})
 
-# %% ../nbs/08a_validate.ipynb #c036
+# %% ../nbs/08a_validate.ipynb #c040
 def _full_subgraph_check(kg, store, shape, triples, seeds, timeout):
     "(full answer subgraph as [h, p, t] lists) or a rejection when it misses a triple used or a seed."
     st, res = _run(store, 'construct', construct_query(shape), timeout)
@@ -367,24 +380,26 @@ def _full_subgraph_check(kg, store, shape, triples, seeds, timeout):
         if kg.entity_ids[s] not in nodes: return _reject('seed_not_in_full_subgraph', f'{kg.entity_text(s)} is not in the full answer subgraph')
     return [list(t) for t in full]
 
-# %% ../nbs/08a_validate.ipynb #c038
+# %% ../nbs/08a_validate.ipynb #c042
 def validate_candidate(kg: KnowledgeGraph,
                        store,  # a SparqlStore over the same KG (select/construct with timeouts)
                        sample: SampledSubgraph,  # the subgraph shown to the LLM
                        parsed: ParsedDatapoint,  # the parsed reply
                        max_answers: int | None = 10,  # most answers a question may have (GTSQA: 10); None = no limit
                        timeout: float | None = 10.0,  # seconds per SPARQL query
+                       labelled_only: bool = True,  # seeds, answers and question text must name entities by a label
                       ) -> Validation:
     "Run SynthKGQA's checks on a candidate in the reference order; every failure is a named reason, nothing raises."
-    try: return _validate(kg, store, sample, parsed, max_answers, timeout)
+    try: return _validate(kg, store, sample, parsed, max_answers, timeout, labelled_only)
     except Exception as e:  # a bug or an input we did not foresee must not stop a generation run
         return _reject('query_error' if isinstance(e, SparqlError) else 'internal_error', f'{type(e).__name__}: {e}')
 
-# %% ../nbs/08a_validate.ipynb #c039
-def _validate(kg, store, sample, parsed, max_answers, timeout):
+# %% ../nbs/08a_validate.ipynb #c043
+def _validate(kg, store, sample, parsed, max_answers, timeout, labelled_only=True):
     got = _check_items(kg, sample, parsed)
     if isinstance(got, Validation): return got
     seeds, a, triples = got
+    if labelled_only and (bad := _check_names(kg, parsed, seeds, a)): return bad
     seed_text, ans_text = [kg.entity_text(s) for s in seeds], kg.entity_text(a)
     gt = [[kg.entity_text(h), kg.relation_text(r), kg.entity_text(o)] for h, r, o in triples]
     base = dict(seed_entities=seed_text, answer_node=ans_text)
@@ -409,6 +424,8 @@ def _validate(kg, store, sample, parsed, max_answers, timeout):
         return _reject('answer_not_in_results', f'{ans_text} is not among the {len(answers)} answers of the query', all_answers=answers, answer_subgraph=gt, **base)
     if shape.kind == 'count' and count != len(answers):
         return _reject('count_mismatch', f'COUNT gave {count!r}, the items query {len(answers)}', all_answers=answers, answer_subgraph=gt, **base)
+    if labelled_only and (bad := _unlabelled(kg, answers)):
+        return _reject('unlabelled_entity:answer', f'{len(bad)} of the {len(answers)} answers have no label (e.g. {bad[0]})', all_answers=answers, answer_subgraph=gt, **base)
     full = _full_subgraph_check(kg, store, shape, triples, seeds, timeout)
     if isinstance(full, Validation): full.details.update(base); full.all_answers, full.answer_subgraph = answers, gt; return full
     out = Validation(True, None, answers, full, gt, dict(detail='', count=count, **base))
@@ -420,17 +437,18 @@ def _validate(kg, store, sample, parsed, max_answers, timeout):
         out.details.update(graph_isomorphism=None, n_hops=None)
     return out
 
-# %% ../nbs/08a_validate.ipynb #c041
+# %% ../nbs/08a_validate.ipynb #c045
 def validate_response(kg: KnowledgeGraph, store, sample: SampledSubgraph,
                       text: str,  # the raw LLM reply
-                      max_answers: int | None = 10, timeout: float | None = 10.0) -> tuple:
+                      max_answers: int | None = 10, timeout: float | None = 10.0,
+                      labelled_only: bool = True) -> tuple:  # see `validate_candidate`
     "(ParsedDatapoint or None, Validation) for a raw reply: parse, then `validate_candidate`."
     try: parsed = parse_datapoint_response(text)
     except ParseError as e: return None, _reject(f'parse:{e.reason}', e.detail)
     except Exception as e: return None, _reject('parse:internal_error', f'{type(e).__name__}: {e}')
-    return parsed, validate_candidate(kg, store, sample, parsed, max_answers, timeout)
+    return parsed, validate_candidate(kg, store, sample, parsed, max_answers, timeout, labelled_only)
 
-# %% ../nbs/08a_validate.ipynb #c052
+# %% ../nbs/08a_validate.ipynb #c060
 class FilterLog:
     "Counts of validation outcomes: accepted, and rejections by reason."
     def __init__(self): self.accepted, self.rejected = 0, Counter()
