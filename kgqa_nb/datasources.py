@@ -18,10 +18,11 @@ from .kg import KnowledgeGraph, kg_fingerprint
 from .loaders import KG_REGISTRY, load_kg
 
 # %% auto #0
-__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'is_complex_type', 'choose_unseen_graph_types',
-           'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths', 'ensure_dataset', 'Source',
-           'load_source', 'open_dataset_dir', 'dataset_kg', 'ArtifactContext', 'open_artifact', 'open_generation',
-           'read_filter_log', 'generation_table']
+__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'FILTER_KEYS', 'is_complex_type',
+           'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths',
+           'ensure_dataset', 'ensure_filtered', 'filter_stages', 'Source', 'load_source', 'open_dataset_dir',
+           'dataset_kg', 'filters_wanted', 'ArtifactContext', 'open_artifact', 'open_generation', 'read_filter_log',
+           'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c008
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
@@ -180,6 +181,59 @@ def ensure_dataset(kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg
     return _dataset_paths(gen_dir, split_dir)
 
 # %% ../nbs/10b_datasources.ipynb #c035
+def _filtered_card(p: DatasetPaths, splits: dict, stages: list, sections: list) -> str:
+    "The card of a filtered dataset: its statistics, the count of every stage, each filter's own section."
+    info, summary = json.loads(p.split.read_text()), (json.loads(p.summary.read_text()) if p.summary.exists() else {})
+    gen = info['generation']
+    counts = {f"{s['stage']} ({s['split']})": f"{s['after']} of {s['before']} kept by {s['by']}" for s in stages}
+    notes = (f"The dataset the artifacts read: the zero-shot split in {p.folder.name} ({info['n_train']} train / {info['n_test']} test "
+             f"questions; its card, with the split rules, is one folder up) after its last filters, in this order: "
+             f"{', '.join(dict.fromkeys(s['stage'] for s in stages))}.")
+    card = dataset_card(f"GTSQA-style dataset on {gen['kg']}, after its last filters", {'Train': splits['train'], 'Test': splits['test']},
+                        kg=gen['kg'], llm_backend=_llm_description(summary, gen), acceptance=counts, notes=notes)
+    return card + ('\n## Last filters\n\n' + '\n\n'.join(sections) + '\n' if sections else '')
+
+def _apply_filter(f, splits: dict) -> tuple:
+    "Apply one filter to the splits it names, in place: (funnel rows, records before, kept, log rows with their split)."
+    rows, before, kept_all, log = [], [], [], []
+    for s in f.splits:
+        recs = splits[s].to_dict('records')
+        kept, removed = f(recs)
+        splits[s] = pd.DataFrame(kept) if kept else splits[s].iloc[:0]
+        rows.append(dict(stage=f.stage, split=s, before=len(recs), after=len(kept), by=f.describe()))
+        before += recs; kept_all += kept; log += [dict(r, split=s) for r in removed]
+    return rows, before, kept_all, log
+
+def ensure_filtered(p: DatasetPaths,  # a built dataset (`ensure_dataset`)
+                    filters: list,  # in order; each has `stage`, `splits`, `identity()`, `describe()`, `__call__(records) -> (kept, log)`
+                    lock_timeout: float | None = None) -> Path:  # seconds to wait for a parallel builder; None waits for ever
+    "The folder of the dataset's survivors of `filters`, each applied once to the splits it names; safe from parallel processes."
+    if not filters: raise ValueError('ensure_filtered needs at least one filter: the unfiltered dataset is the split folder itself')
+    for f in filters:
+        if not set(f.splits) <= {'train', 'test'} or not f.splits: raise ValueError(f"filter {f.stage!r}: splits must be 'train' and/or 'test', not {f.splits!r}")
+    ids = [f.identity() for f in filters]
+    folder = keyed_folder(p.folder, 'filtered', dict(filters=ids))
+    marker = folder / 'stages.json'
+    if not marker.exists():
+        with folder_lock(folder, timeout=lock_timeout):
+            if not marker.exists():  # a parallel builder may have finished while we waited
+                splits, stages, sections = {'train': read_records(p.train), 'test': read_records(p.test)}, [], []
+                for f in filters:
+                    rows, before, kept, log = _apply_filter(f, splits)
+                    stages += rows
+                    write_jsonl(log, folder / f'filter_{f.stage}.jsonl')
+                    if hasattr(f, 'card_section'): sections.append(f.card_section(before, kept, log))
+                for s, df in splits.items(): write_jsonl(df, folder / f'{s}.jsonl')
+                write_text_atomic(folder / 'dataset_card.md', _filtered_card(p, splits, stages, sections))
+                mark_built(folder)
+                write_text_atomic(marker, json.dumps(dict(filters=ids, stages=stages), indent=1) + '\n')
+    return folder
+
+def filter_stages(folder) -> list:  # a folder `ensure_filtered` built
+    "The funnel rows of a filtered dataset: stage, split, records before and after, and what ran it."
+    return json.loads((Path(folder) / 'stages.json').read_text())['stages']
+
+# %% ../nbs/10b_datasources.ipynb #c039
 @dataclass
 class Source:
     "Train and test splits of a GTSQA-schema dataset, with where they came from."
@@ -192,6 +246,8 @@ class Source:
     kg_spec: str | None = None  # what `resolve_kg` takes to load the KG (a dataset folder's manifest names it)
     kg_identity: dict | None = None  # name, size and fingerprint of the KG the records were generated on
     records: pd.DataFrame | None = None  # every record of a run folder, before the split drops any
+    filtered: Path | None = None  # the folder of the last filters' survivors (`ensure_filtered`); None: the split as cut
+    stages: list | None = None  # the last filters' funnel rows (`filter_stages`); None: no filter ran
 
     @property
     def all(self) -> pd.DataFrame: return pd.concat([self.train, self.test], ignore_index=True)
@@ -199,14 +255,18 @@ class Source:
 SOURCES = ('generated', 'gtsqa')
 
 def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'gtsqa' (the published parquet files)
+                filters: list = (),  # generated data: the last filters (`ensure_filtered`); their survivors are the splits
                 **kwargs) -> Source:  # passed to `ensure_dataset` for generated data (`kg` may be the KnowledgeGraph itself)
-    "The train/test splits an artifact reports on."
+    "The train/test splits an artifact reports on: a generated dataset's survivors of its last filters, or the published GTSQA."
     if source == 'generated':
         p = ensure_dataset(**kwargs)
         gen = json.loads((p.folder / 'split.json').read_text())['generation']
         summary = json.loads(p.summary.read_text()) if p.summary.exists() else {}
-        return Source(read_records(p.train), read_records(p.test), kg=summary.get('kg') or gen['kg'], llm_backend=_llm_description(summary, gen),
-                      name=source, paths=p)
+        folder = ensure_filtered(p, list(filters), kwargs.get('lock_timeout')) if filters else None
+        tr, te = (read_records((folder or p.folder) / f'{s}.jsonl') for s in ('train', 'test'))
+        return Source(tr, te, kg=summary.get('kg') or gen['kg'], llm_backend=_llm_description(summary, gen), name=source, paths=p,
+                      filtered=folder, stages=filter_stages(folder) if folder else None)
+    if filters: raise TypeError(f'source {source!r} takes no filters: the published GTSQA was filtered by its authors')
     if source == 'gtsqa':
         if kwargs: raise TypeError(f"source 'gtsqa' takes no generation parameters, got {sorted(kwargs)}")
         try: tr, te = load_gtsqa('train'), load_gtsqa('test')
@@ -217,7 +277,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
         return Source(tr, te, kg='Wikidata (ogbl-wikikg2 seeds; published GTSQA)', llm_backend='gpt-4.1 (published GTSQA)', name=source)
     raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
 
-# %% ../nbs/10b_datasources.ipynb #c038
+# %% ../nbs/10b_datasources.ipynb #c042
 def _run_folder_source(folder: Path, seed: int) -> Source:
     "A `kgqa generate` / `kgqa kgqagen` run folder: its records, split in memory by the zero-shot rules."
     ident = json.loads((folder / 'manifest.json').read_text()).get('identity') or {}
@@ -238,7 +298,7 @@ def _gtsqa_files_in(folder: Path) -> dict | None:
             return {s: base / f'{s}.parquet' for s in ('train', 'test')}
     return None
 
-# %% ../nbs/10b_datasources.ipynb #c040
+# %% ../nbs/10b_datasources.ipynb #c044
 def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a split folder (train.jsonl, test.jsonl) or the published GTSQA files
                      seed: int = 0) -> Source:  # seed of the in-memory split of a run folder
     "The train/test splits of a dataset folder, whatever wrote it: the one opener behind every `--dataset DIR`."
@@ -262,7 +322,7 @@ def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a s
                             'manifest.json and records.jsonl, a split folder with train.jsonl and test.jsonl, or the published '
                             'GTSQA train.parquet and test.parquet)')
 
-# %% ../nbs/10b_datasources.ipynb #c044
+# %% ../nbs/10b_datasources.ipynb #c048
 def dataset_kg(src: Source,  # from `open_dataset_dir`
                kg=None) -> KnowledgeGraph:  # the user's --kg; None uses the KG the folder names
     "The KG a dataset folder's questions are answered on, checked against the fingerprint the folder recorded."
@@ -276,8 +336,15 @@ def dataset_kg(src: Source,  # from `open_dataset_dir`
                          f'(KG fingerprints differ): give the --kg it was made on')
     return graph
 
-# %% ../nbs/10b_datasources.ipynb #c047
+# %% ../nbs/10b_datasources.ipynb #c051
 GENERATION_KEYS = ('n_target', 'backend', 'model', 'base_url', 'max_candidates')
+FILTER_KEYS = ('answerability', 'answerability_model', 'answer_tries', 'newer_kg')  # parameters of the last filters (`ensure_filtered`)
+
+def filters_wanted(params: dict) -> dict:
+    "The filter parameters among an artifact's `params` that ask for a filter (an empty or 'none' value asks for none)."
+    spec = {k: params[k] for k in FILTER_KEYS if k in params}
+    on = spec.get('answerability') not in (None, '', 'none') or bool(spec.get('newer_kg'))
+    return spec if on else {}
 
 @dataclass
 class ArtifactContext:
@@ -312,25 +379,32 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                   split: str = 'all',  # which records: 'train', 'test' or 'all'
                   per_split: int = 0,  # keep at most this many random questions of each split (0 = all)
                   need_kg: bool = False,  # resolve the KG even when the source does not need it
-                  **params) -> ArtifactContext:  # the notebook's other parameters (all recorded; `GENERATION_KEYS` used)
+                  make_filters=None,  # (kg, backend=, model=, **filter parameters) -> filters, e.g. `filters.dataset_filters` (chapter 16a)
+                  **params) -> ArtifactContext:  # the notebook's other parameters (all recorded; `GENERATION_KEYS` and `FILTER_KEYS` used)
     "Questions, KG, output folders and provenance of an artifact notebook, from its parameters."
     if split not in ('train', 'test', 'all'): raise ValueError(f"split must be 'train', 'test' or 'all', not {split!r}")
     if isinstance(source, str) and source not in SOURCES: raise ValueError(f'unknown source {source!r}; use one of {SOURCES}')
     results_dir, figures_dir = artifact_dirs(out_dir)
     graph = resolve_kg(kg) if source == 'generated' or need_kg or isinstance(kg, KnowledgeGraph) else None
     gen = {k: (params[k] or None) if k in ('model', 'base_url') else params[k] for k in GENERATION_KEYS if k in params}
+    spec, filters = filters_wanted(params), []
+    if spec and source == 'generated':
+        if make_filters is None: raise ValueError(f'the filter parameters {spec} need make_filters (the filters of chapter 16a, dataset_filters)')
+        filters = make_filters(graph, backend=params.get('backend') or 'offline', model=params.get('model') or '', **spec)
     if isinstance(source, Source): src = source
-    elif source == 'generated': src = load_source('generated', kg=graph, seed=seed, root=results_dir, **gen)
+    elif source == 'generated': src = load_source('generated', filters=filters, kg=graph, seed=seed, root=results_dir, **gen)
     else: src = load_source(source)
     kg_name = graph.name if graph is not None else str(kg)
     prov = dict(params=dict(source=src.name, kg=kg_name, seed=seed, split=split, per_split=per_split, **params), seed=seed,
                 kg=src.kg if graph is None or src.kg == graph.name else f'{src.kg}; graphs from {graph.name}',
                 llm_backend=src.llm_backend, source=src.name, artifact=artifact,
-                dataset=f'{src.paths.generation.name}/{src.paths.folder.name}' if src.paths else src.name,  # under datasets/
-                upstream=[built_by(src.paths.generation), built_by(src.paths.folder)] if src.paths else [])
+                dataset='/'.join([src.paths.generation.name, src.paths.folder.name] + ([src.filtered.name] if src.filtered else []))
+                        if src.paths else src.name,  # under datasets/
+                filters=[{k: r[k] for k in ('stage', 'split', 'before', 'after')} for r in src.stages or []],  # which filtered set was read
+                upstream=[built_by(f) for f in (src.paths.generation, src.paths.folder, src.filtered) if f] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c051
+# %% ../nbs/10b_datasources.ipynb #c057
 def open_generation(artifact: str,  # the reading artifact's name (params/manifest.yaml), recorded in every provenance file
                     run: dict,  # the generation artifact's parameters: source, kg, n_target, seed, backend, model (its out_dir is ignored)
                     source: str = 'generated',  # 'generated' reads what `run` names; 'gtsqa' the published GTSQA files instead
@@ -341,7 +415,7 @@ def open_generation(artifact: str,  # the reading artifact's name (params/manife
     if source == 'gtsqa': return open_artifact(artifact, source='gtsqa', out_dir=out_dir, **recorded)
     return open_artifact(artifact, **{k: v for k, v in run.items() if k != 'out_dir'}, out_dir=out_dir, **recorded)
 
-# %% ../nbs/10b_datasources.ipynb #c055
+# %% ../nbs/10b_datasources.ipynb #c061
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'

@@ -4,7 +4,7 @@
 
 # %% ../nbs/16a_filters.ipynb #c002
 from __future__ import annotations
-import argparse, math, re
+import argparse, hashlib, math, re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +13,7 @@ from fastcore.basics import patch
 import numpy as np
 import pandas as pd
 
-from .core import UsageError, code_fingerprint
+from .core import UsageError, code_fingerprint, data_dir, portable, sha256_file
 from .kg import KnowledgeGraph, parse_item, read_triple_file, read_tsv
 from .llm import LLMClient
 from .sparql import OxigraphStore, RemoteSparqlStore, SparqlError, term_id
@@ -28,10 +28,11 @@ from .readers import (FewShotReader, LLMReader, QueryReader, TextPathReader, few
 from .synthkgqa import GenerationConfig, generate_cli as _run_generate_command, generate_parser, run_generation
 
 # %% auto #0
-__all__ = ['ANSWER_TRIES', 'TRY_TEMPERATURE', 'PAPER_FAILURE_RATES', 'ANSWERABILITY_READERS', 'reader_tries',
+__all__ = ['ANSWER_TRIES', 'TRY_TEMPERATURE', 'PAPER_FAILURE_RATES', 'ANSWERABILITY_READERS', 'FILTER_CODE', 'reader_tries',
            'AnswerabilityFilter', 'answerability_table', 'edge_ids', 'missing_edges_query', 'missing_edges',
            'newer_kg_store', 'current_subgraph', 'current_record', 'StaleFactFilter', 'filters_parser',
-           'check_filter_flags', 'make_filters', 'generate_cli']
+           'check_filter_flags', 'make_filters', 'generate_cli', 'resolve_newer_kg', 'snapshot_fingerprint',
+           'dataset_filters']
 
 # %% ../nbs/16a_filters.ipynb #c006
 ANSWER_TRIES = 2  # the paper: two successes out of two tries
@@ -71,6 +72,7 @@ class AnswerabilityFilter:
     tries: int = ANSWER_TRIES
     temperature: float = TRY_TEMPERATURE
     stage: str = 'answerable'
+    splits: tuple = ('test',)  # the splits a dataset applies it to: the paper filters its test split only
 
     def __post_init__(self):
         if not (isinstance(self.tries, int) and self.tries >= 1): raise UsageError(f'tries must be an integer >= 1, got {self.tries!r}')
@@ -220,6 +222,8 @@ class StaleFactFilter:
     max_answers: int = 10  # validation of a replacement: most answers a question may have
     timeout: float = 10.0  # seconds per query
     stage: str = 'current'
+    splits: tuple = ('train', 'test')  # the splits a dataset applies it to: every datapoint (the paper's validation pipeline)
+    snapshot: str = ''  # fingerprint of the newer version's content (`snapshot_fingerprint`), for a dataset's cache key
 
     def describe(self) -> str:
         "The newer version and the policy."
@@ -286,3 +290,51 @@ def generate_cli(argv=None) -> int:
     p = filters_parser()
     check_filter_flags(p.parse_args(argv))
     return _run_generate_command(argv, parser=p, make_filters=make_filters)
+
+# %% ../nbs/16a_filters.ipynb #c044
+def resolve_newer_kg(newer_kg: str) -> str:  # an endpoint URL, a path, or a file or folder name inside the data dir
+    "Where the newer KG version is: the URL, the path, or the data dir's file or folder of that name."
+    if re.match(r'^https?://', str(newer_kg)): return str(newer_kg)
+    for p in (Path(newer_kg).expanduser(), data_dir(str(newer_kg))):
+        if str(newer_kg) and p.exists(): return str(p)
+    raise UsageError(f'newer_kg {newer_kg}: no such file or folder, here or in the data folder (give a triples file, a TSV KG folder or an http(s) endpoint)')
+
+def snapshot_fingerprint(source: str) -> str:  # what `resolve_newer_kg` returned
+    "sha256 (12 hex digits) of a newer KG's content: a triples file, every file of a KG folder, or an endpoint's URL."
+    p = Path(source)
+    if re.match(r'^https?://', str(source)): blob = str(source)
+    elif p.is_dir(): blob = '|'.join(f'{f.relative_to(p)}:{sha256_file(f)}' for f in sorted(p.rglob('*')) if f.is_file())
+    else: blob = sha256_file(p)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+# %% ../nbs/16a_filters.ipynb #c047
+FILTER_CODE = ('filters', 'readers', 'metrics', 'spanalysis', 'sparql', 'validate', 'minimality')  # the modules a filter's result follows
+
+@patch
+def identity(self: AnswerabilityFilter) -> dict:
+    "What decides the filter's survivors: stage, splits, reader and tries, code."
+    return dict(stage=self.stage, splits=list(self.splits), by=self.describe(), code=code_fingerprint(*FILTER_CODE))
+
+@patch
+def identity(self: StaleFactFilter) -> dict:
+    "What decides the filter's survivors: stage, splits, the newer version's content, policy, code."
+    return dict(stage=self.stage, splits=list(self.splits), by=self.describe(), snapshot=self.snapshot, code=code_fingerprint(*FILTER_CODE))
+
+def dataset_filters(kg: KnowledgeGraph,  # the dataset's KG (gold labels; labels of a bare triples file)
+                    answerability: str = '',  # reader of the answerability check: '' or 'none' (not run), offline-text, llm, few-shot
+                    answerability_model: str = '',  # model of the llm / few-shot reader ('' : `model`, else the backend default)
+                    answer_tries: int = ANSWER_TRIES,  # tries per question, all of which must be correct
+                    newer_kg: str = '',  # the newer KG version for the stale-fact check ('' : not run), see `resolve_newer_kg`
+                    backend: str = 'offline',  # LLM backend of an llm / few-shot reader
+                    model: str = '') -> list:  # the generation's model, the llm reader's default
+    "A dataset's last filters from an artifact's parameters, in the paper's order: stale facts (every split), then answerability (test)."
+    if answerability not in ('', *ANSWERABILITY_READERS): raise UsageError(f'answerability must be one of {ANSWERABILITY_READERS} or empty, not {answerability!r}')
+    out = []
+    if newer_kg:
+        src = resolve_newer_kg(newer_kg)
+        out.append(StaleFactFilter(newer_kg_store(src, kg), kg, source=f'{portable(src)} (a newer snapshot of {kg.name})', snapshot=snapshot_fingerprint(src)))
+    if answerability not in ('', 'none'):
+        reader = (LLMReader(LLMClient(backend, answerability_model or model or None)) if answerability == 'llm'
+                  else make_reader(answerability, backend, answerability_model or None))
+        out.append(AnswerabilityFilter(reader, kg, tries=int(answer_tries)))
+    return out
