@@ -70,3 +70,27 @@ def test_stale_facts_against_a_newer_codex_m_snapshot(tmp_path):
     newer2.write_text((folder / 'train.txt').read_text() + (folder / 'valid.txt').read_text())
     other = open_artifact('stale', **common, newer_kg=str(newer2), make_filters=dataset_filters)
     assert other.source.filtered != ctx.source.filtered and len(other.records) >= len(ctx.records)
+
+
+def test_dataset_notebook_counts_every_funnel_row_with_a_newer_snapshot(toy, tmp_path):
+    "Notebook 51 under the harness with `newer_kg`: the stale-fact rows get counts, and the last row of each split is what was read."
+    import pandas as pd
+    import kgqa_nb.plan as pl
+    import kgqa_nb.profiles as pr
+    import kgqa_nb.rerun as rr
+    E, R = toy.entity_ids, toy.relation_ids
+    newer = tmp_path / 'toy-newer.tsv'  # every fifth triple of the toy world is gone in this version
+    newer.write_text(''.join(f'{E[h]}\t{R[r]}\t{E[t]}\n' for i, (h, r, t) in enumerate(zip(toy.head, toy.rel, toy.tail)) if i % 5))
+    out = tmp_path / 'out'
+    plan = dict(api_calls=0, prompt_tokens=0, completion_tokens=0, cost_usd=0., seconds=60.)
+    rec = rr.run_artifact(pr.load_manifest()['synthkgqa_dataset'], 'smoke', overrides=dict(n_target=N, newer_kg=str(newer)), out_root=out,
+                          plan=plan, meter=pl.SpendMeter([tmp_path / 'cache']))
+    assert rec['status'] == 'ok', rec
+    funnel = pd.read_csv(out / 'results' / 'synthkgqa_funnel.csv')
+    cur = funnel[funnel.stage == 'current']
+    assert list(cur.split) == ['train', 'test'] and cur.questions.notna().all() and cur.by.str.startswith('stale facts against').all()
+    split = funnel[funnel.stage == 'split'].set_index('split').questions
+    assert (cur.set_index('split').questions < split).any()  # the snapshot lost edges some ground-truth subgraphs use
+    prov = json.loads((out / 'results' / 'synthkgqa_funnel.provenance.json').read_text())
+    assert [(s['stage'], s['split'], s['after']) for s in prov['filters']] == [(r.stage, r.split, r.questions) for r in funnel[funnel.stage.isin(['current', 'answerable'])].itertuples()]
+    assert '### Stale facts' in (out / 'results' / 'synthkgqa_dataset_card.md').read_text()
