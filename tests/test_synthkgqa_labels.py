@@ -5,6 +5,7 @@ names an ID."""
 import dataclasses, json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from kgqa_nb.kg import names_an_id, parse_item
@@ -58,7 +59,6 @@ def test_without_the_rule_the_same_run_names_ids(half_labelled, tmp_path):
     recs = records(tmp_path / 'run')
     naming = sum(names_an_id(r['question']) for r in recs)
     assert naming > 0
-    import pandas as pd
     assert id_naming_by_split({'all': pd.DataFrame(recs)}).loc['all', 'naming an ID'] >= naming
 
 
@@ -91,3 +91,24 @@ def test_codex_questions_name_no_id(tmp_path):
     recs = records(tmp_path / 'run')
     assert len(recs) == 30 and not any(names_an_id(r['question']) or names_an_id(r['paraphrased_question']) for r in recs)
     assert any(r['n_hops'] >= 2 for r in recs)  # still multi-hop
+
+
+def test_a_paraphrase_naming_an_id_is_rejected_and_counted(tmp_path):
+    from kgqa_nb.llm import LLMClient
+    from kgqa_nb.runs import GenerationError
+
+    class IdParaphraser(LLMClient):
+        "The offline paraphraser, with a bare ID copied into every paraphrase."
+        def chat_many(self, batch, *args, **kw):
+            return [r if isinstance(r, Exception) else dataclasses.replace(r, text=r.text.strip().rstrip('?') + ' (Q5)?')
+                    for r in super().chat_many(batch, *args, **kw)]
+
+    kg = make_toyworld()
+    cfg = dict(n_target=5, max_candidates=16, batch_size=16)
+    with pytest.raises(GenerationError, match='no record'):
+        run_generation(tmp_path / 'on', GenerationConfig(**cfg), kg=kg, para=IdParaphraser('offline', cache_dir=tmp_path / 'c1'), verbose=False)
+    flog = json.loads((tmp_path / 'on' / 'filter_log.json').read_text())
+    assert flog['accepted'] == 0 and flog['rejected']['unlabelled_entity:paraphrase'] > 0
+    s = run_generation(tmp_path / 'off', GenerationConfig(**cfg, labelled_only=False), kg=kg,
+                       para=IdParaphraser('offline', cache_dir=tmp_path / 'c2'), verbose=False)
+    assert s['records'] == 5 and all(names_an_id(r['paraphrased_question']) for r in records(tmp_path / 'off'))
