@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from .core import CLIParser, ReasonError, UsageError, check_model_flag, code_fingerprint, write_text_atomic
-from .kg import KnowledgeGraph, parse_item
+from .kg import KnowledgeGraph, names_an_id, normalize_label, parse_item
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
 from .llm import LLMClient, LLMError, read_ledger, register_offline_model
-from .validate import QueryShapeError, construct_query, read_query
+from .validate import QueryShapeError, canonical_query, construct_query, read_query
 from .isomorphism import classify_answer_subgraph
 from .minimality import minimality
 from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
@@ -27,14 +27,16 @@ from .runs import (OutcomeLog, StatusLine, client_pair, config_client, flag_usag
 
 # %% auto #0
 __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'SHAPES', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'MINIMALITY_REASONS',
-           'KGQAGEN_CODE_MODULES', 'KGQAGenError', 'KGQAGenConfig', 'kgqagen_config_problems', 'stratified_seeds',
-           'one_hop_sample', 'expansion_prompt', 'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json',
-           'parse_expansion_reply', 'Branch', 'branch_ends', 'shape_answers', 'find_shape', 'shape_question',
-           'shape_sparql', 'shape_order', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query',
-           'revision_prompt', 'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify',
-           'proof_answer', 'instance_record', 'minimality_reason', 'check_instance', 'process_batch',
-           'KGQAGenSelection', 'ordered_record', 'select_kgqagen', 'kgqagen_manifest', 'run_seeds', 'run_kgqagen',
-           'finalize_kgqagen', 'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
+           'POLICY_REASONS', 'SELECTION_REASONS', 'KGQAGEN_CODE_MODULES', 'KGQAGenError', 'KGQAGenConfig',
+           'kgqagen_config_problems', 'neighbour_counts', 'stratified_seeds', 'one_hop_sample', 'expansion_prompt',
+           'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'Branch',
+           'branch_ends', 'shape_answers', 'find_shape', 'shape_question', 'shape_sparql', 'shape_order',
+           'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
+           'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'proof_answer',
+           'answer_instances', 'union_proof', 'instance_record', 'minimality_reason', 'proof_answers', 'policy_reason',
+           'check_instance', 'process_batch', 'relation_pattern', 'KGQAGenSelection', 'ordered_record',
+           'select_kgqagen', 'question_statistics', 'kgqagen_manifest', 'run_seeds', 'run_kgqagen', 'finalize_kgqagen',
+           'read_seed_file', 'kgqagen_parser', 'kgqagen_cli']
 
 # %% ../nbs/22_kgqagen.ipynb #c006
 class KGQAGenError(ReasonError):
@@ -45,7 +47,7 @@ class KGQAGenConfig:
     "Parameters of a KGQAGen generation run."
     kg: str = 'toyworld'  # KG name for `kg.load_kg` (toyworld | codex-m | a folder)
     n_target: int = 20  # stop once this many distinct instances are accepted
-    max_candidates: int | None = None  # seeds to try (default 5 x n_target, or the length of `seeds`)
+    max_candidates: int | None = None  # seeds to try (default 10 x n_target, or the length of `seeds`)
     seed: int = 0  # run seed: candidate i samples from numpy default_rng([seed, i])
     seeds: tuple = ()  # seed entity IDs given by the user; empty: a degree/type-stratified sample
     backend: str = 'offline'  # LLM backend: offline | openai
@@ -53,7 +55,7 @@ class KGQAGenConfig:
     reviser_model: str | None = None  # the second, smaller model that revises SPARQL (default: the generator model)
     base_url: str | None = None  # OpenAI-compatible server URL
     initial_neighbours: int = 15  # 1-hop neighbours sampled around the seed
-    expand_neighbours: int = 10  # 1-hop neighbours sampled around each explored entity
+    expand_neighbours: int = 15  # 1-hop neighbours sampled around each explored entity
     max_explore: int = 3  # most entities explored per round
     max_rounds: int = 4  # most LLM judgement rounds per seed
     max_triples: int = 150  # subgraph size cap (triples shown to the LLM)
@@ -61,6 +63,11 @@ class KGQAGenConfig:
     query_timeout: float = 10.0  # seconds per SPARQL query
     max_results: int = 1000  # rows read from a query (more means 'too_many_results')
     minimal_only: bool = True  # discard an instance whose seeds are not all needed (SynthKGQA's minimality); False keeps it, marked by `redundant`
+    labelled_only: bool = True  # seeds drawn from labelled entities; a question naming an unlabelled entity, or with one as an answer, is discarded
+    min_hops: int = 2  # discard a question whose answer is fewer hops from its seeds (paper: at least two hops of reasoning)
+    max_proof_triples: int = 60  # discard a question whose proof (one instance per answer) needs more triples
+    pattern_share: float = 0.2  # most share of n_target one relation pattern may take (more: `pattern_cap`)
+    type_share: float = 0.3  # most share of n_target one isomorphism type may take (more: `type_cap`)
     batch_size: int = 16  # candidates per batch (rounds of one batch go to the LLM together; one fsync)
     concurrency: int = 8  # concurrent LLM requests
 
@@ -69,7 +76,7 @@ class KGQAGenConfig:
     def __post_init__(self):
         self.seeds = tuple(str(s) for s in (self.seeds or ()))
         if self.max_candidates is None and isinstance(self.n_target, int):  # derived from a valid --n only (a bad --n is named alone)
-            self.max_candidates = len(self.seeds) if self.seeds else 5 * max(self.n_target, 1)
+            self.max_candidates = len(self.seeds) if self.seeds else 10 * max(self.n_target, 1)
         if problems := kgqagen_config_problems(self):
             raise KGQAGenError('config', '; '.join(f'{f} must be {w}' for f, w in problems))
 
@@ -80,6 +87,7 @@ class KGQAGenConfig:
 
 # %% ../nbs/22_kgqagen.ipynb #c007
 def _int_at_least(v, k) -> bool: return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= k
+def _share(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1
 
 def kgqagen_config_problems(c: KGQAGenConfig) -> list:
     "(field, what it must be, got) for every parameter that makes the run impossible."
@@ -97,6 +105,11 @@ def kgqagen_config_problems(c: KGQAGenConfig) -> list:
              ('query_timeout', isinstance(c.query_timeout, (int, float)) and not isinstance(c.query_timeout, bool) and math.isfinite(c.query_timeout) and c.query_timeout > 0, 'a number of seconds > 0'),
              ('max_results', _int_at_least(c.max_results, 1), 'an integer >= 1'),
              ('minimal_only', isinstance(c.minimal_only, bool), 'true or false'),
+             ('labelled_only', isinstance(c.labelled_only, bool), 'true or false'),
+             ('min_hops', _int_at_least(c.min_hops, 1), 'an integer >= 1'),
+             ('max_proof_triples', _int_at_least(c.max_proof_triples, 1), 'an integer >= 1'),
+             ('pattern_share', _share(c.pattern_share), 'a number in (0, 1]'),
+             ('type_share', _share(c.type_share), 'a number in (0, 1]'),
              ('batch_size', _int_at_least(c.batch_size, 1), 'an integer >= 1'),
              ('concurrency', _int_at_least(c.concurrency, 1), 'an integer >= 1')]
     return [(f, f'{want}, got {getattr(c, f)!r}') for f, ok, want in rules if not ok]
@@ -114,13 +127,23 @@ def _types(kg: KnowledgeGraph) -> tuple:
     typ[h] = t
     return typ, cls
 
+def neighbour_counts(kg: KnowledgeGraph) -> np.ndarray:
+    "(V,) number of distinct neighbours of each entity (either direction, self-loops left out)."
+    pairs = np.unique(np.stack([np.concatenate([kg.head, kg.tail]), np.concatenate([kg.tail, kg.head])], 1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    return np.bincount(pairs[:, 0], minlength=kg.num_entities)
+
 def stratified_seeds(kg: KnowledgeGraph, n: int,  # how many seeds
                      seed: int = 0,  # RNG seed
-                     min_degree: int = 2) -> list:  # entities with fewer facts are not seeds
+                     min_degree: int = 2,  # entities with fewer facts are not seeds
+                     labelled_only: bool = False,  # draw only entities with a human label
+                     max_neighbours: int | None = None) -> list:  # draw only entities with at most this many distinct neighbours
     "Entity indices drawn round-robin over (type, degree band) strata, each stratum in a seeded random order."
     rng = np.random.default_rng(seed)
     deg = kg.degree(); typ, cls = _types(kg)
-    ok = np.flatnonzero((deg >= min_degree) & ~cls)
+    ok = (deg >= min_degree) & ~cls & (kg.labelled_mask if labelled_only else True)
+    if max_neighbours is not None: ok &= neighbour_counts(kg) <= max_neighbours
+    ok = np.flatnonzero(ok)
     band = np.floor(np.log2(np.maximum(deg[ok], 1))).astype(np.int64)
     strata = {}
     for v, b in zip(ok.tolist(), band.tolist()): strata.setdefault((int(typ[v]), b), []).append(v)
@@ -132,7 +155,7 @@ def stratified_seeds(kg: KnowledgeGraph, n: int,  # how many seeds
             if q and len(out) < n: out.append(int(q.pop()))
     return out
 
-# %% ../nbs/22_kgqagen.ipynb #c013
+# %% ../nbs/22_kgqagen.ipynb #c015
 def one_hop_sample(kg: KnowledgeGraph, v: int,  # the entity to sample around
                    k: int,  # most neighbours
                    rng: np.random.Generator) -> list:
@@ -142,7 +165,7 @@ def one_hop_sample(kg: KnowledgeGraph, v: int,  # the entity to sample around
     if len(others) > k: others = np.sort(rng.choice(others, k, replace=False))
     return sorted(set(eid[np.isin(nbr, others)].tolist()))
 
-# %% ../nbs/22_kgqagen.ipynb #c016
+# %% ../nbs/22_kgqagen.ipynb #c018
 EXPAND_FIRST_LINE = 'Task: decide whether a small knowledge graph supports one hard multi-hop question; write it, or say which entities to look at next.'
 
 _EXPAND_SYSTEM = EXPAND_FIRST_LINE + """
@@ -174,7 +197,7 @@ def expansion_prompt(triples: list,  # text triples ("Label (QID)", "relation (P
             f'Facts per entity: {ents}\nAlready explored: {"; ".join(explored) or "none"}')
     return [dict(role='system', content=_EXPAND_SYSTEM.format(max_explore=max_explore)), dict(role='user', content=user)]
 
-# %% ../nbs/22_kgqagen.ipynb #c018
+# %% ../nbs/22_kgqagen.ipynb #c020
 @dataclass
 class ExpansionState:
     "One candidate's growing subgraph."
@@ -191,7 +214,7 @@ def state_prompt(kg: KnowledgeGraph, st: ExpansionState, max_explore: int = 3) -
     deg = kg.degree()
     return expansion_prompt(triples, {kg.entity_text(v): int(deg[v]) for v in ents}, [kg.entity_text(v) for v in st.explored], max_explore)
 
-# %% ../nbs/22_kgqagen.ipynb #c021
+# %% ../nbs/22_kgqagen.ipynb #c023
 class ReplyError(ReasonError):
     "A model reply that cannot be used; `.reason` starts with 'reply:'."
 
@@ -227,7 +250,7 @@ def parse_expansion_reply(text: str) -> dict:
         out[name] = v.strip() if isinstance(v, str) else v
     return out
 
-# %% ../nbs/22_kgqagen.ipynb #c024
+# %% ../nbs/22_kgqagen.ipynb #c026
 _ITEM_RE = re.compile(r'^(.*)\(([A-Za-z]{1,3}-?\d+)\)\s*$', re.S)
 
 def _item(text: str) -> tuple:
@@ -256,7 +279,7 @@ def _facts_of(ids) -> dict:
         out.setdefault(h, []).append((r, t, True)); out.setdefault(t, []).append((r, h, False))
     return out
 
-# %% ../nbs/22_kgqagen.ipynb #c026
+# %% ../nbs/22_kgqagen.ipynb #c028
 @dataclass(frozen=True)
 class Branch:
     "One seed-to-answer path of a question."
@@ -275,8 +298,8 @@ def shape_answers(ids: list, branches: list) -> list:
     facts = _facts_of(ids)
     return sorted(set.intersection(*(branch_ends(facts, b) for b in branches))) if branches else []
 
-# %% ../nbs/22_kgqagen.ipynb #c029
-SHAPES = {'(2)': (2, 0), '(1)(1)': (1, 1), '(2)(1)': (2, 1), '(3)': (3, 0), '(1)(1)(1)': (1, 2)}  # shape -> (hops of the first branch, extra one-hop branches)
+# %% ../nbs/22_kgqagen.ipynb #c031
+SHAPES = {'(2)': (2, 0), '(2)(1)': (2, 1), '(3)': (3, 0), '(3)(1)': (3, 1), '(2)(1)(1)': (2, 2)}  # shape -> (hops of the first branch, extra one-hop branches)
 
 def _paths(facts, s, k, by_deg):
     "Paths of k steps from s with distinct nodes: (steps, nodes)."
@@ -289,8 +312,8 @@ def _narrowing(facts, branches) -> int:
     "2: every branch removes an answer the others reach, within these facts; 1: every extra branch does; 0: otherwise."
     ends = [branch_ends(facts, b) for b in branches]
     full = set.intersection(*ends)
-    needed = [set.intersection(*(e for j, e in enumerate(ends) if j != i)) > full for i in range(1, len(ends))]
-    return 2 if all(needed) and ends[0] > full else 1 if all(needed) else 0
+    needed = [set.intersection(*(e for j, e in enumerate(ends) if j != i)) > full for i in range(len(ends))]  # the others alone reach more
+    return 2 if all(needed) else 1 if all(needed[1:]) else 0
 
 def _extras(facts, a, nodes, deg) -> list:
     "One-hop branches onto the answer `a` from entities not on the path `nodes`, one per entity: facts `a r c` first, then most KG facts first."
@@ -301,26 +324,33 @@ def _extras(facts, a, nodes, deg) -> list:
 
 def find_shape(ids: list, explored: list, shape: str, deg: dict | None = None,  # deg: entity ID -> KG facts
                budget: int = 400,  # most search steps (first branches and instances looked at)
-               whole_only: bool = False) -> list | None:  # only a whole instance (see above)
+               whole_only: bool = False,  # only a whole instance (see above)
+               named: set | None = None) -> list | None:  # entity IDs a question may name or answer with (None: all)
     "The branches of one instance of `shape` in the triples, seeded at explored entities, or None."
     facts, deg = _facts_of(ids), deg or {}
+    ok = (lambda x: True) if named is None else named.__contains__
     by_deg = lambda xs: sorted(xs, key=lambda x: (deg.get(x[1], 0), x))
     hops, n_extra = SHAPES[shape]
     shown = Counter(x for h, _, t in ids for x in {h, t})
-    whole = lambda b: all(shown[x] >= deg.get(x, math.inf) for x in b.nodes[:-1])  # every fact of the branch's other entities is shown
+    full = lambda x: shown[x] >= deg.get(x, math.inf)  # every KG fact of x is in the triples
+    whole = lambda b: all(map(full, b.nodes[:-1]))  # ... of every entity of the branch but its end
     best, seen = (-1, None), 0
-    for s in explored:
+    for s in filter(ok, explored):
         for steps, nodes in _paths(facts, s, hops, by_deg):
             if (seen := seen + 1) > budget: return best[1]
+            if not ok(nodes[-1]): continue
             first = Branch(s, steps, nodes)
-            for combo in itertools.combinations(_extras(facts, nodes[-1], nodes, deg)[:6], n_extra):
+            extras = sorted((b for b in _extras(facts, nodes[-1], nodes, deg) if ok(b.seed)), key=lambda b: not whole(b))  # whole constraints first
+            for combo in itertools.combinations(extras[:6], n_extra):
                 if (seen := seen + 1) > budget: return best[1]
-                w, n = all(whole(b) for b in (first, *combo)), _narrowing(facts, [first, *combo]) if combo else 2
+                if named is not None and not all(map(ok, set.intersection(*(branch_ends(facts, b) for b in (first, *combo))))): continue
+                w = whole(first) and (all(map(whole, combo)) or all(map(full, branch_ends(facts, first))))  # constraints checked on every candidate answer
+                n = _narrowing(facts, [first, *combo]) if combo else 2
                 if w and n == 2: return [first, *combo]
                 if not w and not whole_only and n > best[0]: best = (n, [first, *combo])  # a whole instance that does not narrow is surely non-minimal
     return best[1]
 
-# %% ../nbs/22_kgqagen.ipynb #c032
+# %% ../nbs/22_kgqagen.ipynb #c034
 def _branch_phrase(b: Branch, labels: dict, rl: dict) -> str:
     x = labels[b.seed]
     for r, fwd in b.steps[:-1]: x = f'the {rl[r]} of {x}' if fwd else f'something whose {rl[r]} is {x}'
@@ -343,7 +373,7 @@ def shape_sparql(branches: list) -> str:
         pats += [f'{term[h]} wdt:{r} {term[t]} .' for h, r, t in _branch_triples(b)]
     return 'SELECT DISTINCT ?answer WHERE { ' + ' '.join(pats) + ' }'
 
-# %% ../nbs/22_kgqagen.ipynb #c035
+# %% ../nbs/22_kgqagen.ipynb #c037
 def shape_order(seed_id: str) -> list:
     "The shapes in the order a candidate seeded at `seed_id` tries them (rotated by a checksum of the ID)."
     names = list(SHAPES)
@@ -358,22 +388,46 @@ def _explore_choice(ids, deg, explored, k) -> list:
     if not pool: pool = sorted((deg.get(v, 0), v) for v in {x for t in ids for x in (t[0], t[2])} if v not in explored and v not in classes)
     return [v for _, v in pool[:k]]
 
-def _choose(ids, deg, explored, k):
+def _constraint_targets(ids, deg, explored, shape, k, named=None) -> list:
+    "Up to k unexplored entities whose facts would make an instance of `shape` whole: a first branch's intermediates, else (for a shape with constraints) named neighbours of a whole first branch's answers."
+    hops, n_extra = SHAPES[shape]
+    facts, shown = _facts_of(ids), Counter(x for h, _, t in ids for x in {h, t})
+    full = lambda x: shown[x] >= deg.get(x, math.inf)
+    by_deg = lambda xs: sorted(xs, key=lambda x: (deg.get(x[1], 0), x))
+    for s in explored:
+        if (named is not None and s not in named) or not full(s): continue
+        for steps, nodes in itertools.islice(_paths(facts, s, hops, by_deg), 50):
+            if named is not None and nodes[-1] not in named: continue
+            mid = [v for v in nodes[1:-1] if not full(v)]
+            if mid:
+                if not any(v in explored for v in mid): return sorted(mid, key=lambda v: (deg.get(v, 0), v))[:k]
+                continue
+            ends = branch_ends(facts, Branch(s, steps, nodes))
+            if not n_extra or len(ends) < 2: continue
+            near = {c for a in ends for _, c, _ in facts.get(a, ()) if c not in nodes and c not in ends}  # constraints to be
+            todo = sorted((deg.get(c, 0), c) for c in near if not full(c) and c not in explored and (named is None or c in named))
+            if todo: return [c for _, c in todo[:k]]
+    return []
+
+def _choose(ids, deg, explored, k, named=None):
     "Branches of the question to write, or None to explore."
     order = shape_order(explored[0])
-    if (b := find_shape(ids, explored, order[0], deg, whole_only=True)) is not None: return b
-    if len(explored) < 3 * k and _explore_choice(ids, deg, explored, k): return None
+    if (b := find_shape(ids, explored, order[0], deg, whole_only=True, named=named)) is not None: return b
+    if len(explored) < 3 * k and (_constraint_targets(ids, deg, explored, order[0], k, named) or _explore_choice(ids, deg, explored, k)): return None
     tries = [(s, w) for w in (True, False) for s in order]  # whole instances of any shape first
-    return next((b for s, w in tries if (b := find_shape(ids, explored, s, deg, whole_only=w)) is not None), None)
+    return next((b for s, w in tries if (b := find_shape(ids, explored, s, deg, whole_only=w, named=named)) is not None), None)
 
-# %% ../nbs/22_kgqagen.ipynb #c037
+# %% ../nbs/22_kgqagen.ipynb #c039
 @register_offline_model('kgqagen-expand', matches=lambda ms: bool(ms) and ms[0].get('content', '').startswith(EXPAND_FIRST_LINE))
 def offline_expansion_model(messages: list[dict]) -> str:
     "Deterministic offline generator for the unified prompt: a question of one of `SHAPES`, or an exploration set."
     ids, labels, rl, deg, explored = _prompt_state(messages)
     k = int(re.search(r'name up to (\d+) entities', messages[0]['content'])[1])
-    branches = _choose(ids, deg, explored, k)
-    if branches is None: return json.dumps(dict(sufficient=False, explore=_explore_choice(ids, deg, explored, k) or explored[:1]))
+    named = {i for i, l in labels.items() if normalize_label(l) != normalize_label(i)}  # a label that is a name, not the ID
+    branches = _choose(ids, deg, explored, k, named)
+    if branches is None:
+        go = list(dict.fromkeys(_constraint_targets(ids, deg, explored, shape_order(explored[0])[0], k, named) + _explore_choice(ids, deg, explored, k)))[:k]  # a full set each round: the writer's budget is 3k explored entities
+        return json.dumps(dict(sufficient=False, explore=go or explored[:1]))
     stated = branches[:1]
     for b in branches[1:]:  # the draft states an extra branch only where the subgraph shows it is needed
         if shape_answers(ids, stated + [b]) != shape_answers(ids, stated): stated.append(b)
@@ -382,7 +436,7 @@ def offline_expansion_model(messages: list[dict]) -> str:
     return json.dumps(dict(sufficient=True, question=shape_question(branches, labels, rl), answers=[it(x) for x in shape_answers(ids, branches)],
                            proof=proof, sparql=shape_sparql(stated)), ensure_ascii=False)
 
-# %% ../nbs/22_kgqagen.ipynb #c040
+# %% ../nbs/22_kgqagen.ipynb #c042
 def expand(kg: KnowledgeGraph, st: ExpansionState, explore: list,  # IDs named by the model
            k: int, max_explore: int, max_triples: int, run_seed: int) -> list:
     "Sample around the usable entities of `explore` (in place); returns the entity indices explored this round."
@@ -401,7 +455,7 @@ def start_state(kg: KnowledgeGraph, cid: int, seed: int, cfg: KGQAGenConfig) -> 
     rng = np.random.default_rng([cfg.seed, cid])
     return ExpansionState(cid, seed, one_hop_sample(kg, seed, cfg.initial_neighbours, rng)[:cfg.max_triples], [seed])
 
-# %% ../nbs/22_kgqagen.ipynb #c043
+# %% ../nbs/22_kgqagen.ipynb #c045
 _SELECT_VAR = re.compile(r'(?is)\bSELECT\s+(?:DISTINCT\s+|REDUCED\s+)?\?(\w+)')
 
 def run_answer_query(store, query: str, timeout: float = 10.0, max_results: int = 1000) -> tuple:
@@ -417,7 +471,7 @@ def run_answer_query(store, query: str, timeout: float = 10.0, max_results: int 
     if len(rows) > max_results: return None, 'too_many_results', f'{len(rows)} rows > {max_results}'
     return sorted({str(r[m[1]]) for r in rows if r.get(m[1]) is not None}), None, ''
 
-# %% ../nbs/22_kgqagen.ipynb #c046
+# %% ../nbs/22_kgqagen.ipynb #c048
 REVISE_FIRST_LINE = 'Task: repair a SPARQL query so that it returns exactly the expected answers.'
 
 _REVISE_SYSTEM = REVISE_FIRST_LINE + """
@@ -441,7 +495,7 @@ def parse_revision_reply(text: str) -> str:
     if not isinstance(q, str) or not q.strip(): raise ReplyError('reply:missing:sparql', 'the revision reply has no "sparql" string')
     return q.strip()
 
-# %% ../nbs/22_kgqagen.ipynb #c047
+# %% ../nbs/22_kgqagen.ipynb #c049
 def _answer_var(query: str) -> str | None:
     m = _SELECT_VAR.search(query)
     return m[1] if m else None
@@ -468,7 +522,7 @@ def offline_revision_model(messages: list[dict]) -> str:
     if add and not body.endswith(('.', '{')): body += ' .'
     return json.dumps(dict(sparql=body + (' ' + ' '.join(add) if add else '') + ' }'))
 
-# %% ../nbs/22_kgqagen.ipynb #c050
+# %% ../nbs/22_kgqagen.ipynb #c052
 @dataclass
 class Verification:
     "The outcome of verifying one generated instance."
@@ -500,8 +554,8 @@ def verify(kg: KnowledgeGraph, store, question: str, sparql: str, answer_ids: li
         except ReplyError as e: why = e.reason; attempts.append(dict(sparql=None, outcome=e.reason, n_results=None)); n += 1; break
     return Verification(False, sparql, n, f'revision_failed:{why}', attempts)
 
-# %% ../nbs/22_kgqagen.ipynb #c054
-KGQAGEN_FIELDS = ('seed', 'answer_labels', 'proof', 'rounds', 'revisions', 'sparql_draft', 'subgraph_size')
+# %% ../nbs/22_kgqagen.ipynb #c056
+KGQAGEN_FIELDS = ('seed', 'answer_labels', 'proof', 'proof_draft', 'rounds', 'revisions', 'sparql_draft', 'subgraph_size')
 
 def _proof_ids(kg: KnowledgeGraph, proof: list):
     "The proof as (h, r, t) ID triples, or (None, detail) when a triple is not a KG triple."
@@ -525,36 +579,66 @@ def proof_answer(proof_ids: list,  # (h, r, t) ID triples of the proof
     in_proof = {x for h, _, o in proof_ids for x in (h, o)}
     return next((a for a in answers if a in in_proof), answers[0])
 
+_TERM_ID = re.compile(r'([A-Za-z]{1,3}-?\d+)>?$')
+
+def _term(tok: str, row: dict):
+    "The ID a query token stands for in one result row (a variable's value, or a constant's ID)."
+    if tok.startswith(('?', '$')): return row.get(tok[1:])
+    m = _TERM_ID.search(tok)
+    return m[1] if m else None
+
+def answer_instances(store, sparql: str, answers: list,  # the verified query and its answer IDs
+                     timeout: float = 10.0, max_rows: int = 100000) -> tuple:
+    "({answer: its first instance as (h, r, t) ID triples}, None, '') or (None, reason, detail)."
+    try: q = read_query(sparql)
+    except QueryShapeError as e: return None, 'proof_query_error', f'{e.reason}: {e.detail}'[:300]
+    if q.count_var: return None, 'proof_query_error', 'a COUNT query has no instances'
+    try: rows = store.select_ids(f'{q.prologue}SELECT * WHERE {{ {q.body} }}', timeout=timeout)
+    except (QueryTimeout, SparqlError, ValueError) as e: return None, 'proof_query_error', f'{type(e).__name__}: {e}'[:300]
+    if len(rows) > max_rows: return None, 'proof_too_large', f'{len(rows)} instances > {max_rows}'
+    av, first = q.answer_var[1:], {}
+    for row in sorted(rows, key=lambda r: sorted((k, str(v)) for k, v in r.items())):
+        a = str(row.get(av))
+        if a in answers and a not in first:
+            tri = [tuple(_term(x, row) for x in p) for p in q.patterns]
+            if all(isinstance(x, str) for t in tri for x in t): first[a] = list(dict.fromkeys(tri))
+    missing = [a for a in answers if a not in first]
+    if missing: return None, 'proof_incomplete', f'no instance of the query ends in {missing[:3]}'
+    return {a: first[a] for a in answers}, None, ''
+
+def union_proof(instances: dict, answer: str) -> list:
+    "The supporting subgraph: `answer`'s instance first, then every other answer's, each triple once."
+    return list(dict.fromkeys([*instances[answer], *(t for a in sorted(instances) for t in instances[a])]))
+
 def instance_record(kg: KnowledgeGraph, store, cid: int, st: ExpansionState, inst: dict, answer_ids: list,
-                   v: Verification, timeout: float = 10.0, min_cache: dict | None = None) -> dict:
+                   v: Verification, instances: dict,  # answer -> its instance (`answer_instances`)
+                   timeout: float = 10.0, min_cache: dict | None = None) -> dict:
     "The GTSQA-schema record (plus KGQAGen fields) of a verified instance."
     text = lambda i: kg.entity_text(kg.entity_index[i])
-    proof_ids = _proof_ids(kg, inst['proof'])[0]
+    tt = lambda tri: [[text(h), kg.relation_text(kg.relation_index[r]), text(o)] for h, r, o in tri]
     answers = sorted(set(answer_ids))
-    answer = proof_answer(proof_ids, answers)
-    ends = Counter(x for h, _, o in proof_ids for x in (h, o))  # proof leaves that are not answers are named in the question too
-    seeds = list(dict.fromkeys([q for q in _constants(v.sparql) if q in kg.entity_index] +
-                               [x for h, _, o in proof_ids for x in (h, o) if ends[x] == 1 and x not in answers]))
+    seeds = [q for q in _constants(v.sparql) if q in kg.entity_index]
+    answer = proof_answer(_proof_ids(kg, inst['proof'])[0], [a for a in answers if a not in seeds] or answers)  # not a named entity the query returns too
+    tree = instances[answer]
     rec = empty_record(id=cid, question=inst['question'], seed_entities=[text(s) for s in seeds], answer_node=text(answer),
-                       answer_subgraph=[[text(h), kg.relation_text(kg.relation_index[r]), text(o)] for h, r, o in proof_ids],
-                       sparql_query=v.sparql, all_answers_wikidata=answers, all_answers_wikikg2=answers)
+                       answer_subgraph=tt(tree), sparql_query=v.sparql, all_answers_wikidata=answers, all_answers_wikikg2=answers)
     try:
         full = store.construct(construct_query(read_query(v.sparql)), timeout=timeout)
         full = sorted({tuple(str(term_id(x)) for x in t) for t in full})
         rec.update(full_answer_subgraph_wikidata=[list(t) for t in full], full_answer_subgraph_wikikg2=[list(t) for t in full])
     except (QueryShapeError, SparqlError, ValueError): pass
     try:
-        iso = classify_answer_subgraph(proof_ids, seeds, answer)
+        iso = classify_answer_subgraph(tree, seeds, answer)
         rec.update(graph_isomorphism=iso.graph_isomorphism, n_hops=iso.n_hops)
-        m = minimality(store, proof_ids, seeds, answer, answers, cache=min_cache)
+        m = minimality(store, tree, seeds, answer, answers, cache=min_cache)
         rec.update(m.record_fields())
-    except Exception as e:  # a proof that is not a seed-to-answer tree (or a query that failed): no type, no minimality, the reason kept
+    except Exception as e:  # an instance that is not a seed-to-answer tree (or a query that failed): no type, no minimality, the reason kept
         rec['minimality_error'] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
     return {**rec, 'seed': kg.entity_text(st.seed), 'answer_labels': [kg.entity_labels[kg.entity_index[a]] for a in answers],
-            'proof': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions, 'sparql_draft': inst['sparql'],
-            'subgraph_size': len(st.edges)}
+            'proof': tt(union_proof(instances, answer)), 'proof_draft': inst['proof'], 'rounds': st.rounds, 'revisions': v.revisions,
+            'sparql_draft': inst['sparql'], 'subgraph_size': len(st.edges)}
 
-# %% ../nbs/22_kgqagen.ipynb #c057
+# %% ../nbs/22_kgqagen.ipynb #c061
 MINIMALITY_REASONS = ('non_minimal', 'minimality_unchecked')
 
 def minimality_reason(rec: dict) -> str | None:
@@ -562,20 +646,41 @@ def minimality_reason(rec: dict) -> str | None:
     if rec.get('redundant') is None: return 'minimality_unchecked'
     return 'non_minimal' if rec['redundant'] else None
 
-# %% ../nbs/22_kgqagen.ipynb #c060
-def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict):
+# %% ../nbs/22_kgqagen.ipynb #c064
+POLICY_REASONS = ('unlabelled_entity:answer', 'unlabelled_entity:seed', 'names_an_id', 'too_few_hops',
+                  'proof_query_error', 'proof_too_large', 'proof_incomplete')
+
+def proof_answers(proof: list, sparql: str, timeout: float = 10.0) -> list:
+    "The answer IDs the query returns on the proof's (h, r, t) ID triples alone."
+    if not proof: return []
+    store = OxigraphStore.from_kg(KnowledgeGraph.from_id_triples(proof, name='proof'), isolation='thread')
+    return run_answer_query(store, sparql, timeout)[0] or []
+
+def policy_reason(kg: KnowledgeGraph, rec: dict, labelled_only: bool = True, min_hops: int = 2) -> tuple:
+    "(None, '') for a record a question may be made of; otherwise (reason, detail) (reasons in `POLICY_REASONS`)."
+    if labelled_only:
+        bare = [s for s in rec['seed_entities'] if not kg.has_label(kg.entity_index[parse_item(s)[1]])]
+        if bare: return 'unlabelled_entity:seed', f'{bare[:3]} have no label'
+    if names_an_id(rec['question']): return 'names_an_id', rec['question'][:200]
+    if rec.get('n_hops') is None or rec['n_hops'] < min_hops: return 'too_few_hops', f"{rec.get('n_hops')} hops < {min_hops}"
+    return None, ''
+
+# %% ../nbs/22_kgqagen.ipynb #c067
+def check_instance(kg: KnowledgeGraph, st: ExpansionState, inst: dict,
+                   labelled_only: bool = False):  # refuse answers without a human label
     "(answer IDs, None, '') or (None, reason, detail)."
     in_graph = {kg.entity_ids[int(x)] for e in st.edges for x in (kg.head[e], kg.tail[e])}
     ids = []
     for a in inst['answers']:
         i = _item(a)[1]
         if i not in in_graph: return None, 'answer_not_in_subgraph', f'{a} is not in the explored subgraph'
+        if labelled_only and not kg.has_label(kg.entity_index[i]): return None, 'unlabelled_entity:answer', f'{a} has no label'
         ids.append(i)
     proof, detail = _proof_ids(kg, inst['proof'])
     if proof is None: return None, 'proof_not_in_kg', detail
     return ids, None, ''
 
-# %% ../nbs/22_kgqagen.ipynb #c062
+# %% ../nbs/22_kgqagen.ipynb #c069
 @dataclass
 class _Run:
     kg: KnowledgeGraph
@@ -617,20 +722,40 @@ def process_batch(run: _Run, ids: list) -> tuple:
     for i, g in sorted(grown.items()):
         if isinstance(g, dict): outcomes[i] = g; continue
         st, inst = g
-        answer_ids, why, detail = check_instance(run.kg, st, inst)
+        answer_ids, why, detail = check_instance(run.kg, st, inst, run.cfg.labelled_only)
         if why: outcomes[i] = _out(i, 'rejected', why, detail, rounds=st.rounds); continue
         try: v = verify(run.kg, run.store, inst['question'], inst['sparql'], answer_ids, inst['proof'], lambda m: run.rev.chat(m).text,
                         run.cfg.max_revisions, run.cfg.query_timeout, run.cfg.max_results)
         except LLMError as e: errors.append(f'candidate {i} (reviser): {e}'); continue
         if not v.ok: outcomes[i] = _out(i, 'rejected', v.reason, v.attempts[-1]['outcome'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
-        rec = instance_record(run.kg, run.store, i, st, inst, answer_ids, v, run.cfg.query_timeout, run.min_cache)
+        done = dict(rounds=st.rounds, revisions=v.revisions, attempts=v.attempts)
+        answers = sorted(set(answer_ids))
+        instances, why, detail = answer_instances(run.store, v.sparql, answers, run.cfg.query_timeout)
+        if why: outcomes[i] = _out(i, 'rejected', why, detail, **done); continue
+        rec = instance_record(run.kg, run.store, i, st, inst, answer_ids, v, instances, run.cfg.query_timeout, run.min_cache)
         unchecked = rec.pop('minimality_error', None)  # why minimality could not be decided, for the outcome (not a record field)
         if run.cfg.minimal_only and (why := minimality_reason(rec)):
-            outcomes[i] = _out(i, 'rejected', why, unchecked or rec['minimal_seeds_and_queries'] or rec['sparql_query'], rounds=st.rounds, revisions=v.revisions, attempts=v.attempts); continue
+            outcomes[i] = _out(i, 'rejected', why, unchecked or rec['minimal_seeds_and_queries'] or rec['sparql_query'], **done); continue
+        why, detail = policy_reason(run.kg, rec, run.cfg.labelled_only, run.cfg.min_hops)
+        if why: outcomes[i] = _out(i, 'rejected', why, detail, **done); continue
+        if len(rec['proof']) > run.cfg.max_proof_triples:
+            outcomes[i] = _out(i, 'rejected', 'proof_too_large', f"{len(rec['proof'])} triples > {run.cfg.max_proof_triples}", **done); continue
+        if (got := proof_answers([tuple(parse_item(x)[1] for x in t) for t in rec['proof']], v.sparql, run.cfg.query_timeout)) != answers:
+            outcomes[i] = _out(i, 'rejected', 'proof_incomplete', f'{len(got)} of {len(answers)} answers on the proof', **done); continue
         outcomes[i] = _out(i, 'accepted', v.reason, record=rec, rounds=st.rounds, revisions=v.revisions, attempts=v.attempts)
     return [outcomes[i] for i in sorted(outcomes)], errors
 
-# %% ../nbs/22_kgqagen.ipynb #c065
+# %% ../nbs/22_kgqagen.ipynb #c072
+_CONST = re.compile(r'\bwd:[A-Za-z]{1,3}-?\d+\b|<http://www\.wikidata\.org/entity/[A-Za-z]{1,3}-?\d+>')
+SELECTION_REASONS = ('pattern_cap', 'type_cap')
+
+def relation_pattern(sparql: str) -> str:
+    "The query's pattern with every named entity one placeholder: what a question asks, whoever it is about."
+    t = _CONST.sub('wd:Q0', sparql)
+    try: return canonical_query(t)
+    except QueryShapeError: return ' '.join(t.split())
+
+# %% ../nbs/22_kgqagen.ipynb #c074
 @dataclass
 class KGQAGenSelection:
     "The records of a run and its funnel."
@@ -642,18 +767,25 @@ def ordered_record(rec: dict) -> dict:
     "A record with the GTSQA columns first, in schema order, then KGQAGen's fields (the log stores keys sorted)."
     return {**empty_record(**{k: rec[k] for k in GTSQA_COLUMNS if k in rec}), **{k: rec[k] for k in KGQAGEN_FIELDS if k in rec}}
 
-def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
-    "Deduplicate the accepted candidates by id, keep the first `n_target`, and count the funnel up to the last one kept."
+def select_kgqagen(done: dict, n_target: int,
+                   pattern_share: float = 1.0,  # most share of n_target per relation pattern
+                   type_share: float = 1.0) -> KGQAGenSelection:  # most share of n_target per isomorphism type
+    "Deduplicate the accepted candidates by id under the variety quotas, keep the first `n_target`, and count the funnel up to the last one kept."
     index, records, f, i = DedupIndex(), [], Counter(), 0
-    discarded = Counter()
+    discarded, per_pattern, per_type = Counter(), Counter(), Counter()
+    cap = lambda share: max(1, math.ceil(share * n_target - 1e-9))
     while i in done and len(records) < n_target:
         o, i = done[i], i + 1
         f['candidates'] += 1
         r = o['reason'] or ''
-        if o['status'] == 'accepted' or r.startswith('revision_failed') or r in ('answer_not_in_subgraph', 'proof_not_in_kg', *MINIMALITY_REASONS): f['sufficient'] += 1
+        if o['status'] == 'accepted' or r.startswith('revision_failed') or r in ('answer_not_in_subgraph', 'proof_not_in_kg', *MINIMALITY_REASONS, *POLICY_REASONS): f['sufficient'] += 1
         if o['status'] != 'accepted': discarded[r] += 1; continue
         rec = ordered_record(o['record'])
+        pat, typ = relation_pattern(rec['sparql_query']), rec.get('graph_isomorphism')
+        if per_pattern[pat] >= cap(pattern_share): discarded['pattern_cap'] += 1; continue
+        if per_type[typ] >= cap(type_share): discarded['type_cap'] += 1; continue
         if index.check(rec, datapoint_keys(rec)) is not None: f['duplicates'] += 1; continue
+        per_pattern[pat] += 1; per_type[typ] += 1
         records.append(rec)
         f['accepted_first_try' if r == 'accepted:first_try' else 'accepted_after_revisions'] += 1
     funnel = dict(candidates=f['candidates'], sufficient=f['sufficient'], accepted_first_try=f['accepted_first_try'],
@@ -661,22 +793,36 @@ def select_kgqagen(done: dict, n_target: int) -> KGQAGenSelection:
                   discarded=dict(discarded.most_common()))
     return KGQAGenSelection(records, funnel, len(done) - i)
 
-# %% ../nbs/22_kgqagen.ipynb #c068
+# %% ../nbs/22_kgqagen.ipynb #c077
 KGQAGEN_CODE_MODULES = ('validate', 'isomorphism', 'minimality', 'dataset', 'runs', 'kgqagen')
+
+def question_statistics(kg: KnowledgeGraph, records: list) -> dict:
+    "The mix of a run's questions: hops, isomorphism types, top relation pattern, questions naming an ID or an unlabelled entity, proof answer recall."
+    n = max(len(records), 1)
+    pats = Counter(relation_pattern(r['sparql_query']) for r in records)
+    ids = lambda r: [parse_item(x)[1] for x in r['seed_entities']] + list(r['all_answers_wikidata'])
+    recall = [len(set(proof_answers([tuple(parse_item(x)[1] for x in t) for t in r['proof']], r['sparql_query'])) & set(r['all_answers_wikidata']))
+              / len(r['all_answers_wikidata']) for r in records]
+    return dict(questions=len(records), hops={str(k): v for k, v in sorted(Counter(r['n_hops'] for r in records).items(), key=str)},
+                isomorphism_types=dict(Counter(r['graph_isomorphism'] for r in records).most_common()),
+                relation_patterns=len(pats), top_pattern_share=round(max(pats.values(), default=0) / n, 4),
+                names_an_id_share=round(sum(names_an_id(r['question']) for r in records) / n, 4),
+                unlabelled_entity_share=round(sum(not all(kg.has_label(kg.entity_index[i]) for i in ids(r)) for r in records) / n, 4),
+                proof_answer_recall=round(float(np.mean(recall)) if recall else 0.0, 4))
 
 def kgqagen_manifest(cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient) -> dict:
     "The manifest of a KGQAGen run: `identity` (compared on resume) and `info` (recorded only)."
     identity = dict(config=cfg.identity(), kg=kg_identity(kg), llm=dict(generator=gen.describe(), reviser=rev.describe()), code=code_fingerprint(*KGQAGEN_CODE_MODULES))
-    return make_manifest('kgqa_nb.kgqagen/1', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
+    return make_manifest('kgqa_nb.kgqagen/2', identity, {k: getattr(cfg, k) for k in cfg.RUNTIME_FIELDS})
 
 def run_seeds(kg: KnowledgeGraph, cfg: KGQAGenConfig) -> list:
     "The seed entity index of every candidate: the user's list, or a stratified sample."
-    if not cfg.seeds: return stratified_seeds(kg, cfg.max_candidates, cfg.seed)
+    if not cfg.seeds: return stratified_seeds(kg, cfg.max_candidates, cfg.seed, labelled_only=cfg.labelled_only, max_neighbours=cfg.initial_neighbours)
     unknown = [s for s in cfg.seeds if s not in kg.entity_index]
     if unknown: raise KGQAGenError('seed', f'{len(unknown)} seed(s) not in KG {kg.name!r}, e.g. {unknown[:3]}')
     return [kg.entity_index[s] for s in cfg.seeds][:cfg.max_candidates]
 
-# %% ../nbs/22_kgqagen.ipynb #c070
+# %% ../nbs/22_kgqagen.ipynb #c079
 def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds the same run)
                 cfg: KGQAGenConfig,
                 kg: KnowledgeGraph | None = None,  # default: load_kg(cfg.kg)
@@ -700,7 +846,7 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     with OutcomeLog(out / 'outcomes.jsonl') as log:
         n_before = len(log.done)
         resume_run(log, pending_batches(log.done, len(seeds), cfg.batch_size), partial(process_batch, run),
-                   lambda done: select_kgqagen(done, cfg.n_target), cfg.n_target,
+                   lambda done: select_kgqagen(done, cfg.n_target, cfg.pattern_share, cfg.type_share), cfg.n_target,
                    status=StatusLine(status_every, lambda done, sel: f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
                                      f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(gen.ledger)['calls']} model calls"))
         done = dict(log.done)
@@ -708,17 +854,18 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c071
+# %% ../nbs/22_kgqagen.ipynb #c080
 def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLMClient, rev: LLMClient,
                      done: dict, seconds: float, processed: int) -> dict:
     "Write records.jsonl, funnel.json, run_summary.json and dataset_card.md from the outcome log and the ledger."
-    sel = select_kgqagen(done, cfg.n_target)
+    sel = select_kgqagen(done, cfg.n_target, cfg.pattern_share, cfg.type_share)
     write_jsonl(sel.records, out / 'records.jsonl')
     write_text_atomic(out / 'funnel.json', json.dumps(sel.funnel, indent=1) + '\n')
     spath = out / 'run_summary.json'
     sessions = run_sessions(spath, seconds=round(seconds, 2), candidates_processed=processed,
                             generator=gen.usage_summary(), reviser=rev.usage_summary())
     summary = dict(kg=kg.name, llm=dict(generator=gen.describe(), reviser=rev.describe()), records=len(sel.records), funnel=sel.funnel,
+                   questions=question_statistics(kg, sel.records),
                    candidates_processed=len(done), candidates_after_last_record=sel.beyond,
                    stopped='n_target reached' if len(sel.records) >= cfg.n_target else 'seeds used up', **ledger_totals(gen.ledger), seconds=round(sum(s['seconds'] for s in sessions), 2), sessions=sessions)
     write_text_atomic(spath, json.dumps(summary, indent=1) + '\n')
@@ -729,7 +876,7 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
                                                                 notes=f'Reviser: {rev.describe()}. Generated by kgqa_nb.kgqagen.', duplicates=sel.funnel['duplicates']))
     return summary
 
-# %% ../nbs/22_kgqagen.ipynb #c076
+# %% ../nbs/22_kgqagen.ipynb #c085
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:
@@ -754,8 +901,10 @@ def kgqagen_parser() -> CLIParser:
     p.add_argument('--base-url', default=None, help='OpenAI-compatible server URL (API key from KGQA_LLM_API_KEY / OPENAI_API_KEY)')
     p.add_argument('--cache-dir', default=None, help='LLM cache folder (default: OUT/llm_cache)')
     for name in ('seed', 'max_candidates', 'initial_neighbours', 'expand_neighbours', 'max_explore', 'max_rounds', 'max_triples',
-                 'max_revisions', 'max_results', 'batch_size', 'concurrency'):
+                 'max_revisions', 'max_results', 'batch_size', 'concurrency', 'min_hops', 'max_proof_triples'):
         p.add_argument(_FLAG[name], type=int, default=getattr(d, name) if name != 'max_candidates' else None)
+    for name in ('pattern_share', 'type_share'): p.add_argument(_FLAG[name], type=float, default=getattr(d, name))
+    p.add_argument('--unlabelled', action='store_true', help='allow seeds and answers without a human label (default: labelled only)')
     p.add_argument('--timeout', type=float, default=d.query_timeout, help='seconds per SPARQL query')
     return p
 
@@ -769,6 +918,8 @@ def kgqagen_cli(argv=None) -> int:
                             expand_neighbours=a.expand_neighbours, max_explore=a.max_explore, max_rounds=a.max_rounds,
                             max_triples=a.max_triples, max_revisions=a.max_revisions, query_timeout=a.timeout,
                             max_results=a.max_results, batch_size=a.batch_size, concurrency=a.concurrency,
+                            min_hops=a.min_hops, max_proof_triples=a.max_proof_triples, pattern_share=a.pattern_share,
+                            type_share=a.type_share, labelled_only=not a.unlabelled,
                             seeds=read_seed_file(a.seeds) if a.seeds else ())
     except KGQAGenError as e: raise flag_usage_error(e, _FLAG) from None
     if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
