@@ -612,6 +612,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'kgqa_nb.kgqagen._types': ('kgqagen.html#_types', 'kgqa_nb/kgqagen.py'),
                                  'kgqa_nb.kgqagen.answer_instances': ('kgqagen.html#answer_instances', 'kgqa_nb/kgqagen.py'),
                                  'kgqa_nb.kgqagen.branch_ends': ('kgqagen.html#branch_ends', 'kgqa_nb/kgqagen.py'),
+                                 'kgqa_nb.kgqagen.branch_frontiers': ('kgqagen.html#branch_frontiers', 'kgqa_nb/kgqagen.py'),
                                  'kgqa_nb.kgqagen.check_instance': ('kgqagen.html#check_instance', 'kgqa_nb/kgqagen.py'),
                                  'kgqa_nb.kgqagen.expand': ('kgqagen.html#expand', 'kgqa_nb/kgqagen.py'),
                                  'kgqa_nb.kgqagen.expansion_prompt': ('kgqagen.html#expansion_prompt', 'kgqa_nb/kgqagen.py'),

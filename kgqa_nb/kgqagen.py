@@ -30,8 +30,8 @@ __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'SHAPES', 'REVISE_FIRST_LINE',
            'POLICY_REASONS', 'SELECTION_REASONS', 'KGQAGEN_CODE_MODULES', 'KGQAGenError', 'KGQAGenConfig',
            'kgqagen_config_problems', 'neighbour_counts', 'stratified_seeds', 'one_hop_sample', 'expansion_prompt',
            'ExpansionState', 'state_prompt', 'ReplyError', 'reply_json', 'parse_expansion_reply', 'Branch',
-           'branch_ends', 'shape_answers', 'find_shape', 'shape_question', 'shape_sparql', 'shape_order',
-           'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
+           'branch_frontiers', 'branch_ends', 'shape_answers', 'find_shape', 'shape_question', 'shape_sparql',
+           'shape_order', 'offline_expansion_model', 'expand', 'start_state', 'run_answer_query', 'revision_prompt',
            'parse_revision_reply', 'offline_revision_model', 'Verification', 'verify', 'proof_answer',
            'answer_instances', 'union_proof', 'instance_record', 'minimality_reason', 'proof_answers', 'policy_reason',
            'check_instance', 'process_batch', 'relation_pattern', 'KGQAGenSelection', 'ordered_record',
@@ -57,8 +57,8 @@ class KGQAGenConfig:
     initial_neighbours: int = 15  # 1-hop neighbours sampled around the seed
     expand_neighbours: int = 15  # 1-hop neighbours sampled around each explored entity
     max_explore: int = 3  # most entities explored per round
-    max_rounds: int = 4  # most LLM judgement rounds per seed
-    max_triples: int = 150  # subgraph size cap (triples shown to the LLM)
+    max_rounds: int = 6  # most LLM judgement rounds per seed
+    max_triples: int = 250  # subgraph size cap (triples shown to the LLM)
     max_revisions: int = 3  # SPARQL revision attempts before an instance is discarded
     query_timeout: float = 10.0  # seconds per SPARQL query
     max_results: int = 1000  # rows read from a query (more means 'too_many_results')
@@ -287,11 +287,15 @@ class Branch:
     steps: tuple  # ((relation, forward), ...) from the seed to the answer
     nodes: tuple  # the path's entities, the seed first and the answer last
 
+def branch_frontiers(facts: dict, b: Branch) -> list:
+    "The entity sets a branch's steps reach, from {seed} to its ends (`facts` from `_facts_of`)."
+    out = [{b.seed}]
+    for r, fwd in b.steps: out.append({y for x in out[-1] for rr, y, f in facts.get(x, ()) if rr == r and f == fwd})
+    return out
+
 def branch_ends(facts: dict, b: Branch) -> set:
-    "Entities reached from the branch's seed by following its steps (`facts` from `_facts_of`)."
-    ends = {b.seed}
-    for r, fwd in b.steps: ends = {y for x in ends for rr, y, f in facts.get(x, ()) if rr == r and f == fwd}
-    return ends
+    "Entities reached from the branch's seed by following its steps."
+    return branch_frontiers(facts, b)[-1]
 
 def shape_answers(ids: list, branches: list) -> list:
     "The entities of the triples `ids` that every branch reaches: the question's answer set on them."
@@ -333,7 +337,7 @@ def find_shape(ids: list, explored: list, shape: str, deg: dict | None = None,  
     hops, n_extra = SHAPES[shape]
     shown = Counter(x for h, _, t in ids for x in {h, t})
     full = lambda x: shown[x] >= deg.get(x, math.inf)  # every KG fact of x is in the triples
-    whole = lambda b: all(map(full, b.nodes[:-1]))  # ... of every entity of the branch but its end
+    whole = lambda b: all(full(x) for f in branch_frontiers(facts, b)[:-1] for x in f)  # ... of every entity the branch walks through
     best, seen = (-1, None), 0
     for s in filter(ok, explored):
         for steps, nodes in _paths(facts, s, hops, by_deg):
@@ -398,14 +402,16 @@ def _constraint_targets(ids, deg, explored, shape, k, named=None) -> list:
         if (named is not None and s not in named) or not full(s): continue
         for steps, nodes in itertools.islice(_paths(facts, s, hops, by_deg), 50):
             if named is not None and nodes[-1] not in named: continue
-            mid = [v for v in nodes[1:-1] if not full(v)]
+            fronts = branch_frontiers(facts, Branch(s, steps, nodes))
+            mid = {v for f in fronts[1:-1] for v in f if not full(v)}
             if mid:
-                if not any(v in explored for v in mid): return sorted(mid, key=lambda v: (deg.get(v, 0), v))[:k]
+                if not any(v in explored or deg.get(v, 0) > 2 * max(shown.values()) for v in mid): return sorted(mid, key=lambda v: (deg.get(v, 0), v))[:k]
                 continue
-            ends = branch_ends(facts, Branch(s, steps, nodes))
+            ends = fronts[-1]
             if not n_extra or len(ends) < 2: continue
             near = {c for a in ends for _, c, _ in facts.get(a, ()) if c not in nodes and c not in ends}  # constraints to be
-            todo = sorted((deg.get(c, 0), c) for c in near if not full(c) and c not in explored and (named is None or c in named))
+            todo = sorted((deg.get(c, 0), c) for c in near if not full(c) and c not in explored and (named is None or c in named)
+                          and deg.get(c, 0) <= 2 * max(shown.values()))  # a hub no sample shows whole is no constraint to explore
             if todo: return [c for _, c in todo[:k]]
     return []
 
@@ -413,8 +419,8 @@ def _choose(ids, deg, explored, k, named=None):
     "Branches of the question to write, or None to explore."
     order = shape_order(explored[0])
     if (b := find_shape(ids, explored, order[0], deg, whole_only=True, named=named)) is not None: return b
-    if len(explored) < 3 * k and (_constraint_targets(ids, deg, explored, order[0], k, named) or _explore_choice(ids, deg, explored, k)): return None
-    tries = [(s, w) for w in (True, False) for s in order]  # whole instances of any shape first
+    if len(explored) < 5 * k and (_constraint_targets(ids, deg, explored, order[0], k, named) or _explore_choice(ids, deg, explored, k)): return None
+    tries = [(s, w) for w in (True, False) for s in sorted(order, key=lambda s: SHAPES[s][1] == 0)]  # whole instances first, shapes with constraints before chains
     return next((b for s, w in tries if (b := find_shape(ids, explored, s, deg, whole_only=w, named=named)) is not None), None)
 
 # %% ../nbs/22_kgqagen.ipynb #c039
@@ -426,7 +432,7 @@ def offline_expansion_model(messages: list[dict]) -> str:
     named = {i for i, l in labels.items() if normalize_label(l) != normalize_label(i)}  # a label that is a name, not the ID
     branches = _choose(ids, deg, explored, k, named)
     if branches is None:
-        go = list(dict.fromkeys(_constraint_targets(ids, deg, explored, shape_order(explored[0])[0], k, named) + _explore_choice(ids, deg, explored, k)))[:k]  # a full set each round: the writer's budget is 3k explored entities
+        go = list(dict.fromkeys(_constraint_targets(ids, deg, explored, shape_order(explored[0])[0], k, named) + _explore_choice(ids, deg, explored, k)))[:k]  # a full set each round: the writer's budget is 5k explored entities
         return json.dumps(dict(sufficient=False, explore=go or explored[:1]))
     stated = branches[:1]
     for b in branches[1:]:  # the draft states an extra branch only where the subgraph shows it is needed
