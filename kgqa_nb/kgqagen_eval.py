@@ -6,33 +6,36 @@
 from __future__ import annotations
 import itertools, json, re, time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from .core import artifact_dirs, built_by, code_fingerprint, folder_lock, keyed_folder, mark_built, read_jsonl, write_text_atomic
 from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
 from .llm import LLMClient
 from .metrics import ANSWER_SCORES, LasmJudge, em_lasm_scores
-from .qgraphs import build_question_graphs
-from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader
-from .retriever_study import open_study, ppr_scores
-from .subgraphrag import label_key, load_retriever, prepare_example, prepare_examples, score_example, text_features, top_triples
+from .qgraphs import build_question_graphs, khop_edges, ppr_prune, question_seed
+from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, TextPathReader, item_id, make_reader
+from .retriever_study import example_triples, open_study, ppr_scores, reader_record
+from .subgraphrag import (RetrievalExample, label_key, load_retriever, prepare_example, question_texts, score_example, text_features,
+                                 top_triples)
 from .text import TextEncoder
 from .ultra import load_ultra
 from .ultrag import NeuralExecutor, SEPPRPruner, Ultrag, fit_tau, oracle_writer, record_ids, register_oracle_queries, relative_threshold
-from .dataset import load_kgqagen
+from .dataset import load_kgqagen, question_view
 from .datasources import resolve_kg
 from .kgqagen import KGQAGEN_CODE_MODULES, KGQAGenConfig, proof_answer, run_kgqagen
 
 # %% auto #0
-__all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'ROW_TYPES', 'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset',
-           'funnel_table', 'dataset_statistics', 'gold_names', 'published_gold_names', 'Table2Questions',
-           'table2_questions', 'triple_labels', 'ppr_retrieval', 'proof_triples', 'trained_retrieval', 'proof_rooted',
-           'ultrag_rows', 'llm_row_type', 'seeds_only', 'table2_runs', 'score_runs', 'transfer_table', 'Table2',
-           'kgqagen_table2']
+__all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'SEED_GRAPH_HOPS', 'SEEDS_ONLY', 'ANSWER_CONDITIONED', 'ROW_TYPES',
+           'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table', 'dataset_statistics', 'gold_names',
+           'published_gold_names', 'Table2Questions', 'table2_questions', 'seed_question_graph', 'seed_example',
+           'Retrieved', 'triple_labels', 'proof_held', 'proof_triples', 'seed_retrieval', 'answer_graph_retrieval',
+           'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_runs', 'score_runs',
+           'transfer_table', 'Table2', 'retrieval_coverage', 'coverage_columns', 'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -137,28 +140,95 @@ def table2_questions(source: str = 'generated',  # 'generated' or 'kgqagen-10k'
     return q
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c022
+SEED_GRAPH_HOPS = 3  # hops of the seeds' neighbourhood (SynthKGQA App. C.1: 3-hop neighbourhoods)
+
+def seed_question_graph(kg: KnowledgeGraph, seeds,  # seed entity indices
+                        hops: int = SEED_GRAPH_HOPS, n_nodes: int = 500,  # neighbourhood hops; entities kept by PageRank rank
+                        max_triples: int = 3000, max_khop_edges: int = 500_000,  # triple budget; cap on the neighbourhood
+                        seed=0) -> np.ndarray:  # RNG seed (a cut neighbourhood or budget samples)
+    "Edge ids of a question graph built from the seeds alone: their k-hop neighbourhood, PPR-pruned; no answer read, nothing re-added."
+    s = np.unique(np.asarray(seeds, np.int64))
+    if not len(s): raise ValueError('a question graph built from the seeds needs at least one seed')
+    rng = np.random.default_rng(seed)
+    hood, _ = khop_edges(kg, s, hops, max_khop_edges, rng)
+    return np.sort(ppr_prune(kg, hood, s, n_nodes, max_triples, rng=rng)[0])
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c025
+def seed_example(kg: KnowledgeGraph, view: dict,  # the record's question view (`dataset.question_view`)
+                 edges,  # edge ids of its graph (`seed_question_graph`)
+                 qvecs=None) -> RetrievalExample:  # (P, dim) question vectors (None: a placeholder, for PageRank)
+    "The `RetrievalExample` of a question view on a graph of KG edges: seeds marked, no answers, no labels."
+    seeds = np.unique([kg.entity_index[item_id(x)] for x in view['seed_entities']]).astype(np.int64)
+    edges = np.asarray(edges, np.int64); h, r, t = kg.head[edges], kg.rel[edges], kg.tail[edges]
+    nodes = np.unique(np.concatenate([h, t, seeds]))
+    loc = lambda a: torch.as_tensor(np.searchsorted(nodes, a), dtype=torch.long)
+    q = np.zeros((1, 1), np.float32) if qvecs is None else np.asarray(qvecs, np.float32)
+    return RetrievalExample(str(view['id']), torch.as_tensor(q), nodes, torch.stack([loc(h), loc(t)]), torch.as_tensor(r, dtype=torch.long),
+                            torch.as_tensor(np.isin(nodes, seeds)), np.zeros(0, np.int64), {}, {}, tuple(question_texts(view)))
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c028
+SEEDS_ONLY, ANSWER_CONDITIONED = 'seeds only', 'answer-conditioned (oracle: built from the answer, ground truth re-added)'
+
+@dataclass
+class Retrieved:
+    "One retriever's top-K triples per question and what its question graphs held."
+    name: str  # the retriever as the rows name it
+    top: dict  # question id -> top-K triples as text
+    in_graph: dict = field(default_factory=dict)  # question id -> proof triples its question graph holds
+    graph: str = SEEDS_ONLY  # SEEDS_ONLY or ANSWER_CONDITIONED (then every row reading it is an oracle)
+    @property
+    def oracle(self) -> bool: return self.graph != SEEDS_ONLY
+
 def triple_labels(kg: KnowledgeGraph, t) -> tuple:
     "An ID triple as the text triple a reader sees."
     return (kg.entity_text(t[0]), kg.relation_text(t[1]), kg.entity_text(t[2]))
 
-def ppr_retrieval(q: Table2Questions, top_k: int = 100,  # triples handed to the reader
-                  seed: int = 0, qgraph_nodes: int = 500, qgraph_triples: int = 3000) -> tuple:  # question-graph parameters
-    "(records with a question graph, their question graphs, {id: top-K triples as text}) of the PageRank retriever."
-    g = q.graph
-    in_kg = lambda r: (g is not None and r.get('answer_node') is not None
-                       and all(parse_item(x)[1] in g.entity_index for x in [*r['seed_entities'], r['answer_node']]))
-    rows = [r for r in q.rows if in_kg(r)] if q.dataset is None else q.rows
-    if not rows: return [], [], {}
-    qgs = build_question_graphs(g, rows, artifact_dirs('')[0] / 'qgraphs', seed=seed, n_nodes=qgraph_nodes, max_triples=qgraph_triples)
-    exs = [prepare_example(r, qg, np.zeros((1, 1), np.float32)) for r, qg in zip(rows, qgs)]  # PPR reads the graph and the seeds only
-    return rows, qgs, {r['id']: [triple_labels(g, t) for t in top_triples(ex, ppr_scores(ex), top_k)] for r, ex in zip(rows, exs)}
+def proof_held(proof, triples) -> int:  # text triples ('Label (ID)') or ID triples, both compared by their IDs
+    "How many distinct triples of `proof` are among `triples`."
+    ids = lambda ts: {tuple(item_id(str(x)) for x in t) for t in ts}
+    return len(ids(proof) & ids(triples))
 
 def proof_triples(q: Table2Questions) -> list:
     "Per question its supporting subgraph as text triples (the published proof, or the generated answer subgraph)."
     return [[tuple(t) for t in (r['proof'] if q.dataset is None else r['answer_subgraph'])] for r in q.rows]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c025
-def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records with a question graph and their graphs
+# %% ../nbs/22a_kgqagen_eval.ipynb #c030
+def _graph_ids(kg, h, r, t) -> set:
+    return set(zip((kg.entity_ids[i] for i in h), (kg.relation_ids[i] for i in r), (kg.entity_ids[i] for i in t)))
+
+def seed_retrieval(q: Table2Questions, top_k: int = 100,  # triples handed to the reader
+                   seed: int = 0, qgraph_nodes: int = 500, qgraph_triples: int = 3000,  # question-graph parameters
+                   hops: int = SEED_GRAPH_HOPS) -> tuple:
+    "(records whose seeds are in the KG, their seeds-only examples, the PageRank `Retrieved`) on graphs built from the seeds alone."
+    g = q.graph
+    rows = [r for r in q.rows if g is not None and r.get('seed_entities') and all(item_id(x) in g.entity_index for x in r['seed_entities'])]
+    proofs = dict(zip([r['id'] for r in q.rows], proof_triples(q)))
+    exs, top, held = [], {}, {}
+    for r in rows:
+        view = question_view(r)  # all the graph and the retriever read
+        ex = seed_example(g, view, seed_question_graph(g, [g.entity_index[item_id(x)] for x in view['seed_entities']], hops, qgraph_nodes,
+                                                         qgraph_triples, seed=question_seed(seed, r['id'])))
+        exs.append(ex); top[r['id']] = [triple_labels(g, t) for t in top_triples(ex, ppr_scores(ex), top_k)]
+        held[r['id']] = proof_held(proofs[r['id']], _graph_ids(g, *example_triples(ex).T))
+    return rows, exs, Retrieved(f'PPR top-{top_k}', top, held)
+
+def answer_graph_retrieval(q: Table2Questions, rows: list,  # the records to rank (their seeds and answers in the KG)
+                           top_k: int = 100, seed: int = 0, qgraph_nodes: int = 500, qgraph_triples: int = 3000) -> Retrieved:
+    "PageRank's top-K on the answer-conditioned SynthKGQA graphs (`qgraphs.build_question_graphs`): an oracle's retrieval."
+    g = q.graph
+    rows = [r for r in rows if r.get('answer_node') is not None and item_id(r['answer_node']) in g.entity_index]
+    if not rows: return Retrieved(f'{ANSWER_CONDITIONED} graphs, PPR top-{top_k}', {}, {}, ANSWER_CONDITIONED)
+    proofs = dict(zip([r['id'] for r in q.rows], proof_triples(q)))
+    qgs = build_question_graphs(g, rows, artifact_dirs('')[0] / 'qgraphs', seed=seed, n_nodes=qgraph_nodes, max_triples=qgraph_triples)
+    top, held = {}, {}
+    for r, qg in zip(rows, qgs):
+        ex = prepare_example(r, qg, np.zeros((1, 1), np.float32))
+        top[r['id']] = [triple_labels(g, t) for t in top_triples(ex, ppr_scores(ex), top_k)]
+        held[r['id']] = proof_held(proofs[r['id']], _graph_ids(g, qg.h, qg.r, qg.t))
+    return Retrieved(f'{ANSWER_CONDITIONED} graphs, PPR top-{top_k}', top, held, ANSWER_CONDITIONED)
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c033
+def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records with a question graph and their examples (`seed_retrieval`)
                       study: dict,  # the `retriever_study` artifact's parameters under some profile (defaults filled in)
                       labels=('sp', 'gt'),  # label regimes: sp, gt or sp:CONVENTION
                       top_k: int = 100, out_dir: str = '',  # out_dir: where the study's cache lives
@@ -167,8 +237,10 @@ def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records 
     sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=n_seeds, retrievers=['subgraphrag'])
     rs = open_study('retriever_study', sp, make_reader, out_dir)
     enc = TextEncoder(sp['encoder'])
-    exs = prepare_examples(rows, qgs, enc)
-    feats = text_features(q.graph, enc, entities=exs.nodes)
+    vecs = enc.encode_cached([t for ex in exs for t in ex.texts], role='query')  # the question (and paraphrase) of each view
+    bounds = np.cumsum([0] + [len(ex.texts) for ex in exs])
+    exs = [replace(ex, q=torch.as_tensor(vecs[a:b])) for ex, a, b in zip(exs, bounds[:-1], bounds[1:])]
+    feats = text_features(q.graph, enc, entities=np.unique(np.concatenate([ex.nodes for ex in exs])))
     n_train = int((rs.ctx.records.split == 'train').sum())
     source = f"SynthKGQA {rs.ctx.kg.name}" if sp['source'] == 'generated' else sp['source'].upper()
     trained, epochs = {}, {}
@@ -179,7 +251,7 @@ def trained_retrieval(q: Table2Questions, rows: list, qgs: list,  # the records 
             epochs[arm, k] = len(meta['history'])
     return trained, f'{source}, train split of {n_train} questions', epochs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c028
+# %% ../nbs/22a_kgqagen_eval.ipynb #c036
 def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     "The record with `answer_node` on the gold answer its answer subgraph supports (`kgqagen.proof_answer`, as generated records already have it)."
     _, gold, sg = record_ids(rec)
@@ -189,7 +261,7 @@ def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     if alt not in held: return rec
     return {**rec, 'answer_node': format_item(kg.entity_labels[kg.entity_index[alt]], alt) if alt in kg.entity_index else alt}
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c031
+# %% ../nbs/22a_kgqagen_eval.ipynb #c039
 def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 ultrag_k: int = 30000) -> dict:  # SEPPR nodes kept per question
     "ULTRAG's predictions on `rows` with the oracle writer and ground-truth seeds: preds, status, seconds, taus, name, writer, rerooted."
@@ -207,41 +279,40 @@ def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 name=f"ULTRAG (oracle query writer, UltraQuery executor, {pipe.pruner.label}, ground-truth seeds, threshold arbitrator "
                      f"tau {taus[0]:g}/{taus[1]:g} fitted on the other half)")
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c034
+# %% ../nbs/22a_kgqagen_eval.ipynb #c042
 ROW_TYPES = ('oracle', 'stand-in (offline non-oracle)', 'LLM')
 
 def llm_row_type(llm: LLMClient) -> str:
     "The `type` of a row answered by `llm`: an offline backend is a stand-in, never an LLM's result."
     return ROW_TYPES[1] if llm.backend == 'offline' else ROW_TYPES[2]
 
-def seeds_only(rows: list) -> list:
-    "Records reduced to their seed entities: what the non-oracle reader may read of a record."
-    return [{'seed_entities': list(r.get('seed_entities') or [])} for r in rows]
-
-# %% ../nbs/22a_kgqagen_eval.ipynb #c036
+# %% ../nbs/22a_kgqagen_eval.ipynb #c044
 def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
-                retrievers: list,  # (name, {id: top-K triples as text}) per retriever
+                retrievers: list,  # a `Retrieved` (or a (name, {id: top-K triples as text}) pair, seeds only) per retriever
                 ultrag: dict | None = None, ultrag_idx=(),  # `ultrag_rows` and the positions of its questions
                 text_reader: TextPathReader | None = None) -> list:  # the offline (non-oracle) reader (None: a new one)
     "(group, type, model, question positions, predictions) of every row of Table 2."
     qs, proofs, rows, oracle = [r['question'] for r in q.rows], proof_triples(q), q.rows, QueryReader()
     tp, lt, O, S = text_reader or TextPathReader(), llm_row_type(llm), ROW_TYPES[0], ROW_TYPES[1]
     generated, everyone = q.dataset is not None, range(len(rows))
+    view = lambda reader, rs: [reader_record(reader, r) for r in rs]  # the question view, unless the reader is the oracle
     runs = [('Pure LLM', lt, f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)),
             ('LLM-SP', lt, f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs)),
-            ('LLM-SP', S, 'offline (non-oracle) reader + supporting subgraph', everyone, tp.answer_many(qs, proofs, seeds_only(rows)))]
-    if generated: runs.append(('LLM-SP', O, 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, rows)))
-    for rname, got in retrievers:
-        sub = [i for i, r in enumerate(rows) if r['id'] in got]
+            ('LLM-SP', S, 'offline (non-oracle) reader + supporting subgraph', everyone, tp.answer_many(qs, proofs, view(tp, rows)))]
+    if generated: runs.append(('LLM-SP', O, 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, view(oracle, rows))))
+    for ret in (r if isinstance(r, Retrieved) else Retrieved(*r) for r in retrievers):
+        sub = [i for i, r in enumerate(rows) if r['id'] in ret.top]
         if not sub: continue
-        tri, sq, sr = [got[rows[i]['id']] for i in sub], [qs[i] for i in sub], [rows[i] for i in sub]
-        runs += [('Retriever + reader', lt, f'{rname} + SubgraphRAG reader ({llm.describe()})', sub, SubgraphRAGReader(llm).answer_many(sq, tri)),
-                 ('Retriever + reader', S, f'{rname} + offline (non-oracle) reader', sub, tp.answer_many(sq, tri, seeds_only(sr)))]
-        if generated: runs.append(('Retriever + reader', O, f'{rname} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, sr)))
+        tri, sq, sr = [ret.top[rows[i]['id']] for i in sub], [qs[i] for i in sub], [rows[i] for i in sub]
+        lt_, S_ = (O, O) if ret.oracle else (lt, S)  # a graph built from the answer makes every row reading it an oracle
+        sg = SubgraphRAGReader(llm)
+        runs += [('Retriever + reader', lt_, f'{ret.name} + SubgraphRAG reader ({llm.describe()})', sub, sg.answer_many(sq, tri, view(sg, sr))),
+                 ('Retriever + reader', S_, f'{ret.name} + offline (non-oracle) reader', sub, tp.answer_many(sq, tri, view(tp, sr)))]
+        if generated: runs.append(('Retriever + reader', O, f'{ret.name} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, view(oracle, sr))))
     if ultrag: runs.append(('KG-RAG', O, ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
     return runs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c038
+# %% ../nbs/22a_kgqagen_eval.ipynb #c046
 TABLE2_METRICS = ('accuracy', 'precision', 'f1', 'hit@1', 'recall')
 
 def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
@@ -260,7 +331,7 @@ def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
                   for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
     return pd.DataFrame(table), pd.DataFrame(per_q)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c043
+# %% ../nbs/22a_kgqagen_eval.ipynb #c051
 _TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
 
 def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
@@ -281,7 +352,7 @@ def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.
                             seeds_above_ppr=None if arm == 'GT - SP' or np.isnan(base) else int((v > base).sum())))
     return pd.DataFrame(out)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c046
+# %% ../nbs/22a_kgqagen_eval.ipynb #c054
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -293,22 +364,41 @@ class Table2:
     ultrag: dict | None  # `ultrag_rows` and the positions of its questions (`idx`), when ULTRAG ran
     transfer: pd.DataFrame  # `transfer_table` of the trained-retriever rows (empty without them)
 
-def _retrieval_notes(q, retrieved, trained, epochs, trained_from, top_k) -> list:
-    proofs, rows = proof_triples(q), q.rows
-    share = lambda got: np.mean([len(set(p) & set(got[r['id']])) / len(p) for p, r in zip(proofs, rows) if r['id'] in got])
-    if not retrieved: return [f'retriever rows left out: {"no KG given" if q.graph is None else f"no question has all its seeds and answers in {q.graph.name}"}']
-    return ([f'{len(retrieved)} of {len(rows)} questions with a question graph; proof triples among the top {top_k}: {share(retrieved):.1%} on average']
-            + [f'trained retriever ({arm} labels, seed {k}, {epochs[arm, k]} epochs; {trained_from}): proof triples among the top {top_k}: {share(got):.1%} on average'
-               for (arm, k), got in trained.items()])
+def retrieval_coverage(q: Table2Questions, retrievers: list) -> pd.DataFrame:  # `Retrieved` per retriever
+    "Per retriever: its question graphs, questions, proof triples, how many of them its graphs hold and how many its top K hands the reader."
+    proofs = dict(zip([r['id'] for r in q.rows], proof_triples(q)))
+    out = []
+    for ret in retrievers:
+        ids = list(ret.top)
+        out.append(dict(retriever=ret.name, question_graph=ret.graph, n_questions=len(ids), proof_triples=sum(len(set(proofs[i])) for i in ids),
+                        proof_in_graph=sum(ret.in_graph[i] for i in ids), proof_in_top_k=sum(proof_held(proofs[i], ret.top[i]) for i in ids),
+                        questions_whole_proof_in_graph=sum(ret.in_graph[i] == len(set(proofs[i])) for i in ids)))
+    return pd.DataFrame(out)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c047
+def coverage_columns(table: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFrame:
+    "Table 2 with each retriever row's question graph and proof-triple counts (`retrieval_coverage`); blank on the other rows."
+    cols = ['question_graph', 'proof_triples', 'proof_in_graph', 'proof_in_top_k']
+    by = {c.retriever: c for c in coverage.itertuples()}
+    of = lambda m: next((by[r] for r in by if m.startswith(f'{r} + ')), None)
+    vals = [[getattr(c, k) for k in cols] if (c := of(m)) is not None else ['', None, None, None] for m in table.model]
+    return table.assign(**{k: [v[j] for v in vals] for j, k in enumerate(cols)})
+
+def _coverage_notes(coverage: pd.DataFrame, top_k: int) -> list:
+    pct = lambda a, b: f'{a} ({a / b:.1%})' if b else str(a)
+    return [f"{c.retriever} ({c.question_graph}): {c.n_questions} questions, {c.proof_triples} proof triples; the graphs hold {pct(c.proof_in_graph, c.proof_triples)}"
+            f" (the whole proof on {c.questions_whole_proof_in_graph}), the top {top_k} hands the reader {pct(c.proof_in_top_k, c.proof_triples)}"
+            for c in coverage.itertuples()]
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c056
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
                    max_questions: int = 0, top_k: int = 100, qgraph_nodes: int = 500, qgraph_triples: int = 3000,
                    study: dict | None = None,  # the `retriever_study` parameters of `retriever_profile` (None: no trained rows)
                    retriever_profile: str = '', retriever_labels=('sp', 'gt'), retriever_seeds: int = 1, ultrag_questions: int = 10,
-                   ultrag_k: int = 30000, out_dir: str = '') -> Table2:  # the other parameters are those of the Table 2 artifact (nbs/92)
+                   ultrag_k: int = 30000,
+                   oracle_graph: bool = False,  # also rank the answer-conditioned question graphs (rows labelled oracle, for comparison)
+                   out_dir: str = '') -> Table2:  # the other parameters are those of the Table 2 artifact (nbs/92)
     "KGQAGen Table 2 (KGQAGen paper, Section 6) on a generated or the published KGQAGen dataset."
     if ultrag_questions < 0: raise ValueError(f'ultrag_questions must be 0 (all) or a positive count, not {ultrag_questions}')
     params = {k: v for k, v in dict(locals()).items() if k not in ('study', 'out_dir')} | dict(retriever_labels=list(retriever_labels))
@@ -318,19 +408,27 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
     llm, judge = client(reader_backend, reader_model), LasmJudge(client(judge_backend, judge_model))
     notes = [f"{len(q.rows)} questions ({source}) on {q.graph.name if q.graph is not None else 'no KG'}; reader {llm.describe()}; {judge.describe()}"
              + (' (offline: the LASM columns are left blank)' if judge_backend == 'offline' else '')]
-    retr_rows, qgs, retrieved = ppr_retrieval(q, top_k, seed, qgraph_nodes, qgraph_triples)
+    retr_rows, exs, ppr = seed_retrieval(q, top_k, seed, qgraph_nodes, qgraph_triples)
     trained, trained_from, epochs = {}, '', {}
-    if retr_rows and study and retriever_labels: trained, trained_from, epochs = trained_retrieval(q, retr_rows, qgs, study, retriever_labels, top_k, out_dir, retriever_seeds)
+    if retr_rows and study and retriever_labels: trained, trained_from, epochs = trained_retrieval(q, retr_rows, exs, study, retriever_labels, top_k, out_dir, retriever_seeds)
     else: notes.append('trained-retriever rows left out: ' + ('no question graph' if not retr_rows else 'no retriever_profile or retriever_labels given'))
-    notes += _retrieval_notes(q, retrieved, trained, epochs, trained_from, top_k)
-    idx = [i for i, r in enumerate(q.rows) if q.dataset is not None or (r['id'] in retrieved and r.get('all_answers_wikidata') is not None)]
+    retrievers = ([ppr] + [Retrieved(f'SubgraphRAG retriever (trained on {trained_from}, {arm.upper()} labels, seed {k}) top-{top_k}', got, ppr.in_graph)
+                           for (arm, k), got in trained.items()]) if retr_rows else []
+    if retr_rows and oracle_graph: retrievers.append(answer_graph_retrieval(q, retr_rows, top_k, seed, qgraph_nodes, qgraph_triples))
+    coverage = retrieval_coverage(q, [r for r in retrievers if r.top])
+    notes += (_coverage_notes(coverage, top_k) + [f'trained retriever ({arm} labels, seed {k}): {epochs[arm, k]} epochs; {trained_from}' for arm, k in trained]
+              if retr_rows else [f'retriever rows left out: {"no KG given" if q.graph is None else f"no question has all its seeds in {q.graph.name}"}'])
+    in_kg = lambda r: r.get('answer_node') is not None and item_id(r['answer_node']) in q.graph.entity_index
+    idx = [i for i, r in enumerate(q.rows) if q.dataset is not None or (r['id'] in ppr.top and r.get('all_answers_wikidata') is not None and in_kg(r))]
     idx = idx[:ultrag_questions] if ultrag_questions else idx
     ultrag = dict(ultrag_rows(q.graph, [q.rows[i] for i in idx], ultrag_k), idx=idx) if idx else None
-    retrievers = [(f'PPR top-{top_k}', retrieved)] + [(f'SubgraphRAG retriever (trained on {trained_from}, {arm.upper()} labels, seed {k}) top-{top_k}', got)
-                                                      for (arm, k), got in trained.items()]
     table, per_q = score_runs(q, table2_runs(q, llm, retrievers, ultrag, idx), judge, lasm=judge_backend != 'offline')
+    table = coverage_columns(table, coverage)
     prov = dict(params=params, seed=seed, kg=q.graph.name if q.graph is not None else None, artifact='kgqagen_table2',
-                llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=[q.dataset.built] if q.dataset else [])
+                llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=[q.dataset.built] if q.dataset else [],
+                retrieval=dict(question_graphs=f'{SEEDS_ONLY}: the {SEED_GRAPH_HOPS}-hop neighbourhood of the seeds, PPR-pruned to {qgraph_nodes} entities and '
+                                               f'{qgraph_triples} triples, no answer read, nothing re-added; {ANSWER_CONDITIONED}: qgraphs.build_question_graph, oracle rows only',
+                               proof_coverage=coverage.to_dict('records')))
     if ultrag:
         prov.update(llm_backend=f"{prov['llm_backend']}; ULTRAG writer {ultrag['writer']}",
                     ultrag=dict(questions=len(idx), seconds=round(ultrag['seconds'], 1), taus=ultrag['taus'], queries=dict(Counter(ultrag['status'])), rerooted=ultrag['rerooted']))

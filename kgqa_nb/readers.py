@@ -7,10 +7,12 @@ from __future__ import annotations
 import math, os, re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from fastcore.basics import patch
 
+from .dataset import QUESTION_FIELDS, question_view
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, register_offline_model
 from .llm_local import REGISTRY_MODEL
@@ -19,13 +21,27 @@ from .sparql import OxigraphStore, SparqlError
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'item_label',
-           'triple_lines', 'reader_messages', 'parse_answers', 'LLMReader', 'triples_kg', 'QueryReader',
-           'question_hops', 'relation_phrases', 'item_id', 'best_path_scores', 'TextPathReader', 'mentioned_entities',
-           'compact_triple_lines', 'subgraphrag_messages', 'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader',
-           'few_shot_prompt', 'parse_few_shot_answers', 'few_shot_status', 'FewShotReader', 'make_reader']
+__all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'READERS',
+           'question_record', 'question_records', 'item_label', 'triple_lines', 'reader_messages', 'parse_answers',
+           'LLMReader', 'triples_kg', 'QueryReader', 'question_hops', 'relation_phrases', 'item_id', 'best_path_scores',
+           'TextPathReader', 'mentioned_entities', 'compact_triple_lines', 'subgraphrag_messages', 'needs_double_check',
+           'SubgraphRAGReader', 'LLMOnlyReader', 'few_shot_prompt', 'parse_few_shot_answers', 'few_shot_status',
+           'FewShotReader', 'make_reader']
 
 # %% ../nbs/16_readers.ipynb #c006
+def question_record(record,  # a record given to a non-oracle reader, or None
+                    reader: str = 'a non-oracle reader'):  # who reads it, for the error
+    "The record unchanged when it holds only `dataset.QUESTION_FIELDS` (or is None); else a one-line ValueError naming the other fields."
+    if record is None: return None
+    extra = sorted(str(k) for k in record.keys() if k not in QUESTION_FIELDS)
+    if extra: raise ValueError(f'{reader} reads only the question view of a record (dataset.question_view), but it also holds {extra}')
+    return record
+
+def question_records(records, reader: str = 'a non-oracle reader') -> list | None:
+    "`question_record` of every record (None stays None)."
+    return None if records is None else [question_record(r, reader) for r in records]
+
+# %% ../nbs/16_readers.ipynb #c009
 def item_label(text: str) -> str:
     "The label of a `'Label (ID)'` item; a literal (a date, a number, a code) is its own label."
     try: return parse_item(text)[0]
@@ -39,7 +55,7 @@ def triple_lines(triples) -> str:
         if line not in seen: seen.add(line); out.append(line)
     return '\n'.join(out)
 
-# %% ../nbs/16_readers.ipynb #c009
+# %% ../nbs/16_readers.ipynb #c012
 READER_MARKER = '[kgqa reader]'
 
 def reader_messages(question: str, triples) -> list:
@@ -55,21 +71,24 @@ def parse_answers(text: str) -> list:
     out = [m.strip().strip('.').strip() for m in re.findall(r'(?im)^\s*(?:[-*]\s*)?ans\s*:\s*(.+?)\s*$', text or '')]
     return [a for a in out if a and a.lower() not in ('not available', 'none', 'unknown')]
 
-# %% ../nbs/16_readers.ipynb #c011
+# %% ../nbs/16_readers.ipynb #c014
 @dataclass
 class LLMReader:
     "Answers from triples with a chat model."
     client: LLMClient
+    oracle: ClassVar[bool] = False  # it reads the question view only
     def answer(self, question: str, triples, record=None) -> list:
         "Answers for one question."
+        question_record(record, 'the LLM reader')
         return parse_answers(self.client.chat(reader_messages(question, triples)).text)
     def answer_many(self, questions, triples_lists, records=None) -> list:
         "Answers for many questions (concurrent, cached)."
+        question_records(records, 'the LLM reader')
         res = self.client.chat_many([reader_messages(q, t) for q, t in zip(questions, triples_lists)], desc='reader')
         return [parse_answers(r.text) for r in res]
     def describe(self) -> str: return f'llm:{self.client.describe()}'
 
-# %% ../nbs/16_readers.ipynb #c013
+# %% ../nbs/16_readers.ipynb #c016
 @register_offline_model('kgqa-reader', matches=lambda m: bool(m) and m[0].get('content', '').startswith(READER_MARKER))
 def _offline_reader(messages) -> str:
     user = messages[-1]['content']
@@ -82,7 +101,7 @@ def _offline_reader(messages) -> str:
             elif n(t) and n(t) in q and h not in hits: hits.append(h)
     return '\n'.join(f'ans: {a}' for a in hits) if hits else 'ans: not available'
 
-# %% ../nbs/16_readers.ipynb #c016
+# %% ../nbs/16_readers.ipynb #c019
 def triples_kg(triples, name: str = 'given-triples') -> KnowledgeGraph:
     "A small KG holding exactly the given text triples, with their labels."
     ids, labels = [], {}
@@ -96,6 +115,7 @@ class QueryReader:
     "Offline reader: executes the record's SPARQL query on the given triples only; answers are entity IDs."
     timeout: float = 10.0  # seconds per query
     answer_var: str = 'answer'  # the SELECT variable holding answers (falls back to the first variable)
+    oracle: ClassVar[bool] = True  # it reads the record's gold query
     def answer(self, question: str, triples, record) -> list:
         "Answer IDs the record's query returns on the given triples."
         triples = list(triples)
@@ -109,7 +129,7 @@ class QueryReader:
         return [self.answer(q, t, r) for q, t, r in zip(questions, triples_lists, records)]
     def describe(self) -> str: return 'full-pattern recall (oracle)'
 
-# %% ../nbs/16_readers.ipynb #c020
+# %% ../nbs/16_readers.ipynb #c023
 _RELATIVE = r'\b(?:who|whom|whose|that|which|(?<!is )(?<!are )(?<!was )(?<!were )where)\b'  # "is where X died" names a relation
 _LEADING_WH = r'^\W*(?:\w+\W+){0,2}?(?:who|whom|whose|which|what|where|when|how)\b'
 _NESTED_OF = r'\bof (?:the|a|an) (?:[\w-]+ ){1,4}?of\b'  # "of the director of"
@@ -133,7 +153,7 @@ def relation_phrases(question: str, seed_labels=()) -> list:
     parts = [p.strip() for p in re.split(r'\band\b|[,?|]|' + _RELATIVE, text, flags=re.I)]
     return [p for p in parts if len(p) > 2] or [question.strip()]
 
-# %% ../nbs/16_readers.ipynb #c023
+# %% ../nbs/16_readers.ipynb #c026
 def item_id(text: str) -> str:
     "The ID of a `'Label (ID)'` item; a literal is its own ID."
     try: return parse_item(text)[1]
@@ -155,7 +175,7 @@ def best_path_scores(adj: dict,  # entity ID -> [(relation ID, +1 forward / -1 b
         layer = nxt
     return best
 
-# %% ../nbs/16_readers.ipynb #c026
+# %% ../nbs/16_readers.ipynb #c029
 @dataclass
 class TextPathReader:
     "Offline (non-oracle) reader: follows the relations the question's text names from its seeds through the given triples."
@@ -164,6 +184,7 @@ class TextPathReader:
     max_hops: int | None = None  # None: `question_hops` of each question
     max_answers: int = 10  # more tied entities than this is no answer (GTSQA's questions have at most 10)
     _vectors: dict = field(default_factory=dict, repr=False)  # text -> unit vector, this reader's memo
+    oracle: ClassVar[bool] = False  # it reads the question view only
 
     def read(self, question: str, seeds, triples) -> list:
         "Answer IDs from the question text, the seed entities ('Label (ID)') and the triples only."
@@ -185,7 +206,7 @@ class TextPathReader:
         answers = sorted(e for e, k in key.items() if k[0] == top[0] and k[1] >= top[1] - 1e-6)
         return answers if len(answers) <= self.max_answers else []
 
-# %% ../nbs/16_readers.ipynb #c028
+# %% ../nbs/16_readers.ipynb #c031
 @patch
 def vecs(self: TextPathReader, texts: list) -> np.ndarray:
     "(len(texts), dim) unit vectors, each text encoded once per reader."
@@ -203,10 +224,11 @@ def mentioned_entities(question: str, triples) -> list:
             if lab and f' {lab} ' in q: out[e] = len(lab)
     return [e for e in out if not any(e != o and normalize_answer(item_label(e)) in normalize_answer(item_label(o)) for o in out)]
 
-# %% ../nbs/16_readers.ipynb #c031
+# %% ../nbs/16_readers.ipynb #c034
 @patch
 def answer(self: TextPathReader, question: str, triples, record=None) -> list:
-    "Answer IDs; from `record` only its `seed_entities` are read (none: the entities the question mentions)."
+    "Answer IDs; from `record` (a question view) only its `seed_entities` are read (none: the entities the question mentions)."
+    question_record(record, 'the offline (non-oracle) reader')
     triples, seeds = list(triples), (record.get('seed_entities') if record is not None else None)
     seeds = list(seeds) if seeds is not None else []
     seeds = seeds or mentioned_entities(question, triples)
@@ -220,7 +242,7 @@ def answer_many(self: TextPathReader, questions, triples_lists, records=None) ->
 @patch
 def describe(self: TextPathReader) -> str: return 'offline (non-oracle): question-relation text similarity, paths from the seeds'
 
-# %% ../nbs/16_readers.ipynb #c038
+# %% ../nbs/16_readers.ipynb #c041
 SUBGRAPHRAG_MARKER = '[kgqa subgraphrag reader]'
 
 def compact_triple_lines(triples, k: int | None = None) -> str:
@@ -250,19 +272,22 @@ def needs_double_check(reply: str) -> bool:
     "True when a reply has no usable `ans:` line (none, or only 'not available')."
     return not parse_answers(reply)
 
-# %% ../nbs/16_readers.ipynb #c041
+# %% ../nbs/16_readers.ipynb #c044
 @dataclass
 class SubgraphRAGReader:
     "SubgraphRAG's reader: worked example, compact triples, and the double-check turn."
     client: LLMClient
     k: int | None = None  # keep the first k distinct triples (None: all given)
+    oracle: ClassVar[bool] = False  # it reads the question view only
     def answer(self, question: str, triples, record=None) -> list:
         "Answers for one question (two model calls when the first reply has no answer)."
+        question_record(record, "SubgraphRAG's reader")
         msgs = subgraphrag_messages(question, triples, self.k)
         reply = self.client.chat(msgs).text
         if needs_double_check(reply): reply = self.client.chat(msgs + [dict(role='user', content=DOUBLE_CHECK)]).text
         return parse_answers(reply)
     def answer_many(self, questions, triples_lists, records=None) -> list:
+        question_records(records, "SubgraphRAG's reader")
         return [self.answer(q, t) for q, t in zip(questions, triples_lists)]
     def describe(self) -> str: return f'llm:{self.client.describe()} (SubgraphRAG prompt)'
 
@@ -275,25 +300,28 @@ def _offline_subgraphrag_reader(messages) -> str:
     hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
     return '\n'.join(f'ans: {a}' for a in dict.fromkeys(hits)) if hits else 'The triplets do not say.'
 
-# %% ../nbs/16_readers.ipynb #c044
+# %% ../nbs/16_readers.ipynb #c047
 LLM_ONLY_MARKER = '[kgqa llm-only]'
 
 @dataclass
 class LLMOnlyReader:
     "The no-retrieval baseline: the question alone, answers on `ans:` lines."
     client: LLMClient
+    oracle: ClassVar[bool] = False  # it reads the question only
     def answer(self, question: str, triples=(), record=None) -> list:
         "Answers from the model's own knowledge (the triples are ignored)."
+        question_record(record, 'the LLM-only reader')
         sys = f'{LLM_ONLY_MARKER} Answer the question. Return every answer on its own line, prefixed with `ans:`.'
         return parse_answers(self.client.chat([dict(role='system', content=sys), dict(role='user', content=question.strip())]).text)
     def answer_many(self, questions, triples_lists=None, records=None) -> list:
+        question_records(records, 'the LLM-only reader')
         return [self.answer(q) for q in questions]
     def describe(self) -> str: return f'llm-only:{self.client.describe()}'
 
 @register_offline_model('kgqa-llm-only', matches=lambda m: bool(m) and m[0].get('content', '').startswith(LLM_ONLY_MARKER))
 def _offline_llm_only(messages) -> str: return 'ans: not available'
 
-# %% ../nbs/16_readers.ipynb #c046
+# %% ../nbs/16_readers.ipynb #c049
 FEW_SHOT_HEADER = ('Each question below is answered using only the facts listed before it. An answer names an entity from '
                    'the facts; several answers are separated by "; "; "not available" means the facts do not answer it.')
 _FEW_SHOT_EXAMPLES = (
@@ -319,7 +347,7 @@ def parse_few_shot_answers(text: str) -> list:
     out = [a.strip().strip('.').strip() for a in first.split(';')]
     return [a for a in dict.fromkeys(out) if a and a.lower() not in ('not available', 'none', 'unknown')]
 
-# %% ../nbs/16_readers.ipynb #c049
+# %% ../nbs/16_readers.ipynb #c052
 def few_shot_status(text: str, finish_reason: str | None = None) -> str:
     "What a few-shot reply is: 'answer', 'not available', or a format failure ('empty', 'token limit', 'prompt echo')."
     first = (text or '').strip().split('\n')[0].strip()
@@ -335,14 +363,17 @@ class FewShotReader:
     k: int | None = 40  # keep the first k distinct triples (prompts must fit the server's context)
     max_tokens: int = 48  # one answer line
     status: Counter = field(default_factory=Counter)  # replies by `few_shot_status`
+    oracle: ClassVar[bool] = False  # it reads the question view only
     def _params(self): return dict(max_tokens=self.max_tokens, stop=['\n'])
     def answer(self, question: str, triples, record=None) -> list:
         "Answers for one question."
+        question_record(record, 'the few-shot reader')
         r = self.client.complete(few_shot_prompt(question, triples, self.k), **self._params())
         self.status[few_shot_status(r.text, r.finish_reason)] += 1
         return parse_few_shot_answers(r.text)
     def answer_many(self, questions, triples_lists, records=None) -> list:
         "Answers for many questions (concurrent, cached)."
+        question_records(records, 'the few-shot reader')
         res = self.client.complete_many([few_shot_prompt(q, t, self.k) for q, t in zip(questions, triples_lists)], desc='few-shot reader', **self._params())
         self.status.update(few_shot_status(r.text, r.finish_reason) for r in res)
         return [parse_few_shot_answers(r.text) for r in res]
@@ -350,7 +381,7 @@ class FewShotReader:
         label = REGISTRY_MODEL.describe() if self.client.model == REGISTRY_MODEL.name else f'few-shot completions with {self.client.model}'
         return f'{label} via {self.client.describe()}'
 
-# %% ../nbs/16_readers.ipynb #c051
+# %% ../nbs/16_readers.ipynb #c054
 @register_offline_model('kgqa-few-shot-reader', matches=lambda m: len(m) == 1 and m[0].get('content', '').startswith(FEW_SHOT_HEADER))
 def _offline_few_shot_reader(messages) -> str:
     last = messages[-1]['content'].split('\n\nFacts:\n')[-1]
@@ -359,7 +390,7 @@ def _offline_few_shot_reader(messages) -> str:
     hits = [t for h, r, t in facts if n(r) and n(r) in q and n(h) and n(h) in q]
     return ' ' + ('; '.join(dict.fromkeys(hits)) or 'not available')
 
-# %% ../nbs/16_readers.ipynb #c054
+# %% ../nbs/16_readers.ipynb #c057
 def make_reader(kind: str = 'offline',  # 'offline' (full-pattern recall, oracle), 'offline-text' (non-oracle), 'llm' (SubgraphRAG prompt) or 'few-shot' (base LM)
                 backend: str = 'offline',  # LLM backend for 'llm' and 'few-shot'
                 model: str | None = None,  # LLM model ('' or None: the backend default; for 'few-shot' on openai, the registry model)
@@ -372,3 +403,6 @@ def make_reader(kind: str = 'offline',  # 'offline' (full-pattern recall, oracle
         if backend == 'openai': model = model or os.environ.get('KGQA_LLM_MODEL') or REGISTRY_MODEL.name
         return FewShotReader(LLMClient(backend, model or None, base_url or None, price_per_mtok=(0.0, 0.0, 0.0) if backend == 'openai' and model == REGISTRY_MODEL.name else None))
     raise ValueError(f"reader must be 'offline', 'offline-text', 'llm' or 'few-shot', not {kind!r}")
+
+# %% ../nbs/16_readers.ipynb #c060
+READERS = (LLMReader, QueryReader, TextPathReader, SubgraphRAGReader, LLMOnlyReader, FewShotReader)  # every reader class of this chapter

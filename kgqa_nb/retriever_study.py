@@ -32,10 +32,10 @@ from .text import TextEncoder, l2_normalize
 __all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED',
            'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
            'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation', 'study_splits',
-           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_hits', 'trained_retriever', 'example_triples',
-           'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code', 'retriever_study',
-           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
-           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
+           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever',
+           'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code',
+           'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap',
+           'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
            'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy',
            'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
            'floor_reader_rows', 'check_at_least', 'check_out', 'train_retriever_cli', 'retrieve_cli']
@@ -118,14 +118,18 @@ def qgraphs_fingerprint(qgraphs) -> str:
         for a in (g.h, g.r, g.t, g.triple_scores, g.seeds, g.answers): h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()[:16]
 
+def reader_record(reader, rec: dict) -> dict:
+    "What `reader` may read of `rec`: the whole record when its class declares itself an oracle (`oracle = True`), else `dataset.question_view(rec)`."
+    return rec if getattr(type(reader), 'oracle', False) is True else question_view(rec)
+
 def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks,
                 prefix: str = 'hits') -> dict:  # column name before '@K'
-    "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`)."
+    "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`); it reads `reader_record(reader, rec)`."
     ids, labels = gold_answers(kg, rec)
-    out = {}
+    out, read = {}, reader_record(reader, rec)
     for k in ks:
         tri = [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, scores, k)]
-        out[f'{prefix}@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, rec)], sorted(ids), labels))
+        out[f'{prefix}@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, read)], sorted(ids), labels))
     return out
 
 def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, readers, reader_ks, ks):
@@ -137,7 +141,7 @@ def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, readers, rea
         rows.append(dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **m, **hits))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c016
+# %% ../nbs/15c_retriever_study.ipynb #c018
 TRAINED_RETRIEVERS = {'subgraphrag': subgraphrag.study_train, 'sr': sr.study_train}
 
 def trained_retriever(name: str):
@@ -145,7 +149,7 @@ def trained_retriever(name: str):
     if name not in TRAINED_RETRIEVERS: raise ValueError(f'unknown trained retriever {name!r}: use one of {sorted(TRAINED_RETRIEVERS)}')
     return TRAINED_RETRIEVERS[name]
 
-# %% ../nbs/15c_retriever_study.ipynb #c019
+# %% ../nbs/15c_retriever_study.ipynb #c021
 def example_triples(ex: RetrievalExample) -> np.ndarray:
     "(E, 3) KG (head, relation, tail) indices of an example's question-graph triples, in its edge order."
     ei = ex.edge_index.numpy()
@@ -185,7 +189,7 @@ def listing_trainer(lr: ListingRetriever, recs: dict):
         return ListedScores(model, recs, kg), [dict(epoch=1, loss=float(np.mean(loss[-max(1, len(loss) // 10):])) if loss else float('nan'), steps=len(loss))]
     return train
 
-# %% ../nbs/15c_retriever_study.ipynb #c023
+# %% ../nbs/15c_retriever_study.ipynb #c025
 STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
 
 def study_code(*readers) -> str:
@@ -202,7 +206,7 @@ def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     check_val_metric(cfgs['subgraphrag'].get('val_metric', TrainConfig.val_metric))
     return cfgs
 
-# %% ../nbs/15c_retriever_study.ipynb #c026
+# %% ../nbs/15c_retriever_study.ipynb #c028
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -268,7 +272,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['folder'] = str(folder)  # where its runs and checkpoints are (RetrieverStudy.checkpoint)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c030
+# %% ../nbs/15c_retriever_study.ipynb #c032
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -321,7 +325,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c033
+# %% ../nbs/15c_retriever_study.ipynb #c035
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -370,7 +374,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c040
+# %% ../nbs/15c_retriever_study.ipynb #c042
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -394,14 +398,14 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c044
+# %% ../nbs/15c_retriever_study.ipynb #c046
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c048
+# %% ../nbs/15c_retriever_study.ipynb #c050
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -422,7 +426,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c050
+# %% ../nbs/15c_retriever_study.ipynb #c052
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -453,7 +457,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c052
+# %% ../nbs/15c_retriever_study.ipynb #c054
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -505,7 +509,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c054
+# %% ../nbs/15c_retriever_study.ipynb #c056
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -515,7 +519,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     extra = {'hits_nonoracle': make_reader(params['second_reader'])} if params.get('second_reader') else None
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c058
+# %% ../nbs/15c_retriever_study.ipynb #c060
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -534,7 +538,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c060
+# %% ../nbs/15c_retriever_study.ipynb #c062
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -556,7 +560,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c065
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -574,13 +578,14 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
     "Table 4's floor row: the registry model reads each arm's top-k triples of the first test questions, beside the oracle."
     read, top = rescore_top_triples(rs, n_questions or 3, k, seed)
     texts = [r['question'] for r in read]
-    o_rows, o_q = reader_rows(rs, read, {a: oracle.answer_many(texts, t, read) for a, t in top.items()}, k, 'oracle',
+    o_rows, o_q = reader_rows(rs, read, {a: oracle.answer_many(texts, t, [reader_record(oracle, r) for r in read]) for a, t in top.items()}, k, 'oracle',
                               oracle.describe(), '', 'oracle query execution', seed)
     done, why = None, 'floor_questions is 0'
     if n_questions > 0:
         def run(client):
             fs, t0 = few_shot(client), time.perf_counter()
-            return fs, {a: fs.answer_many(texts, t, read) for a, t in top.items()}, client.usage_summary(), time.perf_counter() - t0
+            views = [reader_record(fs, r) for r in read]  # the floor model is no oracle: the question view
+            return fs, {a: fs.answer_many(texts, t, views) for a, t in top.items()}, client.usage_summary(), time.perf_counter() - t0
         done, why = registry_model_try(run, llm_cache, base_url, threads=threads)
     if done is None:
         return FloorRows(o_rows.iloc[:0], o_q.iloc[:0], dict(label=REGISTRY_MODEL.describe(), skipped=why), o_q, why)
@@ -596,7 +601,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c069
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -622,7 +627,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c068
+# %% ../nbs/15c_retriever_study.ipynb #c070
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -635,7 +640,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c069
+# %% ../nbs/15c_retriever_study.ipynb #c071
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')

@@ -1,6 +1,7 @@
 """KGQAGen Table 2 rows: every row has a type (oracle, stand-in, LLM), the offline (non-oracle) reader sits beside every
-LLM reader given triples and reads nothing of a record but its seed entities, the LASM columns are blank exactly when
-asked (an offline judge), precision and F1 match values computed by hand, and the transfer summary spans every seed."""
+LLM reader given triples and reads nothing of a record but its question view, the LASM columns are blank exactly when
+asked (an offline judge), precision and F1 match values computed by hand, the transfer summary spans every seed, and the
+retriever rows read graphs built from the seeds alone (the answer-conditioned graphs only in rows labelled oracle)."""
 import json
 
 import numpy as np
@@ -8,13 +9,15 @@ import pandas as pd
 import pytest
 
 from kgqa_nb.kgqagen import KGQAGenConfig, run_kgqagen
-from kgqa_nb.kgqagen_eval import (ROW_TYPES, KGQAGenDataset, Table2Questions, score_runs, table2_runs, transfer_table)
+from kgqa_nb.dataset import QUESTION_FIELDS
+from kgqa_nb.kgqagen_eval import (ANSWER_CONDITIONED, ROW_TYPES, SEEDS_ONLY, KGQAGenDataset, Retrieved, Table2Questions, answer_graph_retrieval,
+                                  proof_held, proof_triples, retrieval_coverage, score_runs, seed_retrieval, table2_runs, transfer_table)
 from kgqa_nb.llm import LLMClient
 from kgqa_nb.loaders import load_kg
 from kgqa_nb.metrics import LasmJudge
 from kgqa_nb.readers import TextPathReader
 
-GOLD_FIELDS = ('sparql_query', 'answer_node', 'answer_subgraph', 'all_answers_wikidata', 'graph_isomorphism', 'question')
+GOLD_FIELDS = ('sparql_query', 'answer_node', 'answer_subgraph', 'all_answers_wikidata', 'graph_isomorphism', 'n_hops', 'proof')
 
 
 class SpyReader(TextPathReader):
@@ -58,7 +61,7 @@ def test_every_row_has_a_type_and_the_nonoracle_reader_sits_beside_every_llm_rea
 def test_nonoracle_reader_never_receives_gold_fields(scored, generated):
     _, spy, _ = scored
     assert len(spy.seen) == len(generated.rows) + len(generated.rows[::2])
-    assert all(set(r) == {'seed_entities'} for r in spy.seen)
+    assert all(set(r) <= set(QUESTION_FIELDS) and 'seed_entities' in r for r in spy.seen)
     assert not any(f in r for r in spy.seen for f in GOLD_FIELDS)
 
 
@@ -99,3 +102,40 @@ def test_transfer_table_spans_every_seed():
     assert tt.loc['SP', 'seeds_above_ppr'] == 1 and tt.loc['GT', 'seeds_above_ppr'] == 3
     np.testing.assert_allclose(tt.loc['GT - SP', ['mean', 'min', 'max']].astype(float), [(40 - 5 + 7) / 3, -5.0, 40.0])
     assert transfer_table(table.iloc[:1]).empty
+
+
+class AnswerBlind(dict):
+    "A record that fails the test the moment anything reads a gold field from it."
+    def __getitem__(self, k):
+        assert k not in GOLD_FIELDS, f'the seeds-only retrieval read the gold field {k!r}'
+        return super().__getitem__(k)
+    def get(self, k, default=None):
+        assert k not in GOLD_FIELDS, f'the seeds-only retrieval read the gold field {k!r}'
+        return super().get(k, default)
+
+
+def test_seeds_only_graphs_never_read_the_answer(generated, monkeypatch):
+    """The seeds-only graphs and PageRank's ranking come from the question view: records that refuse every gold field give
+    the same top K (the proof is read afterwards, only to count what the graphs hold)."""
+    import kgqa_nb.kgqagen_eval as ke
+    _, _, ppr = seed_retrieval(generated, top_k=15)
+    blind = Table2Questions([AnswerBlind(r) for r in generated.rows], generated.graph, 'offline', None)
+    monkeypatch.setattr(ke, 'proof_triples', lambda q: [[tuple(t) for t in dict.get(r, 'answer_subgraph')] for r in q.rows])  # the count, unguarded
+    _, _, again = seed_retrieval(blind, top_k=15)
+    assert again.top == ppr.top and again.in_graph == ppr.in_graph and ppr.graph == SEEDS_ONLY and not ppr.oracle
+
+
+def test_top_k_never_holds_more_proof_than_the_seeds_only_graph_and_oracle_graphs_are_labelled(generated):
+    rows, _, ppr = seed_retrieval(generated, top_k=15)
+    orc = answer_graph_retrieval(generated, rows, top_k=15)
+    proofs = dict(zip([r['id'] for r in generated.rows], proof_triples(generated)))
+    for i, got in ppr.top.items():
+        assert proof_held(proofs[i], got) <= ppr.in_graph[i] <= len(set(proofs[i]))
+    assert all(orc.in_graph[i] == len(set(proofs[i])) for i in orc.top)  # ground truth re-added: the whole proof is there
+    cov = retrieval_coverage(generated, [ppr, orc]).set_index('question_graph')
+    assert cov.loc[SEEDS_ONLY, 'proof_in_top_k'] <= cov.loc[SEEDS_ONLY, 'proof_in_graph'] <= cov.loc[ANSWER_CONDITIONED, 'proof_in_graph']
+    llm = LLMClient('offline', cache=False)
+    runs = table2_runs(generated, llm, [ppr, orc])
+    oracle_graph_rows = [(typ, name) for _, typ, name, _, _ in runs if name.startswith(orc.name)]
+    assert len(oracle_graph_rows) == 3 and all(t == 'oracle' and 'oracle' in n for t, n in oracle_graph_rows)
+    assert all(t != 'oracle' for _, t, n, _, _ in runs if n.startswith(ppr.name + ' + ') and 'full-pattern' not in n)

@@ -3,12 +3,16 @@ stand-in server (the same code path as a real model), the double-check turn, the
 the offline non-oracle reader (TextPathReader), which must answer without ever receiving the gold query, answers or type."""
 import inspect
 from collections.abc import Mapping
+from dataclasses import fields
 
 import pytest
 
+import kgqa_nb.readers as readers_chapter
+from kgqa_nb.dataset import QUESTION_FIELDS, question_view
 from kgqa_nb.llm import LLMClient, OfflineChatServer
-from kgqa_nb.readers import (DOUBLE_CHECK, LLMOnlyReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader,
+from kgqa_nb.readers import (DOUBLE_CHECK, READERS, LLMOnlyReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader,
                              subgraphrag_messages)
+from kgqa_nb.retriever_study import reader_record  # what a caller hands a reader (chapter 15c: below the readers, imports flow down)
 
 T = [('Alien (Q103569)', 'director (P57)', 'Ridley Scott (Q56005)'),
      ('Ridley Scott (Q56005)', 'place of birth (P19)', 'South Shields (Q646)')]
@@ -109,3 +113,56 @@ def test_text_reader_gives_no_answer_when_too_many_entities_tie(reader):
     many = tri + [(f'P{i} (Q{1000 + i})', 'place of birth (P19)', 'Rome (Q220)') for i in range(12)]
     assert reader.read('Who was born in Rome?', ['Rome (Q220)'], many) == []  # 14 people tie: more than 10 is not an answer
     assert len(TextPathReader(reader.encoder, max_answers=20).read('Who was born in Rome?', ['Rome (Q220)'], many)) == 14
+
+
+# --- every non-oracle reader reads the question view and refuses a full record ---------------------------------------------
+
+def _reader_classes():
+    "Every class of the readers chapter that answers questions: a new reader is caught here even if READERS forgets it."
+    return {c for c in vars(readers_chapter).values()
+            if isinstance(c, type) and c.__module__ == 'kgqa_nb.readers' and callable(getattr(c, 'answer_many', None))}
+
+
+def _build(cls):
+    "A reader of `cls` on the offline LLM backend where it needs a client."
+    return cls(LLMClient('offline', cache=False)) if 'client' in {f.name for f in fields(cls)} else cls()
+
+
+NON_ORACLE = [c for c in READERS if not c.oracle]
+QUERY = 'SELECT ?answer WHERE { wd:Q103569 wdt:P57 ?d . ?d wdt:P19 ?answer . }'
+FULL = dict(id='q1', question='Where was the director of Alien born?', paraphrased_question=None, seed_entities=['Alien (Q103569)'],
+            **{k: 'GOLD' for k in GOLD})
+
+
+def test_readers_lists_every_reader_and_each_says_whether_it_is_an_oracle():
+    assert set(READERS) == _reader_classes()
+    assert all(isinstance(vars(c).get('oracle'), bool) for c in READERS)  # declared by the class itself, not inherited by accident
+    assert [c.__name__ for c in READERS if c.oracle] == ['QueryReader'] and len(NON_ORACLE) == len(READERS) - 1
+
+
+@pytest.mark.parametrize('cls', NON_ORACLE, ids=lambda c: c.__name__)
+def test_every_nonoracle_reader_answers_from_the_question_view(cls):
+    view = question_view(FULL)
+    assert set(view) <= set(QUESTION_FIELDS) and not set(view) & set(GOLD)
+    reader = _build(cls)
+    one = reader.answer(view['question'], T, view)  # a gold field read would be a KeyError: the view has none
+    assert isinstance(one, list)
+    assert _build(cls).answer_many([view['question']] * 2, [T, T[:1]], [view, view])[0] == one
+    assert reader_record(reader, FULL) == view
+
+
+@pytest.mark.parametrize('cls', NON_ORACLE, ids=lambda c: c.__name__)
+def test_every_nonoracle_reader_refuses_a_full_record(cls):
+    reader = _build(cls)
+    with pytest.raises(ValueError, match=r"reads only the question view .*'answer_node'"):
+        reader.answer(FULL['question'], T, FULL)
+    with pytest.raises(ValueError, match='reads only the question view'):
+        reader.answer_many([FULL['question']] * 2, [T, T], [question_view(FULL), FULL])  # one full record among views is enough
+
+
+def test_the_oracle_reads_the_full_record_and_only_it():
+    full = dict(FULL, sparql_query=QUERY)
+    assert reader_record(QueryReader(), full) is full
+    assert QueryReader().answer(full['question'], T, reader_record(QueryReader(), full)) == ['Q646']
+    with pytest.raises(KeyError, match='sparql_query'):  # the question view holds no query: the oracle cannot run on it
+        QueryReader().answer(full['question'], T, question_view(full))

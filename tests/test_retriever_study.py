@@ -13,8 +13,10 @@ from kgqa_nb.metrics import one_sided_test
 from scipy import stats
 
 from kgqa_nb.cli import PARSERS
-from kgqa_nb.retriever_study import (gate_verdict, gt_vs_sp, hierarchical_bootstrap, paired_matrices, retrieve_cli, retriever_study,
-                                     train_retriever_cli, training_gate)
+from kgqa_nb.dataset import QUESTION_FIELDS
+from kgqa_nb.readers import TextPathReader
+from kgqa_nb.retriever_study import (gate_verdict, gt_vs_sp, hierarchical_bootstrap, paired_matrices, reader_record, retrieve_cli,
+                                     retriever_study, train_retriever_cli, training_gate)
 from kgqa_nb.subgraphrag import RetrievalInputError, two_hop_dataset
 from kgqa_nb.text import HashingEncoder
 
@@ -206,3 +208,31 @@ def test_train_and_retrieve_read_a_dataset_folder(tmp_path):
     assert [g['id'] for g in got] == ['d10', 'd11', 'd12', 'd13'] and all(len(g['triples']) == 5 for g in got)  # the folder's test questions
     with pytest.raises(FileNotFoundError, match='--dataset .*no such folder'):
         train_retriever_cli(cli_args('train-retriever', ['--dataset', str(tmp_path / 'nowhere'), '--out', str(tmp_path / 'ck2')]))
+
+
+class _SpyReader:
+    "Records what a study hands it; answers nothing."
+    def __init__(self, oracle=None):
+        self.seen = []
+        if oracle is not None: self.oracle = oracle  # an instance attribute does not make an oracle: only the class says
+    def answer(self, question, triples, record=None):
+        self.seen.append(dict(record)); return []
+    def describe(self): return 'spy'
+
+
+class _SpyOracle(_SpyReader):
+    oracle = True
+
+
+def test_the_study_hands_non_oracle_readers_the_question_view_only(tmp_path):
+    plain, claims, orc = _SpyReader(), _SpyReader(oracle=True), _SpyOracle()
+    text = TextPathReader(encoder=HashingEncoder(dim=16))  # a real non-oracle reader: it refuses a full record
+    kg, recs, graphs = two_hop_dataset(12, n_distractors=6, shortcut=True)
+    recs = [dict(r, answer_node=kg.entity_text(g.answers[0]), sparql_query='SELECT ...') for r, g in zip(recs, graphs)]  # gold fields
+    retriever_study(kg, pd.DataFrame(recs).assign(split=['train'] * 8 + ['test'] * 4), graphs, HashingEncoder(dim=16), tmp_path / 'cache',
+                    labels=('gt',), seeds=(0,), references=('random',), train_cfg=dict(epochs=1, val_metric=None), root=tmp_path / 'emb',
+                    reader=plain, extra_readers={'hits_claims': claims, 'hits_oracle': orc, 'hits_text': text}, reader_ks=(5,))
+    assert plain.seen and all(set(r) <= set(QUESTION_FIELDS) and 'question' in r for r in plain.seen + claims.seen)
+    assert orc.seen and all({'answer_node', 'sparql_query', 'n_hops'} <= set(r) for r in orc.seen)  # the oracle gets the whole record
+    full = dict(plain.seen[0], answer_node='X (Q1)', sparql_query='SELECT ...')
+    assert reader_record(text, full) == plain.seen[0] and reader_record(orc, full) is full
