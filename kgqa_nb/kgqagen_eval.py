@@ -385,7 +385,8 @@ def coverage_columns(table: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFram
 
 def _coverage_notes(coverage: pd.DataFrame, top_k: int) -> list:
     pct = lambda a, b: f'{a} ({a / b:.1%})' if b else str(a)
-    return [f"{c.retriever} ({c.question_graph}): {c.n_questions} questions, {c.proof_triples} proof triples; the graphs hold {pct(c.proof_in_graph, c.proof_triples)}"
+    name = lambda c: c.retriever if c.question_graph in c.retriever else f'{c.retriever} ({c.question_graph} graphs)'
+    return [f"{name(c)}: {c.n_questions} questions, {c.proof_triples} proof triples; the graphs hold {pct(c.proof_in_graph, c.proof_triples)}"
             f" (the whole proof on {c.questions_whole_proof_in_graph}), the top {top_k} hands the reader {pct(c.proof_in_top_k, c.proof_triples)}"
             for c in coverage.itertuples()]
 
