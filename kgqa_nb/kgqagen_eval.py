@@ -27,6 +27,7 @@ from .ultra import load_ultra
 from .ultrag import NeuralExecutor, SEPPRPruner, Ultrag, fit_tau, oracle_writer, record_ids, register_oracle_queries, relative_threshold
 from .dataset import load_kgqagen, question_view
 from .datasources import resolve_kg
+from .filters import dataset_filters
 from .kgqagen import KGQAGEN_CODE_MODULES, KGQAGenConfig, proof_answer, run_kgqagen
 
 # %% auto #0
@@ -235,7 +236,7 @@ def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records 
                       n_seeds: int = 1) -> tuple:  # training seeds 0..n_seeds-1 of the study
     "({(label regime, seed): {id: top-K triples as text}}, the training set in words, {(regime, seed): epochs})."
     sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=n_seeds, retrievers=['subgraphrag'])
-    rs = open_study('retriever_study', sp, make_reader, out_dir)
+    rs = open_study('retriever_study', sp, make_reader, out_dir, make_filters=dataset_filters)
     enc = TextEncoder(sp['encoder'])
     vecs = enc.encode_cached([t for ex in exs for t in ex.texts], role='query')  # the question (and paraphrase) of each view
     bounds = np.cumsum([0] + [len(ex.texts) for ex in exs])

@@ -473,13 +473,16 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          sr_epochs: int = 3, sr_max_hop: int = 3, sr_beam: int = 10,  # SR training epochs and search
                          graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
                          second_reader: str = '',  # the `make_reader` kind of `extra_readers['hits_nonoracle']` ('': none), recorded
+                         answerability: str = '', newer_kg: str = '',  # the dataset's last filters ('': none), as its generation notebook sets them
+                         make_filters=None,  # `filters.dataset_filters` (chapter 16a) when a filter is asked for
                          extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
                          listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     graph = resolve_kg(kg)
     gen = dict(n_target=n_questions, backend=backend, model=model, base_url=base_url) if source == 'generated' else {}
-    ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True,
+    filt = {k: v for k, v in dict(answerability=answerability, newer_kg=newer_kg).items() if v}  # read the filtered dataset's survivors
+    ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True, make_filters=make_filters, **filt,
                         n_questions=n_questions, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
                         n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
                         reader_ks=list(reader_ks), cache_dir=cache_dir, retrievers=list(retrievers), sr_tune=sr_tune,
@@ -506,18 +509,21 @@ READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorde
 
 def study_params(ns: dict) -> dict:
     "The keyword arguments of `open_retriever_study` found in a notebook's namespace (`globals()`): its parameters, passed once."
-    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'params')]
+    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
 # %% ../nbs/15c_retriever_study.ipynb #c056
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
-               out_dir: str = '', **recorded) -> RetrieverStudy:  # recorded: the reading notebook's own parameters
+               out_dir: str = '',
+               make_filters=None,  # the dataset's last filters, e.g. `filters.dataset_filters` (needed when params ask for one)
+               **recorded) -> RetrieverStudy:  # recorded: the reading notebook's own parameters
     "A retriever study opened from its parameters: its reader built once, its runs read from the cache (or run once)."
     reader = make_reader(params.get('reader', 'offline'), *(params.get(n, '') for n in READER_PARAMS))
     extra = {'hits_nonoracle': make_reader(params['second_reader'])} if params.get('second_reader') else None
-    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, **recorded)
+    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
+                                **recorded)
 
 # %% ../nbs/15c_retriever_study.ipynb #c060
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order

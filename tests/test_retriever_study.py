@@ -236,3 +236,32 @@ def test_the_study_hands_non_oracle_readers_the_question_view_only(tmp_path):
     assert orc.seen and all({'answer_node', 'sparql_query', 'n_hops'} <= set(r) for r in orc.seen)  # the oracle gets the whole record
     full = dict(plain.seen[0], answer_node='X (Q1)', sparql_query='SELECT ...')
     assert reader_record(text, full) == plain.seen[0] and reader_record(orc, full) is full
+
+
+class _Stop(Exception): pass
+
+
+def test_the_study_reads_the_filtered_dataset_it_is_given(tmp_path, monkeypatch):
+    "With the dataset's answerability filter asked for, the study trains and tests on its survivors (the set Tables 1 and 5 read)."
+    import kgqa_nb.retriever_study as rsm
+    from kgqa_nb.datasources import open_artifact
+    from kgqa_nb.filters import dataset_filters
+    from kgqa_nb.readers import QueryReader
+    seen = {}
+    def spy(kg, records, *a, **kw):
+        seen['ids'] = sorted(records.id.tolist()); raise _Stop
+    monkeypatch.setattr(rsm, 'study_question_graphs', lambda *a, **kw: {})
+    monkeypatch.setattr(rsm, 'retriever_study', spy)
+    gen = dict(n_questions=60, seed=0, out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match='make_filters'):
+        rsm.open_retriever_study('retriever_study', QueryReader(), answerability='offline-text', **gen)
+    with pytest.raises(_Stop): rsm.open_retriever_study('retriever_study', QueryReader(), **gen)
+    unfiltered = seen.pop('ids')
+    with pytest.raises(_Stop):
+        rsm.open_retriever_study('retriever_study', QueryReader(), answerability='offline-text', make_filters=dataset_filters, **gen)
+    ctx = open_artifact('table1_dataset_overview', 'generated', 'toyworld', 0, str(tmp_path), n_target=60, backend='offline',
+                        answerability='offline-text', make_filters=dataset_filters)
+    assert seen['ids'] == sorted(ctx.records.id.tolist())
+    assert set(seen['ids']) <= set(unfiltered) and len(seen['ids']) < len(unfiltered)  # some test questions fail the check
+    sp = rsm.study_params(dict(answerability='offline-text', newer_kg='', make_filters=dataset_filters, n_questions=60))
+    assert sp == dict(answerability='offline-text', newer_kg='', n_questions=60)
