@@ -190,8 +190,8 @@ def proof_held(proof, triples) -> int:  # text triples ('Label (ID)') or ID trip
     return len(ids(proof) & ids(triples))
 
 def proof_triples(q: Table2Questions) -> list:
-    "Per question its supporting subgraph as text triples (the published proof, or the generated answer subgraph)."
-    return [[tuple(t) for t in (r['proof'] if q.dataset is None else r['answer_subgraph'])] for r in q.rows]
+    "Per question its supporting subgraph as text triples: the proof (published, or generated: one instance per answer)."
+    return [[tuple(t) for t in (r['proof'] if q.dataset is None or 'proof' in r else r['answer_subgraph'])] for r in q.rows]
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c030
 def _graph_ids(kg, h, r, t) -> set:
@@ -228,7 +228,7 @@ def answer_graph_retrieval(q: Table2Questions, rows: list,  # the records to ran
         held[r['id']] = proof_held(proofs[r['id']], _graph_ids(g, qg.h, qg.r, qg.t))
     return Retrieved(f'{ANSWER_CONDITIONED} graphs, PPR top-{top_k}', top, held, ANSWER_CONDITIONED)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c033
+# %% ../nbs/22a_kgqagen_eval.ipynb #c035
 def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records with a question graph and their examples (`seed_retrieval`)
                       study: dict,  # the `retriever_study` artifact's parameters under some profile (defaults filled in)
                       labels=('sp', 'gt'),  # label regimes: sp, gt or sp:CONVENTION
@@ -252,7 +252,7 @@ def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records 
             epochs[arm, k] = len(meta['history'])
     return trained, f'{source}, train split of {n_train} questions', epochs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c036
+# %% ../nbs/22a_kgqagen_eval.ipynb #c038
 def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     "The record with `answer_node` on the gold answer its answer subgraph supports (`kgqagen.proof_answer`, as generated records already have it)."
     _, gold, sg = record_ids(rec)
@@ -262,7 +262,7 @@ def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     if alt not in held: return rec
     return {**rec, 'answer_node': format_item(kg.entity_labels[kg.entity_index[alt]], alt) if alt in kg.entity_index else alt}
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c039
+# %% ../nbs/22a_kgqagen_eval.ipynb #c041
 def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 ultrag_k: int = 30000) -> dict:  # SEPPR nodes kept per question
     "ULTRAG's predictions on `rows` with the oracle writer and ground-truth seeds: preds, status, seconds, taus, name, writer, rerooted."
@@ -280,14 +280,14 @@ def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 name=f"ULTRAG (oracle query writer, UltraQuery executor, {pipe.pruner.label}, ground-truth seeds, threshold arbitrator "
                      f"tau {taus[0]:g}/{taus[1]:g} fitted on the other half)")
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c042
+# %% ../nbs/22a_kgqagen_eval.ipynb #c044
 ROW_TYPES = ('oracle', 'stand-in (offline non-oracle)', 'LLM')
 
 def llm_row_type(llm: LLMClient) -> str:
     "The `type` of a row answered by `llm`: an offline backend is a stand-in, never an LLM's result."
     return ROW_TYPES[1] if llm.backend == 'offline' else ROW_TYPES[2]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c044
+# %% ../nbs/22a_kgqagen_eval.ipynb #c046
 def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
                 retrievers: list,  # a `Retrieved` (or a (name, {id: top-K triples as text}) pair, seeds only) per retriever
                 ultrag: dict | None = None, ultrag_idx=(),  # `ultrag_rows` and the positions of its questions
@@ -313,7 +313,7 @@ def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
     if ultrag: runs.append(('KG-RAG', O, ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
     return runs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c046
+# %% ../nbs/22a_kgqagen_eval.ipynb #c048
 TABLE2_METRICS = ('accuracy', 'precision', 'f1', 'hit@1', 'recall')
 
 def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
@@ -332,7 +332,7 @@ def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
                   for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
     return pd.DataFrame(table), pd.DataFrame(per_q)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c051
+# %% ../nbs/22a_kgqagen_eval.ipynb #c053
 _TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
 
 def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
@@ -353,7 +353,7 @@ def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.
                             seeds_above_ppr=None if arm == 'GT - SP' or np.isnan(base) else int((v > base).sum())))
     return pd.DataFrame(out)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c054
+# %% ../nbs/22a_kgqagen_eval.ipynb #c056
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -391,7 +391,7 @@ def _coverage_notes(coverage: pd.DataFrame, top_k: int) -> list:
             f" (the whole proof on {c.questions_whole_proof_in_graph}), the top {top_k} hands the reader {pct(c.proof_in_top_k, c.proof_triples)}"
             for c in coverage.itertuples()]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c056
+# %% ../nbs/22a_kgqagen_eval.ipynb #c058
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
