@@ -12,7 +12,14 @@ every step, copied its label vectors and recomputed DDE. Both train the same epo
 disk as the study reads them: random graphs of E triples over E / 8 entities, as SynthKGQA's, each with a two-hop
 ground-truth path from its seed), scoring the validation questions after each epoch;
 the ratio of their wall times is reported and their final weights are asserted identical (the maths is unchanged).
+(4) The cheaper step (issue 36, item 1): seconds per training question of one epoch of `train_retriever` (its validation
+included, 20 % of the questions held out as in the study, selection on label_recall@100) on question graphs of the study's
+size (10,000 triples), for the reference step and for each option of `TrainConfig` alone and combined, in one run, each
+configuration timed `repeats` times interleaved with the others (the minimum is kept: the machine is shared), with the
+ratio to the reference. `torch.compile` is timed after a warm-up run that compiles it; the warm-up is reported apart.
 """
+import os
+import warnings
 import tempfile
 from pathlib import Path
 import time
@@ -123,9 +130,56 @@ def _timed(f):
     t0 = time.perf_counter(); out = f(); return out, time.perf_counter() - t0
 
 
+LEVERS = {  # name -> TrainConfig options (besides epochs, seed); the reference first
+    'reference': {},
+    'neg_sample_1000': dict(neg_sample=1000),
+    'neg_sample_250': dict(neg_sample=250),
+    'questions_per_step_8': dict(questions_per_step=8),
+    'bf16': dict(bf16=True),
+    'compile': dict(compile=True),
+    'val_subset_quarter': 'val_subset',
+    'combined': dict(neg_sample=1000, questions_per_step=8, bf16=True, val_subset='val_subset'),
+    'combined_neg250': dict(neg_sample=250, questions_per_step=8, bf16=True, val_subset='val_subset'),
+    'combined_compile': dict(neg_sample=1000, questions_per_step=8, bf16=True, val_subset='val_subset', compile=True),
+}
+
+
+def cheaper_step(n_train: int = 24, n_val: int = 6, E: int = 10_000, threads: int = 2, repeats: int = 3) -> dict:
+    "Seconds per training question of one epoch (validation included) for the reference step and each option; ratios to the reference."
+    from kgqa_nb.subgraphrag import cpu_bf16_units, forward_precision
+    kg, recs, graphs = wide_questions(n_train + n_val, E, seed=1)
+    tmp = Path(tempfile.mkdtemp()); enc = HashingEncoder(dim=384)
+    qgs = QuestionGraphs([g.save(tmp / f'{g.id}.npz') for g in graphs])
+    exs = prepare_examples(recs, qgs, enc, root=tmp); feats = text_features(kg, enc, root=tmp)
+    train, val = exs[n_val:], exs[:n_val]
+    sub = max(n_val // 4, 1)
+    cfgs = {k: TrainConfig(epochs=1, patience=2, seed=0, **{o: (sub if v == 'val_subset' else v) for o, v in
+                                                          ({'val_subset': sub} if kw == 'val_subset' else kw).items()})
+            for k, kw in LEVERS.items()}
+    torch.set_num_threads(threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        _, t_compile_warm = _timed(lambda: train_retriever(train, val, feats, cfgs['compile']))  # compiles the forward pass
+        train_retriever(train, val, feats, cfgs['combined_compile'])  # and its bf16, sampled form
+        train_retriever(train[:2], val[:1], feats, cfgs['reference'])  # warm-up
+        times = {k: [] for k in cfgs}
+        for _ in range(repeats):
+            for k, c in cfgs.items(): times[k].append(_timed(lambda: train_retriever(train, val, feats, c))[1])
+    per_q = {k: min(v) / len(train) for k, v in times.items()}
+    rows = [dict(lever=k, options={o: getattr(cfgs[k], o) for o in ('neg_sample', 'questions_per_step', 'bf16', 'compile', 'val_subset')
+                                   if getattr(cfgs[k], o) != getattr(TrainConfig(), o)},
+                 seconds_per_train_question=round(per_q[k], 4), speedup_vs_reference=round(per_q['reference'] / per_q[k], 2),
+                 all_times_s=[round(t, 2) for t in times[k]]) for k in cfgs]
+    return dict(train_questions=len(train), validation_questions=len(val), val_subset=sub, triples_per_question=E,
+                entities_per_question=max(E // 8, 4), dim=384, threads=threads, repeats=repeats,
+                bf16_units=cpu_bf16_units() or 'none', bf16_used=forward_precision(True, 'cpu')[1],
+                compile_first_epoch_s=round(t_compile_warm, 1), load_average_1min=round(os.getloadavg()[0], 2), rows=rows)
+
+
 def run(quick: bool = False) -> dict:
     sizes = [1_000, 5_000] if quick else [1_000, 5_000, 20_000]
-    out = {'cpu': [measure(E, steps=2 if quick else 5, repeats=2 if quick else 3) for E in sizes],
+    out = {'cheaper_step': [cheaper_step(6, 2, 1000, repeats=1)] if quick else [cheaper_step(threads=n) for n in (2, 1)],
+           'cpu': [measure(E, steps=2 if quick else 5, repeats=2 if quick else 3) for E in sizes],
            'training_loop': compare_loops(10, 1000, 1) if quick else compare_loops()}
     if torch.cuda.is_available(): out['cuda'] = [measure(E, device='cuda') for E in sizes + [100_000]]
     return out

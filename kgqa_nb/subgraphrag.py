@@ -468,9 +468,13 @@ def _lever_loss(fwd, it, ent, rel_x, row, dev, n_neg, rng, amp):
     "`_step_loss` with sampled negatives (`n_neg`, None: all triples) under the autocast context `amp`, through `fwd` (the model or its compiled form)."
     x = lambda k: it[k].to(dev)
     if n_neg is None: idx, w = None, None
-    else: idx, w = (t.to(dev) for t in negative_sample(it['y'].numpy(), n_neg, rng))
-    ei, rl, y = (x('edge_index'), x('rel'), x('y')) if idx is None else (x('edge_index')[:, idx], x('rel')[idx], x('y')[idx])
-    with amp(): logits = fwd(it['q'][row].to(dev), ent[it['rows']].to(dev), x('has_text'), rel_x, ei, rl, x('topic'), dde_x=x('dde'))
+    else: idx, w = negative_sample(it['y'].numpy(), n_neg, rng)
+    if idx is None: ei, rl, y, keep = x('edge_index'), x('rel'), x('y'), slice(None)
+    else:  # only the entities the sampled triples touch (their DDE comes from the whole graph)
+        keep, ei = torch.unique(it['edge_index'][:, idx], return_inverse=True)
+        ei, rl, y, w, keep = ei.to(dev), it['rel'][idx].to(dev), it['y'][idx].to(dev), w.to(dev), keep
+    with amp(): logits = fwd(it['q'][row].to(dev), ent[it['rows'][keep]].to(dev), it['has_text'][keep].to(dev), rel_x, ei, rl,
+                             it['topic'][keep].to(dev), dde_x=it['dde'][keep].to(dev))
     logits = logits.float()
     return F.binary_cross_entropy_with_logits(logits, y) if idx is None else sampled_loss(logits, y, w, len(it['y']))
 
