@@ -120,7 +120,7 @@ def test_seeds_only_graphs_never_read_the_answer(generated, monkeypatch):
     import kgqa_nb.kgqagen_eval as ke
     _, _, ppr = seed_retrieval(generated, top_k=15)
     blind = Table2Questions([AnswerBlind(r) for r in generated.rows], generated.graph, 'offline', None)
-    monkeypatch.setattr(ke, 'proof_triples', lambda q: [[tuple(t) for t in dict.get(r, 'answer_subgraph')] for r in q.rows])  # the count, unguarded
+    monkeypatch.setattr(ke, 'proof_triples', lambda q: [[tuple(t) for t in (dict.get(r, 'proof') or dict.get(r, 'answer_subgraph'))] for r in q.rows])  # the count, unguarded
     _, _, again = seed_retrieval(blind, top_k=15)
     assert again.top == ppr.top and again.in_graph == ppr.in_graph and ppr.graph == SEEDS_ONLY and not ppr.oracle
 
