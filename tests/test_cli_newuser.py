@@ -49,8 +49,8 @@ def gen_dir(home) -> Path:
 
 @pytest.fixture(scope='module')
 def kgqagen_dir(home) -> Path:
-    "A user's own `kgqa kgqagen` run folder (12 toy-world questions of varied shapes: its zero-shot split keeps a train part)."
-    res = kgqa(home, 'kgqagen', '--kg', 'toyworld', '--n', 12, '--out', home / 'kq')
+    "A user's own `kgqa kgqagen` run folder (30 toy-world questions of varied shapes: its zero-shot split keeps a train part)."
+    res = kgqa(home, 'kgqagen', '--kg', 'toyworld', '--n', 30, '--out', home / 'kq')
     assert res.returncode == 0, res.stderr[-2000:]
     return home / 'kq'
 
