@@ -5,6 +5,7 @@
 # %% ../nbs/23_agents.ipynb #c002
 from __future__ import annotations
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from fastcore.basics import patch
@@ -12,16 +13,16 @@ from fastcore.basics import patch
 from .kg import KnowledgeGraph, csr_view
 from .kgqagen import ReplyError, reply_json
 from .llm import LLMClient
-from .readers import TextPathReader, question_hops, relation_phrases
+from .readers import question_hops, relation_phrases
 from .text import TextEncoder
 
 # %% auto #0
 __all__ = ['STEPS', 'Walkable', 'walkable', 'relation_candidates', 'entity_candidates', 'step_marker', 'prompt_step',
            'agent_messages', 'numbered', 'question_block', 'arrow', 'step_text', 'reply_numbers', 'parse_keep',
            'parse_sufficiency', 'parse_plan', 'parse_reflection', 'Task', 'relation_messages', 'entity_messages',
-           'fact_lines', 'sufficiency_messages', 'decompose_messages', 'reflect_messages', 'LLMPolicy', 'OfflinePolicy',
-           'top_indices', 'Path', 'search_round', 'path_triples', 'AgentRun', 'KGAgent', 'ToG', 'path_text',
-           'memory_text', 'PoG']
+           'fact_lines', 'sufficiency_messages', 'decompose_messages', 'reflect_messages', 'LLMPolicy', 'seed_walks',
+           'CoverageCheck', 'OfflinePolicy', 'top_indices', 'Path', 'search_round', 'path_triples', 'AgentRun',
+           'KGAgent', 'ToG', 'path_text', 'memory_text', 'PoG', 'path_relations']
 
 # %% ../nbs/23_agents.ipynb #c006
 @dataclass
@@ -236,17 +237,56 @@ def decompose(self: LLMPolicy, task: Task) -> list:
     return self.ask(decompose_messages(task), parse_plan)
 
 @patch
-def reflect(self: LLMPolicy, task: Task, memory: str, earlier: list) -> int | None:
+def reflect(self: LLMPolicy, task: Task, memory: str, earlier: list,
+            options: dict | None = None) -> int | None:  # the branches' relations (unused: the prompt shows the memory)
     "None to continue, else the index in `earlier` to backtrack to."
     return self.ask(reflect_messages(task, memory, earlier), lambda t: parse_reflection(t, len(earlier)))
 
 # %% ../nbs/23_agents.ipynb #c038
+def seed_walks(triples, seeds, hops: int) -> list:
+    "Every walk of exactly `hops` steps from a seed through `triples` (either direction, no triple twice): ((row, forward), ...) tuples."
+    t = np.asarray(triples, np.int64).reshape(-1, 3)
+    adj = {}
+    for i, (h, _, o) in enumerate(t.tolist()): adj.setdefault(h, []).append((i, True, o)); adj.setdefault(o, []).append((i, False, h))
+    out, stack = [], [(s, ()) for s in dict.fromkeys(int(x) for x in seeds)]
+    while stack:
+        e, walk = stack.pop()
+        if len(walk) == hops: out.append(walk); continue
+        stack += [(n, walk + ((i, f),)) for i, f, n in adj.get(e, ()) if all(i != j for j, _ in walk)]
+    return out
+
+@dataclass
+class CoverageCheck:
+    "The offline agents' stopping rule (not a reader): a seed walk of the implied hops whose every relation matches a question phrase not used before."
+    threshold: float = 0.5  # cosine each step's relation label must reach against some relation phrase of the question
+    max_walks: int = 5000  # walks examined at most (the first found), so a crowded graph cannot stall a check
+    oracle: ClassVar[bool] = False  # it reads the question, the seeds and the explored triples only
+
+    def check(self, policy, task: Task, triples, depth: int) -> dict:  # policy: gives `similarity` (its encoder)
+        "{'sufficient', 'answer', 'covered'}: sufficient when `depth` reaches the implied hops and a fully matched walk exists."
+        no, hops = dict(sufficient=False, answer=[], covered=[]), question_hops(task.question)
+        t = np.asarray(triples, np.int64).reshape(-1, 3)
+        if depth < hops or not len(t): return no
+        memo = {}
+        def ok(rels):  # each step's relation against the phrases the walk's earlier steps have not used
+            if rels not in memo: memo[rels] = policy.similarity(task, [task.kg.relation_labels[rels[-1]]], rels[:-1])[0] >= self.threshold
+            return memo[rels]
+        walks = [w for w in seed_walks(t, task.seeds, hops)[:self.max_walks]
+                 if all(ok(tuple(int(t[i, 1]) for i, _ in w[:k + 1])) for k in range(len(w)))]
+        ends = dict.fromkeys(int(t[i, 2] if f else t[i, 0]) for *_, (i, f) in walks)
+        ans = [task.kg.entity_text(e) for e in ends if e not in task.seeds]
+        return dict(sufficient=bool(ans), answer=ans, covered=[])
+
+    def describe(self) -> str: return f'coverage rule (every step of a seed walk of the implied hops matches a question phrase, cosine >= {self.threshold:g})'
+
+# %% ../nbs/23_agents.ipynb #c039
 @dataclass
 class OfflinePolicy:
-    "MiniLM pruning by similarity to the question; sufficient once the offline text-path reader answers."
+    "MiniLM pruning by similarity to the question; its own stopping rule (`CoverageCheck`) and reflection rule (PoG)."
     encoder: object = None  # a `text.TextEncoder` (None: MiniLM, loaded on first use)
     entity_weight: float = 0.1  # share of the new entity's own label similarity in its score
-    reader: TextPathReader | None = None  # the stopping reader (None: a `TextPathReader` on the same encoder)
+    check: CoverageCheck = field(default_factory=CoverageCheck)  # the stopping rule: never the benchmark's scoring reader
+    drift: float = 0.5  # PoG reflection: a branch whose best newest relation scores below this is off the plan
     calls: int = 0  # always 0: no LLM is asked
     _vectors: dict = field(default_factory=dict, repr=False)  # text -> unit vector, this policy's memo
 
@@ -265,9 +305,9 @@ class OfflinePolicy:
         left = [i for i in range(len(phrases)) if i not in spent] or list(range(len(phrases)))
         return (self.vecs(list(texts)) @ ph[left].T).max(1)
 
-    def describe(self) -> str: return 'offline policy: MiniLM pruning, stops when the text-path reader answers'
+    def describe(self) -> str: return 'offline policy: MiniLM pruning, stops by its own coverage rule (not the scoring reader)'
 
-# %% ../nbs/23_agents.ipynb #c039
+# %% ../nbs/23_agents.ipynb #c040
 def top_indices(scores, width: int) -> list:
     "Indices of the `width` highest scores, best first (ties keep the given order)."
     return np.argsort(-np.asarray(scores, float), kind='stable')[:width].tolist()
@@ -287,15 +327,8 @@ def entities(self: OfflinePolicy, task: Task, hops: list, width: int) -> list:
 
 @patch
 def sufficiency(self: OfflinePolicy, task: Task, triples, depth: int, memory: str = '') -> dict:
-    "Sufficient when `depth` reaches the question's implied hops and the reader answers from the triples."
-    no = dict(sufficient=False, answer=[], covered=[])
-    if depth < question_hops(task.question) or not len(triples): return no
-    if self.reader is None: self.reader = TextPathReader(encoder=self.encoder)
-    kg = task.kg
-    found = self.reader.read(task.question, [kg.entity_text(s) for s in task.seeds],
-                             [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in np.asarray(triples).tolist()])
-    ans = [kg.entity_text(kg.entity_index[a]) if a in kg.entity_index else a for a in found]
-    return dict(sufficient=bool(ans), answer=ans, covered=[])
+    "The verdict of the policy's own stopping rule (`self.check`) on the explored triples."
+    return self.check.check(self, task, triples, depth)
 
 @patch
 def decompose(self: OfflinePolicy, task: Task) -> list:
@@ -303,11 +336,18 @@ def decompose(self: OfflinePolicy, task: Task) -> list:
     return relation_phrases(task.question, [task.kg.entity_labels[s] for s in task.seeds])
 
 @patch
-def reflect(self: OfflinePolicy, task: Task, memory: str, earlier: list) -> int | None:
-    "Never backtracks."
-    return None
+def reflect(self: OfflinePolicy, task: Task, memory: str, earlier: list,
+            options: dict | None = None) -> int | None:  # 'newest': [(relation, used)] of the new branch's last hops; 'unexplored': per earlier entity
+    "Back to the earlier entity with the best unexplored relation when the newest branch is a dead end or off the plan and that relation beats it; else None."
+    if not options or not earlier: return None
+    score = lambda pairs: max((self.similarity(task, [task.kg.relation_labels[r]], used)[0] for r, used in pairs), default=-np.inf)
+    new = score(options.get('newest', ()))
+    if new >= self.drift: return None  # the newest branch still follows the plan
+    best = [score(u) for u in options['unexplored']]
+    i = int(np.argmax(best))
+    return i if best[i] > new else None
 
-# %% ../nbs/23_agents.ipynb #c042
+# %% ../nbs/23_agents.ipynb #c047
 @dataclass(frozen=True)
 class Path:
     "A reasoning path: from a seed entity to its end, through rows of the walkable triples."
@@ -339,7 +379,7 @@ def path_triples(walk: Walkable, paths: list) -> np.ndarray:
     _, first = np.unique(t, axis=0, return_index=True)
     return np.ascontiguousarray(t[np.sort(first)], dtype=np.int64)
 
-# %% ../nbs/23_agents.ipynb #c045
+# %% ../nbs/23_agents.ipynb #c050
 @dataclass
 class AgentRun:
     "One agent run: the retrieved subgraph, the agent's own answer and why it stopped."
@@ -355,7 +395,7 @@ class AgentRun:
     memory: dict = field(default_factory=dict)  # PoG: sub-objective -> the path lines explored while it was open
     covered: list = field(default_factory=list)  # PoG: 0-based sub-objectives the sufficiency checks said the facts settle
 
-# %% ../nbs/23_agents.ipynb #c047
+# %% ../nbs/23_agents.ipynb #c052
 @dataclass
 class KGAgent:
     "What ToG and PoG share: the benchmark's model interface over a policy (an LLM, or the offline stand-in)."
@@ -379,7 +419,7 @@ class KGAgent:
     def policy_label(self) -> str: return self.policy.describe()
     def describe(self) -> str: return f'{self.title} ({self.policy_label()}, width {self.width}, depth {self.depth})'
 
-# %% ../nbs/23_agents.ipynb #c048
+# %% ../nbs/23_agents.ipynb #c053
 @patch
 def retrieve(self: KGAgent, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
     "The subgraph the agent explored for one GTSQA-schema record (reads its question and seed entities only)."
@@ -392,7 +432,17 @@ def retrieve(self: KGAgent, rec: dict, kg: KnowledgeGraph, graph=None) -> np.nda
     self.last = self.explore(Task(kg, question, seeds), walk)
     return self.last.subgraph
 
-# %% ../nbs/23_agents.ipynb #c050
+@patch
+def run_info(self: KGAgent) -> dict:
+    "What the benchmark records of the latest run beside its scores: why it stopped, its rounds and its backtracks."
+    return dict(stopped=self.last.stopped, rounds=self.last.rounds, backtracks=self.last.backtracks)
+
+@patch
+def stopping_check(self: KGAgent):
+    "The object that decides when to stop: the offline rule, or the LLM policy (the benchmark refuses it if it is the scoring reader)."
+    return getattr(self.policy, 'check', self.policy)
+
+# %% ../nbs/23_agents.ipynb #c055
 class ToG(KGAgent):
     "Think-on-Graph: beam search over the KG from the seeds, relation then entity pruning, a sufficiency check each round."
     name, title = 'tog', 'ToG'
@@ -415,7 +465,7 @@ def explore(self: ToG, task: Task, walk: Walkable) -> AgentRun:
         frontier = new
     return run('depth limit', self.depth, fallback=True)
 
-# %% ../nbs/23_agents.ipynb #c054
+# %% ../nbs/23_agents.ipynb #c059
 def path_text(kg: KnowledgeGraph, walk: Walkable, p: Path) -> str:
     "A path as one line: `A --r--> B <--s-- C ...` from its seed."
     out, cur = kg.entity_text(p.start), p.start
@@ -435,26 +485,31 @@ def memory_text(memory: dict, covered: set) -> str:
         lines += [f'  {p}' for p in paths] or ['  (nothing yet)']
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/23_agents.ipynb #c056
+# %% ../nbs/23_agents.ipynb #c061
 class PoG(KGAgent):
     "Plan-on-Graph: ToG's search guided by a plan of sub-objectives, with a memory of explored paths and reflection that backtracks."
     name, title = 'pog', 'PoG'
 
     def policy_label(self) -> str:
-        "The policy's label; offline, it adds that the plan is the question's phrases and that nothing backtracks."
-        return self.policy.describe() + (', plan from the question phrases, no backtracking' if isinstance(self.policy, OfflinePolicy) else '')
+        "The policy's label; offline, it adds the plan and the reflection rule."
+        return self.policy.describe() + (', plan from the question phrases, backtracks from dead ends and off-plan branches' if isinstance(self.policy, OfflinePolicy) else '')
+
+def path_relations(walk: Walkable, p: Path) -> tuple: return tuple(int(walk.triples[r, 1]) for r in p.rows)
 
 @patch
 def reflect_or_continue(self: PoG, task: Task, walk: Walkable, kept: list, new: list, memory: str,
                         tried: set) -> Path | None:  # (entity, relation, forward) explored so far
     "The earlier path to search again from after a reflection, or None to keep growing `new` (also when no earlier entity has an unexplored relation)."
     earlier = list({p.end: p for p in [Path(s, s) for s in task.seeds] + [p for p in kept if p not in new]}.values())
-    earlier = [p for p in earlier if any((p.end, *x) not in tried for x in relation_candidates(walk, p.end, p.rows))]
+    left = [[x for x in relation_candidates(walk, p.end, p.rows) if (p.end, *x) not in tried] for p in earlier]
+    earlier, left = [p for p, l in zip(earlier, left) if l], [l for l in left if l]
     if not earlier: return None
-    b = self.policy.reflect(task, memory, [p.end for p in earlier])
+    options = dict(newest=[(path_relations(walk, p)[-1], path_relations(walk, p)[:-1]) for p in new],
+                   unexplored=[[(r, path_relations(walk, p)) for r, _ in l] for p, l in zip(earlier, left)])
+    b = self.policy.reflect(task, memory, [p.end for p in earlier], options)
     return None if b is None else earlier[b]
 
-# %% ../nbs/23_agents.ipynb #c057
+# %% ../nbs/23_agents.ipynb #c062
 @patch
 def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
     "PoG's plan, search, memory and reflection loop on one question."
@@ -474,7 +529,10 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
                 for i, paths in enumerate(memory.values()):
                     if i not in covered: paths += [path_text(task.kg, walk, p) for p in new]
                 kept += new; frontier = new; continue
-            if not new: return run('dead end', d)
+            if not new:  # a dead end: reflect on where to search again (ToG stops here)
+                back = self.reflect_or_continue(task, walk, kept, [], memory_text(memory, covered), tried) if d < self.depth else None
+                if back is None: return run('dead end', d)
+                frontier, backtracks = [back], backtracks + 1; continue
             dropped = []
             kept += new
             for i, paths in enumerate(memory.values()):
@@ -492,7 +550,7 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
             backtracks += 1
     return run('depth limit', self.depth)
 
-# %% ../nbs/23_agents.ipynb #c061
+# %% ../nbs/23_agents.ipynb #c068
 @patch
 def prompt_budget(self: KGAgent, n_seeds: int = 1) -> int:  # seed entities of the question
     "The most prompts one ToG run sends on a question with `n_seeds` seeds (no retries)."

@@ -30,13 +30,13 @@ __all__ = ['TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TAB
            'gold_side', 'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs',
            'study_checkpoint', 'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model',
            'fitted_path_model', 'rog_model', 'gcr_model', 'llm_only_model', 'check_model_names', 'make_models',
-           'triples_text', 'model_rows', 'run_benchmark', 'benchmark_table', 'by_group', 'group_order', 'plot_by_group',
-           'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args', 'checkpoint_model', 'benchmark_cli',
-           'rog_study_listing', 'benchmark_sample', 'matched_gate', 'rog_arm_model', 'arm_comparison']
+           'triples_text', 'sees_the_evaluation', 'subgraph_key', 'model_rows', 'run_benchmark', 'benchmark_table',
+           'by_group', 'group_order', 'plot_by_group', 'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args',
+           'checkpoint_model', 'benchmark_cli', 'rog_study_listing', 'benchmark_sample', 'matched_gate',
+           'rog_arm_model', 'arm_comparison']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 from .dataset import QUESTION_FIELDS, question_view  # the one view of a record, shared with the retriever study
-
 
 # %% ../nbs/25_benchmark.ipynb #c010
 def check_subgraph(triples,  # what the model's `retrieve` returned
@@ -260,25 +260,41 @@ def triples_text(kg: KnowledgeGraph, triples) -> list:
     "The triples as ('Label (ID)', 'relation (PID)', 'Label (ID)') text, what a reader reads."
     return [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in np.asarray(triples, np.int64).reshape(-1, 3).tolist()]
 
-def model_rows(model, recs: list, kg: KnowledgeGraph, graphs, reader, golds: list) -> list:
-    "One scored row per question of one model: retrieve on the question view and graph, read, score."
-    views = [question_view(r) for r in recs]
-    subs = [check_subgraph(model.retrieve(v, kg, g), kg, g, model.name) for v, g in progress(list(zip(views, graphs)), desc=model.name)]
-    preds = reader.answer_many([v['question'] for v in views], [triples_text(kg, s) for s in subs], views)
-    return [dict(model=model.name, label=model.describe(), reader=reader.describe(), id=str(v['id']), **g['groups'],
+def sees_the_evaluation(model, reader) -> bool:
+    "Whether the model's own stopping check (an agent's) is the scoring reader, or another reader of its class."
+    chk = model.stopping_check() if hasattr(model, 'stopping_check') else None
+    return chk is not None and (chk is reader or type(chk) is type(reader))
+
+def subgraph_key(triples) -> str:
+    "A short fingerprint of a retrieved subgraph as a set (two models with the same key retrieved the same triples)."
+    t = np.unique(np.asarray(triples, np.int64).reshape(-1, 3), axis=0)
+    return hashlib.sha1(np.ascontiguousarray(t).tobytes()).hexdigest()[:12]
+
+def model_rows(model, recs: list, kg: KnowledgeGraph, graphs, reader, golds: list,
+               keep: dict | None = None) -> list:  # model name -> its subgraphs (filled when given)
+    "One scored row per question of one model: retrieve on the question view and graph, read, score (and the model's run info)."
+    if sees_the_evaluation(model, reader): raise ValueError(f'{model.name}: its stopping check is the scoring reader ({reader.describe()}): it would see the evaluation')
+    views, subs, info = [question_view(r) for r in recs], [], []
+    for v, g in progress(list(zip(views, graphs)), desc=model.name):
+        subs.append(check_subgraph(model.retrieve(v, kg, g), kg, g, model.name)); info.append(model.run_info() if hasattr(model, 'run_info') else {})
+    if hasattr(model, 'answer_many'): preds, rd = model.answer_many(views), model.reader_label()  # a model that answers itself (the LLM-only stand-in)
+    else: preds, rd = reader.answer_many([v['question'] for v in views], [triples_text(kg, s) for s in subs], views), reader.describe()
+    if keep is not None: keep[model.name] = subs
+    return [dict(model=model.name, label=model.describe(), reader=rd, id=str(v['id']), **g['groups'],
                  **reader_scores(p, g['ids'], g['labels']), **subgraph_scores(s, g['gt_triples'], g['answers']),
-                 prediction='|'.join(map(str, p))) for v, s, p, g in zip(views, subs, preds, golds)]
+                 prediction='|'.join(map(str, p)), subgraph=subgraph_key(s), **i) for v, s, p, g, i in zip(views, subs, preds, golds, info)]
 
 def run_benchmark(models: list, records, kg: KnowledgeGraph,  # benchmark models; GTSQA-schema test records (list or DataFrame)
                   graphs: list,  # their question graphs, (m, 3) KG index arrays in record order (None: the whole KG)
-                  reader) -> pd.DataFrame:  # the one reader: `answer_many(questions, triples_lists, views)` and `describe()`
+                  reader,  # the one reader: `answer_many(questions, triples_lists, views)` and `describe()`
+                  keep: dict | None = None) -> pd.DataFrame:  # model name -> its retrieved subgraphs in record order (filled when given)
     "Every model on the same questions and graphs, read by one reader and scored by one evaluator: one row per (model, question)."
     recs = records.to_dict('records') if hasattr(records, 'to_dict') else list(records)
     if len(graphs) != len(recs): raise ValueError(f'{len(recs)} records but {len(graphs)} question graphs')
     golds = [gold_side(kg, r) for r in recs]
-    return pd.DataFrame([row for m in models for row in model_rows(m, recs, kg, graphs, reader, golds)])
+    return pd.DataFrame([row for m in models for row in model_rows(m, recs, kg, graphs, reader, golds, keep)])
 
-# %% ../nbs/25_benchmark.ipynb #c048
+# %% ../nbs/25_benchmark.ipynb #c050
 TABLE2_COLUMNS = {'em_hit': 'EM Hits', 'em_recall': 'EM Recall', 'gt_recall': 'GT-triple Recall', 'gt_precision': 'GT-triple Precision',
                   'gt_f1': 'GT-triple F1', 'answer_hit': 'Answer-node Hits', 'answer_recall': 'Answer-node Recall', 'n_triples': 'Number of triples'}
 
@@ -286,7 +302,8 @@ def benchmark_table(per_question: pd.DataFrame, level: float = 0.95) -> pd.DataF
     "Per model: every Table 2 column's mean (percent; triples as a count) with its bootstrap interval, the label, reader and question count."
     rows = []
     for (name, label, reader), d in per_question.groupby(['model', 'label', 'reader'], sort=False):
-        row = dict(model=name, label=label, reader=reader, n_questions=d.id.nunique())
+        row = dict(model=name, label=label, reader=reader, n_questions=d.id.nunique(),
+                   n_backtracked=int((d.backtracks > 0).sum()) if 'backtracks' in d and d.backtracks.notna().any() else np.nan)  # agents: questions with a backtrack
         for c in TABLE2_COLUMNS:
             f = 1 if c == 'n_triples' else 100
             lo, hi = bootstrap_interval(d[c], level)
@@ -295,7 +312,7 @@ def benchmark_table(per_question: pd.DataFrame, level: float = 0.95) -> pd.DataF
     order = {n: i for i, n in enumerate(TABLE2_ORDER)}
     return pd.DataFrame(rows).sort_values('model', key=lambda s: s.map(lambda n: order.get(n, len(order))), kind='stable', ignore_index=True)
 
-# %% ../nbs/25_benchmark.ipynb #c051
+# %% ../nbs/25_benchmark.ipynb #c053
 def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_type' or 'n_hops'
              metric: str,  # a `TABLE2_COLUMNS` key
              baseline: str | None = None,  # a model name: report each model's mean minus this model's (per question, then averaged)
@@ -312,7 +329,7 @@ def by_group(per_question: pd.DataFrame, by: str,  # 'graph_isomorphism', 'test_
         rows.append(dict(model=m, group_by=by, group=g, metric=metric, minus=baseline or '', mean=100 * x[metric].mean(), lo=100 * lo, hi=100 * hi, n_questions=len(x)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c054
+# %% ../nbs/25_benchmark.ipynb #c056
 def group_order(groups, per_question: pd.DataFrame | None = None, by: str = 'graph_isomorphism') -> list:
     "The groups in display order: isomorphism types by their hops then name (from the per-question table), others sorted."
     if per_question is not None and by == 'graph_isomorphism' and 'n_hops' in per_question:
@@ -340,7 +357,7 @@ def plot_by_group(table: pd.DataFrame,  # `by_group` rows (one metric)
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c056
+# %% ../nbs/25_benchmark.ipynb #c058
 def recall_vs_em(per_question: pd.DataFrame, by: str = 'graph_isomorphism', exclude=('llm-only',)) -> tuple:
     "(points, stats): per (model, group) mean GT-triple recall, answer recall and EM Hits in percent; Pearson r and p of each recall with EM."
     d = per_question[~per_question.model.isin(exclude)]
@@ -363,7 +380,7 @@ def plot_recall_vs_em(pts: pd.DataFrame, stats: dict, reader: str):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c059
+# %% ../nbs/25_benchmark.ipynb #c061
 CKPT_FLAGS = {'subgraphrag': 'subgraphrag_ckpt', 'sr': 'sr_ckpt'}  # models that read a checkpoint given on the command line
 
 def check_benchmark_args(a) -> list:
@@ -383,7 +400,7 @@ def check_benchmark_args(a) -> list:
     if not Path(a.dataset).exists(): raise FileNotFoundError(f'--dataset {a.dataset}: no such folder')
     return names
 
-# %% ../nbs/25_benchmark.ipynb #c061
+# %% ../nbs/25_benchmark.ipynb #c063
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
     "SubgraphRAG or SR from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
     where = f'{Path(path).parent.name}/{Path(path).name}'
@@ -412,7 +429,7 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     for r in t.itertuples(): print(f'{r.model}: {r.label}')
     return 0
 
-# %% ../nbs/25_benchmark.ipynb #rogstudy-code
+# %% ../nbs/25_benchmark.ipynb #c065
 def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemma (Gemma 3 270M), hf:<checkpoint> or '' (no RoG arm)
                       steps: int, batch_size: int, lr: float, beams: int,  # the fine-tune budget and beam width of each run
                       threads: int = 0,  # torch threads of the fine-tune (0: the default)
@@ -428,7 +445,7 @@ def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemm
     label = f'RoG ({generator_label(generator)}; {steps} fine-tune steps of {batch_size}{lora}, lr {lr:g}, {beams} beams)'
     return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark')), losses=lambda m: m.gen.history)}, label
 
-# %% ../nbs/25_benchmark.ipynb #sample-code
+# %% ../nbs/25_benchmark.ipynb #c068
 def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored order
                      n: int,  # how many to keep; 0 (or n >= len(recs)) keeps all
                      seed: int = 0) -> np.ndarray:
@@ -447,7 +464,7 @@ def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored
     assert len(out) == n, (len(out), n)
     return out
 
-# %% ../nbs/25_benchmark.ipynb #gate-code
+# %% ../nbs/25_benchmark.ipynb #c072
 PATH_MODELS = ('rog', 'gcr')  # the benchmark's fine-tuned path models (their rows carry `matched_gate`'s verdict)
 
 def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
@@ -484,7 +501,7 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                       ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + f'; {cover(r)})' for r in out.itertuples()]
     return out[cols]
 
-# %% ../nbs/25_benchmark.ipynb #arms-code
+# %% ../nbs/25_benchmark.ipynb #c076
 def rog_arm_model(setup: BenchmarkSetup,
                   arm: str):  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
     "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm."

@@ -140,7 +140,7 @@ def test_offline_policy_answers_a_two_hop_question_and_retrieves_its_path(toy, a
     assert rows(toy, 0)[0] in got and rows(toy, 4)[0] in got
     assert len({tuple(r) for r in got}) == len(got)
     assert 'offline' in a.describe() and 'width 5, depth 4' in a.describe()
-    assert ('no backtracking' in a.describe()) == (agent is PoG)
+    assert ('backtracks from dead ends' in a.describe()) == (agent is PoG)
 
 
 class QuestionOnly(dict):
@@ -203,7 +203,7 @@ class Chooser:
     def entities(self, task, hops, width):
         return [i for i, (t, _, _) in enumerate(hops) if self.kg.relation_labels[int(t[1])] in self.keep_entities][:width]
     def sufficiency(self, task, triples, depth, memory=''): return dict(sufficient=False, answer=[], covered=[])
-    def reflect(self, task, memory, earlier): self.earlier.append(earlier); return 0
+    def reflect(self, task, memory, earlier, options=None): self.earlier.append(earlier); return 0
 
 
 def test_pog_backtrack_offers_again_a_relation_whose_hops_were_all_pruned(toy):
@@ -220,3 +220,29 @@ def test_pog_picks_the_dropped_branch_up_again_when_its_backtrack_leads_nowhere(
     pog = PoG(client=None, width=5, depth=3); pog.policy = Chooser(toy, keep_entities={'cast member'}, relations_after=lambda rels: [])
     run = pog.explore(Task(toy, QUESTION, [toy.entity('Q1')]), walkable(toy))
     assert run.backtracks == 1 and {toy.relation_labels[r] for r in run.subgraph[:, 1]} >= {'cast member'}
+
+
+@pytest.fixture(scope='module')
+def dead_end():
+    "The toy film where the best-looking relation ('film director') reaches a credit with nothing behind it."
+    return KnowledgeGraph.from_id_triples(
+        [('Q1', 'P1431', 'Q10'), ('Q1', 'P57', 'Q2'), ('Q1', 'P136', 'Q5'), ('Q2', 'P19', 'Q6'), ('Q6', 'P17', 'Q8')],
+        entity_labels=dict(Q1='Night Harbour', Q2='Ada Brenner', Q5='drama film', Q6='Port Ellis', Q8='Norland', Q10='uncredited crew'),
+        relation_labels=dict(P57='director', P1431='film director', P136='genre', P19='place of birth', P17='country'), name='dead-end')
+
+
+def test_offline_pog_backtracks_from_the_dead_end_where_tog_fails(dead_end):
+    tog, pog = ToG(width=1), PoG(width=1)
+    s_tog, s_pog = tog.retrieve(REC, dead_end), pog.retrieve(REC, dead_end)
+    answer_path = rows(dead_end, 1, 3)
+    assert tog.last.stopped == 'dead end' and not tog.last.answer and not all(r in s_tog.tolist() for r in answer_path)
+    assert pog.last.backtracks == 1 and pog.last.answer == ['Port Ellis (Q6)'] and all(r in s_pog.tolist() for r in answer_path)
+
+
+def test_the_offline_stopping_rule_is_not_a_reader(toy):
+    from kgqa_nb.agents import CoverageCheck, OfflinePolicy
+    from kgqa_nb.readers import READERS, TextPathReader
+    pol = ToG().policy
+    assert isinstance(pol.check, CoverageCheck) and not isinstance(pol.check, READERS)
+    assert 'reader' not in {f for f in OfflinePolicy.__dataclass_fields__}  # no reader field to plug the scoring reader into
+    assert not hasattr(pol.check, 'answer_many') and not isinstance(pol.check, TextPathReader)
