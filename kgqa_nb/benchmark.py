@@ -201,9 +201,10 @@ ROG_BUDGET = dict(generator='tiny', steps=200, batch_size=8, lr=5e-5)  # RoG's d
 GENERATOR_KEYS = ('generator', 'lora_rank')  # what GCR's budget may set to fine-tune a generator of its own (the paper's GCR: Llama-3.1-8B)
 
 def fitted_path_model(setup: BenchmarkSetup,
-                      generator: dict | None = None):  # overrides of the RoG budget's GENERATOR_KEYS (GCR's own generator)
+                      generator: dict | None = None,  # overrides of the RoG budget's GENERATOR_KEYS (GCR's own generator)
+                      paths: str = 'relation'):  # the targets: 'relation' paths (RoG) or 'entity' walks (GCR)
     "A RoG fitted on the setup's training questions (its generator loaded from the keyed cache when fitted before)."
-    from kgqa_nb.pathgen import RoG, check_generator_spec, load_generator, make_generator, path_prompt, training_pairs
+    from kgqa_nb.pathgen import RoG, check_generator_spec, entity_training_pairs, load_generator, make_generator, path_prompt, training_pairs
     b = {**ROG_BUDGET, **setup.budgets.get('rog', {}), **(generator or {})}
     gen_kind, lora = check_generator_spec(b.pop('generator')), int(b.pop('lora_rank', 0) or 0)
     fit = {k: b[k] for k in ('steps', 'batch_size', 'lr') if k in b}
@@ -212,13 +213,14 @@ def fitted_path_model(setup: BenchmarkSetup,
     graphs = hashlib.sha256(b''.join(np.ascontiguousarray(g, np.int64).tobytes() + b'|' for g in setup.train_graphs)).hexdigest() if setup.train_graphs is not None else None
     tune = dict(seed=0, max_paths=20, freeze_embeddings=True) | {k: b[k] for k in ('seed', 'max_paths', 'freeze_embeddings') if k in b}  # RoG's defaults
     params = dict(records=records_fingerprint(pd.DataFrame(setup.train)), questions=texts, kg=kg_fingerprint(setup.kg), labels=label_key(setup.arm),
-                  generator=gen_kind, graphs=graphs, **fit, **tune, **({'lora_rank': lora} if lora else {}), code=code_fingerprint('pathgen'))
+                  generator=gen_kind, graphs=graphs, **fit, **tune, **({'lora_rank': lora} if lora else {}), **({'paths': paths} if paths != 'relation' else {}), code=code_fingerprint('pathgen'))
     folder = keyed_folder(Path(setup.cache_dir) if setup.cache_dir else user_cache_dir() / 'benchmark-models', 'rog', params)
     if (folder / 'generator' / 'generator.json').is_file():
         rog = RoG(load_generator(folder / 'generator'), **fit, lora_rank=lora, **extra); rog.labels = label_key(setup.arm); return rog
-    pairs = training_pairs(setup.train, setup.kg, setup.train_graphs, label_key(setup.arm)) if gen_kind == 'tiny' else []
-    gen = make_generator(gen_kind, [path_prompt(q) for q, _ in pairs] + [t for _, t in pairs])
-    rog = RoG(gen, **fit, lora_rank=lora, **extra).fit(setup.train, setup.kg, setup.train_graphs, setup.arm)
+    pairs = (entity_training_pairs if paths == 'entity' else training_pairs)(setup.train, setup.kg, setup.train_graphs, label_key(setup.arm)) if gen_kind == 'tiny' else []
+    words = [str(x) for x in setup.kg.entity_labels] if gen_kind == 'tiny' and paths == 'entity' else []  # a word tokenizer must know every label a walk may spell
+    gen = make_generator(gen_kind, [path_prompt(q) for q, _ in pairs] + [t for _, t in pairs] + words)
+    rog = RoG(gen, **fit, lora_rank=lora, **extra).fit(setup.train, setup.kg, setup.train_graphs, setup.arm, paths=paths)
     rog.gen.save(folder / 'generator'); mark_built(folder)
     return rog
 
@@ -227,11 +229,11 @@ def rog_model(setup: BenchmarkSetup):
     return fitted_path_model(setup)
 
 def gcr_model(setup: BenchmarkSetup):
-    "GCR (chapter 24): RoG's fitted generator (or its own, when its budget names one), decoding along the KG-Trie of ≤ 2-hop paths."
+    "GCR (chapter 24): a generator fine-tuned on entity walks (RoG's spec unless its budget names one), decoding the KG-Trie of ≤ 2-hop walks."
     from kgqa_nb.pathgen import GCR
     b = dict(setup.budgets.get('gcr', {}))
-    own = {k: b.pop(k) for k in GENERATOR_KEYS if k in b}
-    return GCR.from_rog(fitted_path_model(setup, own if own.get('generator') else None), **b)
+    own, paths = {k: b.pop(k) for k in GENERATOR_KEYS if k in b}, b.pop('paths', 'entity')
+    return GCR.from_rog(fitted_path_model(setup, own if own.get('generator') else None, paths), paths=paths, **b)
 
 # %% ../nbs/25_benchmark.ipynb #c039
 def llm_only_model(setup: BenchmarkSetup) -> LLMOnlyModel:

@@ -21,10 +21,12 @@ from .subgraphrag import label_key, torch_threads
 
 # %% auto #0
 __all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDGET', 'path_text', 'relation_vocab', 'parse_path',
-           'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'training_paths', 'ground_path',
-           'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator', 'word_tokenizer',
-           'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'RoG', 'question_relgraph', 'GCR',
-           'load_generator', 'check_generator_spec', 'generator_label', 'make_generator', 'companion_rog']
+           'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'label_triples',
+           'training_paths', 'ground_path', 'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator',
+           'word_tokenizer', 'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'entity_walks',
+           'walk_entities', 'walk_text', 'walk_triples', 'training_walks', 'entity_training_pairs', 'RoG',
+           'question_relgraph', 'GCR', 'load_generator', 'check_generator_spec', 'generator_label', 'make_generator',
+           'companion_rog']
 
 # %% ../nbs/24_pathgen.ipynb #c006
 PATH_OPEN, PATH_SEP, PATH_CLOSE = '<p>', '>', '</p>'
@@ -73,17 +75,19 @@ def gold_answers(rec: dict, kg: KnowledgeGraph) -> list:
     return sorted(kg.entity_index[a] for a in record_answers(rec) if a in kg.entity_index)
 
 # %% ../nbs/24_pathgen.ipynb #c014
+def label_triples(rec: dict, kg: KnowledgeGraph, graph=None, labels: str = 'gt') -> np.ndarray:
+    "(n, 3) triples the supervision walks: the answer subgraph ('gt'), or the shortest seed-answer paths of the question graph ('sp...')."
+    key, seeds, answers = label_key(labels), record_seeds(rec, kg), gold_answers(rec, kg)
+    if key == 'gt': return gold_triples(rec, kg)
+    tri = kg.triples if graph is None else as_triples(graph)
+    sp = shortest_path_labels((tri[:, 0], tri[:, 1], tri[:, 2]), seeds, answers, convention=key.split(':', 1)[1], num_nodes=kg.num_entities)
+    return tri[sp.mask]
+
 def training_paths(rec: dict, kg: KnowledgeGraph, graph=None,  # the question graph; None: the whole KG (for 'sp')
                    labels: str = 'gt',  # 'gt': inside the answer subgraph; 'sp' or 'sp:<convention>': shortest paths
                    max_paths: int = 20) -> list:
     "Distinct directed relation paths from each seed to an answer, the supervision of the path generator."
-    key, seeds, answers = label_key(labels), record_seeds(rec, kg), gold_answers(rec, kg)
-    if key == 'gt': tri = gold_triples(rec, kg)
-    else:
-        tri = kg.triples if graph is None else as_triples(graph)
-        sp = shortest_path_labels((tri[:, 0], tri[:, 1], tri[:, 2]), seeds, answers, convention=key.split(':', 1)[1],
-                                  num_nodes=kg.num_entities)
-        tri = tri[sp.mask]
+    seeds, answers, tri = record_seeds(rec, kg), gold_answers(rec, kg), label_triples(rec, kg, graph, labels)
     g, out = RelGraph(tri[:, 0], tri[:, 1], tri[:, 2], kg.num_relations), []
     for s in seeds:
         out += [p for p in label_paths(g, s, answers, np.ones(len(tri), bool), max_paths) if p not in out]
@@ -235,7 +239,7 @@ def fine_tune(self: PathGenerator, pairs: list,  # (question, path text)
     self.steps += steps; self.history += losses; self.lora_rank = lora_rank or None
     return losses
 
-# %% ../nbs/24_pathgen.ipynb #c034
+# %% ../nbs/24_pathgen.ipynb #c036
 @patch
 def beam_paths(self: PathGenerator, question: str, beams: int = 5, max_new_tokens: int = 48) -> list:
     "The `beams` most likely path texts by beam search, best first."
@@ -245,7 +249,7 @@ def beam_paths(self: PathGenerator, question: str, beams: int = 5, max_new_token
                                   do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
     return [self.tok.decode(o[ids.shape[1]:], skip_special_tokens=True).strip() for o in out]
 
-# %% ../nbs/24_pathgen.ipynb #c037
+# %% ../nbs/24_pathgen.ipynb #c039
 def kg_paths(g: RelGraph, seeds, max_hops: int = 2) -> list:
     "Every directed relation path of 1..`max_hops` hops that starts at one of the `seeds` in `g`, sorted."
     out = set()
@@ -277,7 +281,7 @@ class PathTrie:
     @property
     def depth(self) -> int: return max(map(len, self.paths), default=0)
 
-# %% ../nbs/24_pathgen.ipynb #c040
+# %% ../nbs/24_pathgen.ipynb #c042
 @patch
 def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hops: int = 2) -> tuple:
     "(KG-Trie of the tokenised paths of ≤ `max_hops` hops from the seeds, {token tuple: path}, build seconds)."
@@ -287,7 +291,7 @@ def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hop
     trie = PathTrie(seqs)
     return trie, seqs, time.perf_counter() - t0
 
-# %% ../nbs/24_pathgen.ipynb #c042
+# %% ../nbs/24_pathgen.ipynb #c044
 @patch
 def constrained_paths(self: PathGenerator, question: str, trie: PathTrie, n: int = 10) -> list:
     "The `n` best token sequences (EOS included) that the KG-Trie allows, by constrained beam search, best first."
@@ -305,7 +309,70 @@ def constrained_paths(self: PathGenerator, question: str, trie: PathTrie, n: int
         if np.isfinite(sc) and self.eos in s: seqs.append(tuple(s[:s.index(self.eos) + 1]))
     return list(dict.fromkeys(seqs))
 
-# %% ../nbs/24_pathgen.ipynb #c045
+# %% ../nbs/24_pathgen.ipynb #c047
+def entity_walks(g: RelGraph, seeds, max_hops: int = 2) -> list:
+    "Every walk of 1..`max_hops` steps from a seed through `g`: (seed, ((edge position, directed relation id), ...)), no edge twice, sorted."
+    nbr = {}
+    for e, (h, r, t) in enumerate(zip(g.h.tolist(), g.r.tolist(), g.t.tolist())):
+        nbr.setdefault(h, []).append((e, r, t)); nbr.setdefault(t, []).append((e, r + g.R, h))
+    out, stack = [], [(int(s), int(s), ()) for s in np.unique(np.asarray(seeds, np.int64))]
+    while stack:
+        s, x, w = stack.pop()
+        if w: out.append((s, w))
+        if len(w) < max_hops: stack += [(s, n, w + ((e, d),)) for e, d, n in nbr.get(x, ()) if all(e != f for f, _ in w)]
+    return sorted(out)
+
+def walk_entities(g: RelGraph, walk) -> list:
+    "The entities a walk visits, its seed first."
+    s, steps = walk
+    return [s] + [int(g.t[e] if d < g.R else g.h[e]) for e, d in steps]
+
+def walk_text(kg: KnowledgeGraph, rel_texts: list, g: RelGraph, walk) -> str:
+    "An entity-level path as the generator's target text: ` <p> seed > r1 > e1 > r2 > e2 </p>` (entity labels)."
+    ents, parts = walk_entities(g, walk), []
+    for i, e in enumerate(ents):
+        if i: parts.append(rel_texts[walk[1][i - 1][1]])
+        parts.append(str(kg.entity_labels[e]))
+    return f" {PATH_OPEN} {f' {PATH_SEP} '.join(parts)} {PATH_CLOSE}"
+
+def walk_triples(g: RelGraph, walks) -> np.ndarray:
+    "(n, 3) (head, relation, tail) rows of the walks in order, without repeats."
+    e = [x for _, steps in walks for x, _ in steps]
+    rows = np.stack([g.h[e], g.r[e], g.t[e]], 1).reshape(-1, 3).astype(np.int64) if e else np.zeros((0, 3), np.int64)
+    _, first = np.unique(rows, axis=0, return_index=True)
+    return rows[np.sort(first)]
+
+# %% ../nbs/24_pathgen.ipynb #c049
+def training_walks(rec: dict, kg: KnowledgeGraph, graph=None, labels: str = 'gt', max_paths: int = 20,
+                   max_hops: int = 4) -> tuple:  # GTSQA's longest ground-truth paths
+    "(the labelled triples' RelGraph, their seed-to-answer walks, shortest first, at most `max_paths`)."
+    tri, answers = label_triples(rec, kg, graph, labels), set(gold_answers(rec, kg))
+    g = RelGraph(tri[:, 0], tri[:, 1], tri[:, 2], kg.num_relations)
+    walks = [w for w in entity_walks(g, record_seeds(rec, kg), max_hops) if walk_entities(g, w)[-1] in answers]
+    return g, sorted(walks, key=lambda w: len(w[1]))[:max_paths]
+
+def entity_training_pairs(records, kg: KnowledgeGraph, graphs=None, labels: str = 'gt', max_paths: int = 20) -> list:
+    "(question, entity path text) for every seed-to-answer walk of every record, GCR's supervision."
+    rel_texts, out = relation_texts(kg), []
+    for i, rec in enumerate(records):
+        g, walks = training_walks(rec, kg, None if graphs is None else graphs[i], labels, max_paths)
+        out += list(dict.fromkeys((rec['question'], walk_text(kg, rel_texts, g, w)) for w in walks))
+    return out
+
+# %% ../nbs/24_pathgen.ipynb #c052
+@patch
+def build_walk_trie(self: PathGenerator, kg: KnowledgeGraph, g: RelGraph, seeds, max_hops: int = 2,
+                    max_walks: int = 50000, seed: int = 0) -> tuple:  # walks kept at most (a seeded sample beyond)
+    "(KG-Trie of the question's entity-level walks, {token tuple: [walks]}, build seconds, walks before sampling)."
+    t0, walks = time.perf_counter(), entity_walks(g, seeds, max_hops)
+    n = len(walks)
+    if n > max_walks: walks = [walks[i] for i in np.sort(np.random.default_rng(seed).choice(n, max_walks, replace=False))]
+    rel_texts, seqs = relation_texts(kg), {}
+    ids = self.tok([walk_text(kg, rel_texts, g, w) for w in walks], add_special_tokens=False).input_ids if walks else []
+    for w, t in zip(walks, ids): seqs.setdefault(tuple(t) + (self.eos,), []).append(w)
+    return PathTrie(seqs), seqs, time.perf_counter() - t0, n
+
+# %% ../nbs/24_pathgen.ipynb #c055
 LABEL_NAMES = {'gt': 'GT', 'sp:synth-kgqa': 'SP'}
 
 class RoG:
@@ -329,13 +396,14 @@ class RoG:
         return f'fine-tuned {self.gen.steps} steps{how} on {LABEL_NAMES.get(self.labels, self.labels)} paths'
     def describe(self) -> str: return f'RoG ({self.gen.label} {self.trained_on()}, {self.beams} beams)'
 
-# %% ../nbs/24_pathgen.ipynb #c046
+# %% ../nbs/24_pathgen.ipynb #c056
 @patch
 def fit(self: RoG, train_records: list, kg: KnowledgeGraph, graphs=None,  # question graphs aligned with the records
-        labels: str = 'gt') -> RoG:
+        labels: str = 'gt',
+        paths: str | None = None) -> RoG:  # 'relation' (RoG's targets) or 'entity' (GCR's walks); None: the model's own
     "Fine-tune the generator for `self.steps` steps on every training path ('gt' or 'sp' labels)."
-    key = label_key(labels)
-    pairs = training_pairs(train_records, kg, graphs, key, self.max_paths)
+    key, paths = label_key(labels), paths or getattr(self, 'paths', 'relation')
+    pairs = (entity_training_pairs if paths == 'entity' else training_pairs)(train_records, kg, graphs, key, self.max_paths)
     self.gen.fine_tune(pairs, self.steps, self.batch_size, self.lr, self.seed, self.freeze_embeddings, self.threads, self.lora_rank)
     self.labels, self.n_pairs = key, len(pairs)
     return self
@@ -356,13 +424,19 @@ def retrieve(self: RoG, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray
     self.last_paths = paths
     return ground_paths(question_relgraph(kg, graph), seeds, paths, self.max_nodes)
 
-# %% ../nbs/24_pathgen.ipynb #c050
+# %% ../nbs/24_pathgen.ipynb #c060
 class GCR(RoG):
-    "Graph-constrained reasoning: the RoG generator decoding only paths of ≤ `max_hops` hops that exist, through a KG-Trie."
+    "Graph-constrained reasoning: a generator decoding only walks (or relation paths) of ≤ `max_hops` hops that exist, through a KG-Trie."
     name = 'gcr'
-    def __init__(self, generator: PathGenerator, n_paths: int = 10, max_hops: int = 2, **kw):
+    def __init__(self, generator: PathGenerator, n_paths: int = 10, max_hops: int = 2,
+                 paths: str = 'entity',  # 'entity': GCR's walks, each retrieving its own triples; 'relation': relation paths grounded by BFS
+                 max_walks: int = 50000,  # entity walks kept per question (a seeded sample beyond)
+                 decode: str = 'model', **kw):  # 'model': constrained beam search; 'random': `n_paths` trie paths drawn at random (a control)
+        if paths not in ('entity', 'relation'): raise ValueError(f"paths must be 'entity' or 'relation', not {paths!r}")
+        if decode not in ('model', 'random'): raise ValueError(f"decode must be 'model' or 'random', not {decode!r}")
         super().__init__(generator, **kw)
         self.n_paths, self.max_hops, self.trie_seconds, self.trie_sizes = n_paths, max_hops, [], []
+        self.paths, self.max_walks, self.decode, self.walk_counts = paths, max_walks, decode, []
     @classmethod
     def from_rog(cls, rog: RoG, **kw) -> GCR:
         "A GCR that decodes with a (fitted) RoG's generator, without fine-tuning again."
@@ -372,20 +446,34 @@ class GCR(RoG):
         m.labels, m.n_pairs = rog.labels, rog.n_pairs
         return m
     def describe(self) -> str:
-        return f'GCR ({self.gen.label} {self.trained_on()}, KG-Trie of paths ≤ {self.max_hops} hops, {self.n_paths} paths)'
+        how = f'{self.n_paths} random trie paths (control)' if self.decode == 'random' else f'{self.n_paths} paths'
+        return f'GCR ({self.gen.label} {self.trained_on()}, KG-Trie of {self.paths} paths ≤ {self.max_hops} hops, {how})'
 
-# %% ../nbs/24_pathgen.ipynb #c051
+# %% ../nbs/24_pathgen.ipynb #c061
 @patch
 def retrieve(self: GCR, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
-    "(n, 3) triples of the distinct KG-Trie paths decoded for the question, grounded from the seeds (reads question and seeds only)."
+    "(n, 3) triples of the distinct KG-Trie paths decoded for the question: each walk's own, or relation paths grounded from the seeds (reads question and seeds only)."
     seeds, g = record_seeds(rec, kg), question_relgraph(kg, graph)
-    trie, seq_paths, secs = self.gen.build_trie(g, seeds, relation_texts(kg), self.max_hops)
-    self.trie_seconds.append(secs); self.trie_sizes.append(len(trie))
-    with torch_threads(self.threads): seqs = self.gen.constrained_paths(rec['question'], trie, self.n_paths)
-    self.last_paths = list(dict.fromkeys(seq_paths[s] for s in seqs))
-    return ground_paths(g, seeds, self.last_paths, self.max_nodes)
+    if self.paths == 'entity': trie, seq_paths, secs, n = self.gen.build_walk_trie(kg, g, seeds, self.max_hops, self.max_walks, self.seed)
+    else: (trie, seq_paths, secs), n = self.gen.build_trie(g, seeds, relation_texts(kg), self.max_hops), None
+    self.trie_seconds.append(secs); self.trie_sizes.append(len(trie)); self.walk_counts.append(n)
+    if self.decode == 'random':  # a control: paths of the same trie drawn uniformly, no model asked
+        keys = list(seq_paths); rng = np.random.default_rng([self.seed, len(self.trie_sizes)])
+        seqs = [keys[i] for i in rng.choice(len(keys), min(self.n_paths, len(keys)), replace=False)] if keys else []
+    else:
+        with torch_threads(self.threads): seqs = self.gen.constrained_paths(rec['question'], trie, self.n_paths)
+    if self.paths == 'relation':
+        self.last_paths = list(dict.fromkeys(seq_paths[s] for s in seqs))
+        return ground_paths(g, seeds, self.last_paths, self.max_nodes)
+    self.last_paths = [w for s in seqs for w in seq_paths[s]]
+    return walk_triples(g, self.last_paths)
 
-# %% ../nbs/24_pathgen.ipynb #c054
+@patch
+def run_info(self: GCR) -> dict:
+    "What the benchmark records of the latest question: trie size, walks before sampling, decoded paths."
+    return dict(trie_paths=self.trie_sizes[-1], trie_walks=self.walk_counts[-1], decoded_paths=len(self.last_paths))
+
+# %% ../nbs/24_pathgen.ipynb #c066
 @patch
 def save(self: PathGenerator, folder) -> Path:
     "Write the model, the tokenizer and `generator.json` (label, steps, loss history) into `folder`."
@@ -408,7 +496,7 @@ def load_generator(folder, device: str = 'auto') -> PathGenerator:  # where it r
     gen.steps, gen.history, gen.lora_rank, gen.max_target = meta['steps'], meta['history'], meta.get('lora_rank'), meta.get('max_target', 0)
     return gen
 
-# %% ../nbs/24_pathgen.ipynb #spec-code
+# %% ../nbs/24_pathgen.ipynb #c071
 def check_generator_spec(spec: str) -> str:
     "The spec itself, or a UsageError naming the three forms."
     if spec in ('tiny', 'gemma') or (spec.startswith('hf:') and spec[3:].strip()): return spec
@@ -431,7 +519,7 @@ def make_generator(spec: str,  # tiny, gemma or hf:<checkpoint>
     dev = get_device(device)
     return pretrained_generator(spec[3:], spec[3:].rstrip('/').split('/')[-1], str(dev), 'bfloat16' if dev.type == 'cuda' else 'float32')
 
-# %% ../nbs/24_pathgen.ipynb #c059
+# %% ../nbs/24_pathgen.ipynb #c074
 COMPANION_BUDGET = dict(steps=40, batch_size=8, lr=5e-5)  # the companion's fine-tune of Gemma 3 270M (about 20 minutes on 2 cores)
 
 def companion_rog(gguf=None,  # the .gguf file; None: the registry model

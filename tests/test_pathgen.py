@@ -83,7 +83,7 @@ class GoldGuard(dict):
 @pytest.mark.parametrize('model', ['rog', 'gcr'])
 def test_retrieve_reads_no_gold_and_returns_graph_triples(toy, fitted, model):
     kg, train, qgraphs, _ = toy
-    m = fitted if model == 'rog' else GCR.from_rog(fitted)
+    m = fitted if model == 'rog' else GCR.from_rog(fitted, paths='relation')
     for rec, qg in zip(train[:4], qgraphs[:4]):
         graph = as_triples(qg)
         got = m.retrieve(GoldGuard(rec), kg, graph)
@@ -160,7 +160,7 @@ def test_trie_allows_exactly_the_next_tokens_of_its_sequences(seqs):
 def test_a_seed_outside_the_graph_retrieves_nothing(toy, fitted):
     kg, train, qgraphs, _ = toy
     other = as_triples(qgraphs[3])  # another question's graph: the seed of question 0 is not in it
-    for m in (fitted, GCR.from_rog(fitted)):
+    for m in (fitted, GCR.from_rog(fitted), GCR.from_rog(fitted, paths='relation')):
         got = m.retrieve(GoldGuard(train[0]), kg, other)
         assert got.shape == (0, 3) and got.dtype == np.int64
 
@@ -191,7 +191,7 @@ def test_rog_with_lora_names_it_and_a_saved_generator_keeps_it(toy, tmp_path):
 
 
 def test_benchmark_gcr_fits_its_own_generator_only_when_its_budget_names_one(toy, tmp_path):
-    "GCR shares RoG's fine-tuned generator unless the budget names another (the paper: Llama-3.1-8B for GCR, Llama-2-7B for RoG)."
+    "GCR's relation variant shares RoG's fine-tuned generator unless the budget names another (the paper: Llama-3.1-8B for GCR, Llama-2-7B for RoG)."
     from kgqa_nb.benchmark import BenchmarkSetup, gcr_model, rog_model
     from kgqa_nb.core import UsageError
     kg, train, qgraphs, texts = toy
@@ -199,9 +199,9 @@ def test_benchmark_gcr_fits_its_own_generator_only_when_its_budget_names_one(toy
     tiny_generator(texts, seed=3).model.save_pretrained(folder); tiny_generator(texts, seed=3).tok.save_pretrained(folder)
     base = dict(train=train, train_graphs=[as_triples(g) for g in qgraphs], cache_dir=tmp_path / 'cache')
     rog = dict(generator='tiny', steps=3, batch_size=4, lr=1e-2)
-    shared = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator='', lora_rank=0, n_paths=4)}, **base))
+    shared = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator='', lora_rank=0, n_paths=4, paths='relation')}, **base))
     assert shared.n_paths == 4 and 'random-init' in shared.gen.label
-    own = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator=f'hf:{folder}', lora_rank=2)}, **base))
+    own = gcr_model(BenchmarkSetup(kg, budgets={'rog': rog, 'gcr': dict(generator=f'hf:{folder}', lora_rank=2, paths='relation')}, **base))
     assert own.gen.label == 'ckpt' and own.gen.lora_rank == 2 and 'LoRA r=2' in own.describe()
     assert len(list((tmp_path / 'cache').glob('rog*'))) == 2                    # two keyed fine-tunes, the shared one reused
     with pytest.raises(UsageError, match='tiny, gemma or hf:'):
@@ -244,3 +244,48 @@ def test_the_registry_generator_can_be_saved_after_fine_tuning_and_loads_back_th
     gen.fine_tune([('Who directed Alien?', ' <p> director </p>')], steps=1, batch_size=1, lr=1e-5)
     back = load_generator(gen.save(tmp_path / 'g'), device='cpu')
     assert back.steps == 1 and back.beam_paths('Who directed Alien?', 2, 6) == gen.beam_paths('Who directed Alien?', 2, 6)
+
+
+@pytest.fixture(scope='module')
+def fitted_walks(toy):
+    "GCR fine-tuned on the entity-level walks of the toy training questions (entity labels in the word vocabulary)."
+    from kgqa_nb.pathgen import entity_training_pairs
+    kg, train, qgraphs, texts = toy
+    vocab = texts + [t for _, t in entity_training_pairs(train, kg)] + [str(x) for x in kg.entity_labels] + relation_texts(kg)
+    return GCR(tiny_generator(vocab), steps=60, batch_size=4, lr=3e-3).fit(train, kg)
+
+
+def test_entity_gcr_retrieves_the_triples_of_its_decoded_walks_only(toy, fitted_walks):
+    from kgqa_nb.pathgen import walk_entities, walk_triples
+    kg, train, qgraphs, _ = toy
+    m = fitted_walks
+    for rec, qg in zip(train[:4], qgraphs[:4]):
+        graph = as_triples(qg)
+        got = m.retrieve(GoldGuard(rec), kg, graph)
+        g = RelGraph(graph[:, 0], graph[:, 1], graph[:, 2], kg.num_relations)
+        assert 0 < len(got) <= 2 * m.n_paths and got.tolist() == walk_triples(g, m.last_paths).tolist()
+        assert all(1 <= len(w[1]) <= m.max_hops and walk_entities(g, w)[0] in set(g.h.tolist()) | set(g.t.tolist()) for w in m.last_paths)
+        assert {tuple(x) for x in gold_triples(rec, kg).tolist()} <= {tuple(x) for x in got.tolist()}  # trained on these questions
+    assert 'KG-Trie of entity paths' in m.describe() and m.run_info()['trie_walks'] >= m.run_info()['trie_paths'] > 0
+
+
+def test_entity_walks_are_every_walk_of_the_graph(toy):
+    "The walks of 1-2 steps from a seed, each edge at most once, against a brute-force listing."
+    from kgqa_nb.pathgen import entity_walks
+    kg, _, qgraphs, _ = toy
+    g = RelGraph(qgraphs[0].h, qgraphs[0].r, qgraphs[0].t, kg.num_relations)
+    s = int(qgraphs[0].seeds[0]); E = range(len(g.h))
+    ends = lambda e, x: [(e, int(g.r[e]), int(g.t[e]))] * int(g.h[e] == x) + [(e, int(g.r[e]) + g.R, int(g.h[e]))] * int(g.t[e] == x)
+    one = [((e, d),) for e in E for e, d, _ in ends(e, s)]
+    two = [((e, d), (f, c)) for e in E for e, d, n in ends(e, s) for f in E if f != e for f, c, _ in ends(f, n)]
+    assert sorted(w for _, w in entity_walks(g, [s])) == sorted(one + two)
+
+
+def test_random_trie_paths_are_a_control_of_the_same_trie(toy, fitted_walks):
+    kg, train, qgraphs, _ = toy
+    rnd = GCR.from_rog(fitted_walks, paths='entity', decode='random')
+    graph = as_triples(qgraphs[0])
+    got = rnd.retrieve(GoldGuard(train[0]), kg, graph)
+    assert 0 < len(got) <= 2 * rnd.n_paths and {tuple(x) for x in got.tolist()} <= {tuple(x) for x in graph.tolist()}
+    assert 'random trie paths (control)' in rnd.describe()
+    with pytest.raises(ValueError, match="decode must be"): GCR(fitted_walks.gen, decode='best')
