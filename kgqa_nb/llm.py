@@ -21,12 +21,13 @@ try: import fcntl  # advisory locks, so that ledger lines from several processes
 except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'BATCH_DISCOUNT', 'BATCH_TERMINAL', 'LLMError', 'OfflineModelError',
-           'ChatResult', 'check_messages', 'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens',
-           'model_price', 'api_cost', 'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_reply',
-           'triples_lookup_messages', 'ResponseCache', 'parse_reset', 'rate_limit_info', 'TokenBucket', 'RateGate',
-           'chat_completion', 'text_completion', 'OfflineChatServer', 'add_server_options', 'server_options',
-           'LLMClient', 'read_ledger']
+__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'BATCH_DISCOUNT', 'BATCH_TERMINAL',
+           'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages', 'canonical_json', 'request_key',
+           'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost', 'OfflineModel',
+           'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages', 'ResponseCache',
+           'parse_reset', 'rate_limit_info', 'TokenBucket', 'RateGate', 'chat_completion', 'text_completion',
+           'OfflineChatServer', 'add_server_options', 'server_options', 'LLMClient', 'read_ledger', 'SpendLimitError',
+           'SpendBudget']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
@@ -91,9 +92,11 @@ MODEL_PRICES = {
 }
 
 def model_price(model: str):
-    "Price triple of a model from `MODEL_PRICES`, matching the longest known prefix ('gpt-5-mini-2025-08-07'); None if unknown."
-    best = max((k for k in MODEL_PRICES if model == k or model.startswith(k + '-')), key=len, default=None)
-    return MODEL_PRICES.get(best)
+    "Price triple of a model from `MODEL_PRICES`: the longest known prefix ('gpt-5-mini-2025-08-07'), also after a router's 'openai/'; None if unknown."
+    for name in dict.fromkeys((model, model.rsplit('/', 1)[-1])):
+        best = max((k for k in MODEL_PRICES if name == k or name.startswith(k + '-')), key=len, default=None)
+        if best: return MODEL_PRICES[best]
+    return None
 
 def api_cost(prompt_tokens: int,  # all prompt tokens, cached ones included
              completion_tokens: int,  # generated tokens (reasoning tokens included, as providers bill them)
@@ -385,7 +388,9 @@ class OfflineChatServer:
                  rpm: float | None = None,  # requests per minute it admits (rate-limit headers, 429 beyond); None: no limit
                  tpm: float | None = None,  # tokens per minute it admits (prompt + reply estimates); None: no limit
                  burst_s: float = 1.0,  # seconds of the limits a burst may use (the buckets' size)
-                 hold_batches: bool = False):  # batches stay in_progress until `finish_batches()`
+                 hold_batches: bool = False,  # batches stay in_progress until `finish_batches()`
+                 reply_model: str | None = None,  # the model name every reply gives, whatever was asked (a router: 'openai/gpt-4o-mini')
+                 rate_headers: bool = True):  # state the limits in rate-limit headers (vLLM and llama.cpp state none: 429s only)
         check_port(port)
         faults = list(faults or [])
         bad = [f for f in faults if not _FAULT_RE.match(str(f))]
@@ -395,6 +400,7 @@ class OfflineChatServer:
         self._httpd = self._thread = None
         self._rpm, self._tpm = (TokenBucket(rpm, burst_s) if rpm else None), (TokenBucket(tpm, burst_s) if tpm else None)
         self.admitted = self.throttled = self.batch_creations = 0
+        self.reply_model, self.rate_headers, self.billed, self._answer_only = reply_model, rate_headers, [], None
         self.files, self.batches, self.batch_created, self._release = {}, {}, threading.Event(), threading.Event()
         if not hold_batches: self._release.set()
 
@@ -489,7 +495,9 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         except OfflineModelError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
         n_in = estimate_tokens(req['prompt']) if completions else estimate_prompt_tokens(msgs)
         wait, limits = self._admit(n_in + estimate_tokens(text))
+        limits = limits if self.rate_headers else []
         if wait: return h._send(429, _error_body(f'rate limit reached: retry in {wait:.3f} s', 'requests', 'rate_limit_exceeded'), limits + _too_many(wait))
+        model = self.reply_model or model; self._bill(msgs, model, n_in, estimate_tokens(text))
         if self.delay_s: time.sleep(self.delay_s)
         body = (text_completion if completions else chat_completion)(model, text, n_in, estimate_tokens(text))
         if req.get('stream'):
@@ -515,6 +523,12 @@ def _admit(self: OfflineChatServer, tokens: int) -> tuple:
 
 def _too_many(wait: float) -> list:
     return [('Retry-After', str(max(1, math.ceil(wait)))), ('retry-after-ms', str(math.ceil(wait * 1000)))]
+
+@patch
+def _bill(self: OfflineChatServer, msgs: list, model: str, prompt_tokens: int, completion_tokens: int, batch: bool = False):
+    "Count an answered request as a provider would bill it: which messages (their hash), the model it answered as, its tokens."
+    with self._lock: self.billed.append(dict(messages=hashlib.sha256(canonical_json(msgs).encode()).hexdigest()[:16], model=model,
+                                             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, batch=batch))
 
 # %% ../nbs/04_llm.ipynb #c054
 def _multipart_file(content_type: str, body: bytes) -> tuple:
@@ -546,29 +560,33 @@ def _batch_line(self: OfflineChatServer, line: dict) -> tuple:
         msgs = check_messages(body.get('messages')); text = offline_reply(msgs)
     except (ValueError, OfflineModelError) as e:
         return False, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=400, body=_error_body(str(e), 'invalid_request_error')), error=None)
-    reply = chat_completion(str(body.get('model', '')), text, estimate_prompt_tokens(msgs), estimate_tokens(text))
+    reply = chat_completion(self.reply_model or str(body.get('model', '')), text, estimate_prompt_tokens(msgs), estimate_tokens(text))
+    self._bill(msgs, reply['model'], estimate_prompt_tokens(msgs), estimate_tokens(text), batch=True)
     return True, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=200, request_id=reply['id'], body=reply), error=None)
 
 # %% ../nbs/04_llm.ipynb #c055
 @patch
 def _run_batch(self: OfflineChatServer, bid: str):
-    "Answer every line of batch `bid` (after `finish_batches()` when batches are held) and write its output and error files."
-    self._release.wait()
+    "Answer the lines of batch `bid` (once released, when held) until it is cancelled, and write its output and error files."
     b = self.batches[bid]
+    while not self._release.wait(0.02) and b['status'] != 'cancelling': pass
     lines = [json.loads(x) for x in self.files[b['input_file_id']]['data'].decode().splitlines() if x.strip()]
-    out, err = [], []
-    for line in lines:
+    out, err, cut = [], [], self._answer_only
+    for i, line in enumerate(lines):
+        if b['status'] == 'cancelling' or (cut is not None and i >= cut): break
         ok, rec = self._batch_line(line)
         (out if ok else err).append(json.dumps(rec))
         with self._lock: b['request_counts']['completed' if ok else 'failed'] += 1
     outs = {k: self._new_file(f'{bid}_{k}.jsonl', ('\n'.join(v) + '\n').encode(), 'batch_output')['id'] if v else None
             for k, v in (('output', out), ('error', err))}
-    with self._lock: b.update(status='completed', output_file_id=outs['output'], error_file_id=outs['error'], completed_at=int(time.time()))
+    end = 'cancelled' if b['status'] == 'cancelling' else 'completed' if len(out) + len(err) == len(lines) else 'expired'
+    with self._lock: b.update(status=end, output_file_id=outs['output'], error_file_id=outs['error'], completed_at=int(time.time()))
 
 @patch
-def finish_batches(self: OfflineChatServer):
-    "Let held batches run to completion."
-    self._release.set()
+def finish_batches(self: OfflineChatServer,
+                   answer: int | None = None):  # answer only this many lines of each batch, then let it expire
+    "Let held batches run: to completion, or (`answer=n`) to expiry after n lines each."
+    self._answer_only = answer; self._release.set()
 
 @patch
 def _create_batch(self: OfflineChatServer, req: dict) -> tuple:
@@ -610,8 +628,17 @@ def _handle_batch_api(self: OfflineChatServer, h: _Handler, method: str) -> bool
         except ValueError: req = None
         h._send(*(self._create_batch(req) if isinstance(req, dict) else (400, _error_body('request body is not JSON', 'invalid_request_error'))))
     elif kind == 'batches' and method == 'GET' and not rest:
-        with self._lock: data = [dict(b) for b in reversed(self.batches.values())]
-        h._send(200, dict(object='list', data=data, first_id=data[0]['id'] if data else None, last_id=data[-1]['id'] if data else None, has_more=False))
+        q = dict(x.partition('=')[::2] for x in h.path.partition('?')[2].split('&') if x)
+        with self._lock: every = [dict(b) for b in reversed(self.batches.values())]  # newest first, a page after `after`
+        start = next((i + 1 for i, b in enumerate(every) if b['id'] == q.get('after')), 0)
+        data = every[start:start + int(q.get('limit') or 20)]
+        h._send(200, dict(object='list', data=data, first_id=data[0]['id'] if data else None, last_id=data[-1]['id'] if data else None,
+                          has_more=start + len(data) < len(every)))
+    elif kind == 'batches' and method == 'POST' and rest[1:] == ['cancel'] and rest[0] in self.batches:
+        with self._lock:
+            b = self.batches[rest[0]]
+            if b['status'] == 'in_progress': b['status'] = 'cancelling'
+            h._send(200, dict(b))
     elif kind == 'batches' and method == 'GET' and len(rest) == 1 and rest[0] in self.batches:
         with self._lock: h._send(200, dict(self.batches[rest[0]]))
     else: h._send(404, _error_body(f'no route {method} {h.path}', 'not_found'))
@@ -645,7 +672,8 @@ class LLMClient:
                  stream: bool = False,  # receive replies as server-sent events (same text and cache key; usage from the last chunk)
                  say: Callable | None = None,  # one-line announcer of retries, waits and batches (default: stderr)
                  batch_size: int = 50_000,  # requests per Batch API file (`chat_batch`)
-                 batch: bool | None = None):  # `chat_many` goes through the Batch API; default: $KGQA_LLM_BATCH is 1
+                 batch: bool | None = None,  # `chat_many` goes through the Batch API; default: $KGQA_LLM_BATCH is 1
+                 budget=None):  # a `SpendBudget` every API call is held against; default: the run's ($KGQA_SPEND_FILE), if any
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
         if concurrency is None:
@@ -663,6 +691,7 @@ class LLMClient:
         self.max_retries, self.timeout, self.concurrency = max_retries, timeout, concurrency
         self.backoff_base, self.backoff_max, self.max_retry_after = backoff_base, backoff_max, max_retry_after
         self.price = tuple(price_per_mtok) if price_per_mtok is not None else ((0., 0., 0.) if backend == 'offline' else model_price(self.model))
+        self._price_given, self.budget, self._env_budget = price_per_mtok is not None or backend == 'offline', budget, None
         if self.price is not None: api_cost(0, 0, self.price)  # validates the shape
         mode = 'off' if (cache is False or cache_dir is False) else cache_mode
         self.cache_dir = None if mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
@@ -943,9 +972,8 @@ def _append_durably(path: Path, record: dict):
 def _log_call(self: LLMClient, res: ChatResult, seconds: float,
               batch: str | None = None):  # the Batch API batch that answered it (priced at BATCH_DISCOUNT)
     "Write one answered call's usage to the ledger."
-    u = res.usage
-    cost = None if self.price is None else round(api_cost(u['prompt_tokens'], u['completion_tokens'], self.price, u['cached_prompt_tokens'])
-                                                 * (BATCH_DISCOUNT if batch else 1), 8)
+    u, cost = res.usage, self.call_cost(res, self.spend_budget(), batch=bool(batch))
+    cost = None if cost is None else round(cost, 8)
     _append_durably(self.ledger, dict(key=res.key, model=res.model, backend=self.backend, offline=self.backend == 'offline',
                                       prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'],
                                       cached_prompt_tokens=u['cached_prompt_tokens'], cost_usd=cost, attempts=res.attempts,
@@ -966,6 +994,168 @@ def read_ledger(path) -> dict:
                 by_model={m: _tally(rs) for m, rs in sorted(by.items())})
 
 # %% ../nbs/04_llm.ipynb #c088
+class SpendLimitError(RuntimeError):
+    "A call refused because the run's spend limit (`--max-cost`) is reached, or because a call's price is unknown under a limit."
+
+SPEND_FILE_ENV = 'KGQA_SPEND_FILE'  # the environment variable naming the run's spend file
+ASSUMED_MAX_TOKENS = 16_384  # completion tokens held for a call sent without max_tokens (reasoning models can use this many)
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+class SpendBudget:
+    "A run's spend limit shared by every client and process of the run: a small JSON file changed under a file lock."
+    def __init__(self, path):  # the run's spend file (made by `SpendBudget.create`)
+        self.path, self._lock, self._prices, self._n = Path(path), threading.Lock(), None, 0
+
+    @classmethod
+    def create(cls, path,  # the spend file (replaced)
+               limit: float,  # USD
+               prices: dict | None = None,  # model -> (input, output[, cached input]) USD per million tokens, beside MODEL_PRICES
+               wait_s: float = 120.):  # longest wait for calls in flight to settle before a call that would pass the limit with them stops the run
+        "A new spend file: `limit` USD, nothing spent, nothing held."
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+            raise ValueError(f'a spend limit is a finite number of USD >= 0, got {limit!r}')
+        for m, p in (prices or {}).items(): api_cost(0, 0, p)  # checks each price's shape
+        write_text_atomic(path, json.dumps(dict(limit=float(limit), prices={m: list(p) for m, p in (prices or {}).items()}, wait_s=wait_s,
+                                                spent=0., calls=0, held={}, stopped=None)))
+        return cls(path)
+
+    @classmethod
+    def from_env(cls):
+        "The budget `$KGQA_SPEND_FILE` names (what `kgqa rerun --max-cost` sets for its notebooks), else None."
+        p = os.environ.get(SPEND_FILE_ENV)
+        return cls(p) if p else None
+
+    def __repr__(self): return f'SpendBudget({self.path})'
+
+# %% ../nbs/04_llm.ipynb #c090
+@patch
+def _update(self: SpendBudget, fn: Callable):
+    "`fn(state)` applied to the file's state under an exclusive lock (the changed state written back); what `fn` returns."
+    with self._lock:
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            if fcntl: fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = b''
+            while chunk := os.pread(fd, 1 << 16, len(raw)): raw += chunk
+            st = json.JSONDecoder().raw_decode(raw.decode())[0]
+            st['held'] = {k: v for k, v in st['held'].items() if int(k.split('-')[0]) == os.getpid() or _alive(int(k.split('-')[0]))}
+            out = fn(st)
+            data = json.dumps(st).encode()
+            os.pwrite(fd, data, 0); os.ftruncate(fd, len(data))
+        finally: os.close(fd)
+    return out
+
+@patch
+def state(self: SpendBudget) -> dict:
+    "The limit, what was spent (USD, calls), what calls in flight hold, and why the run stopped (None while it runs)."
+    return self._update(lambda st: dict(st))
+
+@patch
+def prices(self: SpendBudget) -> dict:
+    "The run's own prices (model -> price triple), read once."
+    if self._prices is None: self._prices = {m: tuple(p) for m, p in self.state()['prices'].items()}
+    return self._prices
+
+@patch
+def stop(self: SpendBudget, why: str):
+    "Mark the run stopped (every later call refused); the first reason stays."
+    def fn(st): st['stopped'] = st['stopped'] or why
+    self._update(fn)
+
+# %% ../nbs/04_llm.ipynb #c092
+@patch
+def hold(self: SpendBudget, usd: float,  # the worst case of the call (or batch) about to be sent
+         what: str = 'an LLM call',  # what is sent, for the message
+         force: bool = False,  # hold it even past the limit (work already bought, e.g. a batch submitted before a crash)
+         wait: bool = True) -> str:  # wait (at most the file's `wait_s`) for calls in flight to settle before stopping
+    "Hold `usd` for what is about to be sent, or raise `SpendLimitError` (the run marked stopped) when it could pass the limit; a ticket for `settle`."
+    with self._lock: self._n += 1; ticket = f'{os.getpid()}-{threading.get_ident()}-{self._n}'
+    t0 = time.monotonic()
+    def fn(st):
+        if force: st['held'][ticket] = usd; return 'ok'
+        if st['stopped']: return st['stopped']
+        lim, spent, held = st['limit'], st['spent'], sum(st['held'].values())
+        if spent + held + usd <= lim: st['held'][ticket] = usd; return 'ok'
+        if wait and spent + usd <= lim and held and time.monotonic() - t0 < st.get('wait_s', 120.): return 'wait'
+        st['stopped'] = (f'the spend limit --max-cost {lim:g} is reached: ${spent:,.4f} spent in {st["calls"]:,} calls'
+                         + (f', ${held:,.4f} held by calls in flight' if held else '') + f', and {what} could cost ${usd:,.4f} more')
+        return st['stopped']
+    while (r := self._update(fn)) == 'wait': time.sleep(0.02)
+    if r != 'ok': raise SpendLimitError(r)
+    return ticket
+
+@patch
+def settle(self: SpendBudget, ticket: str,  # what `hold` returned
+           usd: float,  # what the call (or batch) really cost
+           calls: int = 1):  # the calls it was
+    "Replace a hold by the real cost: counted once, whatever happens later."
+    def fn(st):
+        st['held'].pop(ticket, None); st['spent'] += usd; st['calls'] += calls
+    self._update(fn)
+
+# %% ../nbs/04_llm.ipynb #c095
+@patch
+def spend_budget(self: LLMClient):
+    "The spend limit this client's API calls count against: the one it was given, else the run's ($KGQA_SPEND_FILE), else None."
+    if self.budget is not None or self.backend == 'offline': return self.budget
+    p = os.environ.get(SPEND_FILE_ENV)
+    if not p: return None
+    with self._lock:
+        if self._env_budget is None or self._env_budget.path != Path(p): self._env_budget = SpendBudget(p)
+        return self._env_budget
+
+@patch
+def price_of(self: LLMClient, model: str | None = None,  # the answering model (None: the one asked for)
+             budget: SpendBudget | None = None):  # whose `prices` come first
+    "Price triple of a reply: the explicit one, else the answering model's known price, else the requested model's; None if unknown."
+    if self._price_given: return self.price
+    prices = budget.prices() if budget else {}
+    for m in dict.fromkeys(x for x in (model, self.model) if x):
+        if p := prices.get(m) or model_price(m): return tuple(p)
+    return None
+
+@patch
+def call_cost(self: LLMClient, res: ChatResult, budget: SpendBudget | None = None,
+              batch: bool = False):  # a Batch API line (billed at BATCH_DISCOUNT)
+    "USD an answered call cost (None when no price is known)."
+    price, u = self.price_of(res.model, budget), res.usage
+    if price is None: return None
+    return api_cost(u['prompt_tokens'], u['completion_tokens'], price, u['cached_prompt_tokens']) * (BATCH_DISCOUNT if batch else 1)
+
+@patch
+def worst_cost(self: LLMClient, request: dict, price) -> float:
+    "The most a request should cost at `price`: its estimated prompt and `max_tokens` (else ASSUMED_MAX_TOKENS) of reply."
+    n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
+    return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
+
+# %% ../nbs/04_llm.ipynb #c096
+@patch
+def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
+    "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
+    if budget is None: return None
+    price = self.price_of(None, budget)
+    if price is None:
+        raise SpendLimitError(f'a spend limit (--max-cost) is set but the price of model {self.model!r} is unknown: set plan.prices.{self.model} '
+                              f'in the profile ([input, output] USD per million tokens; [0, 0] for a server you run yourself) or pass price_per_mtok')
+    return budget.hold(sum(self.worst_cost(r, price) for r in requests) * (BATCH_DISCOUNT if batch else 1), what, force, wait=not batch)
+
+@patch
+def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
+    "`call()` (one API call for `request`) under the spend limit: its worst case held before it is sent, its cost counted once it is priced."
+    budget = self.spend_budget()
+    ticket, cost, n = self._hold(budget, [request], f'a call to {self.model}'), 0., 0
+    try:
+        res = call(); cost, n = self.call_cost(res, budget) or 0., 1
+        return res
+    finally:
+        if ticket: budget.settle(ticket, cost, n)
+
+# %% ../nbs/04_llm.ipynb #c098
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -974,7 +1164,7 @@ def _key_lock(self: LLMClient, key: str):
 def _answer(self: LLMClient, request: dict, key: str) -> ChatResult:
     "The backend's reply; its usage is in the ledger before this returns (so before the reply is cached)."
     t0 = time.perf_counter()
-    res = self._offline(request, key) if self.backend == 'offline' else self._call_openai(request, key)
+    res = self._offline(request, key) if self.backend == 'offline' else self._metered(request, lambda: self._call_openai(request, key))
     if self.ledger is not None: self._log_call(res, time.perf_counter() - t0)
     return res
 
@@ -1024,7 +1214,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c090
+# %% ../nbs/04_llm.ipynb #c100
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -1055,7 +1245,7 @@ def _many(self: LLMClient, fn, batch, desc: str, return_exceptions: bool, **over
             for f in as_completed(futs):
                 try: out[futs[f]] = f.result()
                 except Exception as e:
-                    if not return_exceptions: raise
+                    if not return_exceptions or isinstance(e, SpendLimitError): raise  # the run's limit: no call may go on
                     out[futs[f]] = e
                 bar.update(1)
     finally: ex.shutdown(wait=True, cancel_futures=True)
@@ -1083,7 +1273,7 @@ def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
 
-# %% ../nbs/04_llm.ipynb #c092
+# %% ../nbs/04_llm.ipynb #c102
 BATCH_DISCOUNT = 0.5  # batch price / interactive price: OpenAI's and Anthropic's Batch APIs bill half
 BATCH_TERMINAL = ('completed', 'failed', 'expired', 'cancelled')  # batch statuses that no longer change
 
@@ -1107,67 +1297,143 @@ def _batch_call(self: LLMClient, what: str, fn, *a, **kw):
         raise LLMError(f'{self.describe()}: {what} failed with HTTP {e.status_code}{hint}') from None
     except openai.APIError as e: raise LLMError(f'{self.describe()}: {what} failed: {e}') from None
 
+# %% ../nbs/04_llm.ipynb #c104
 @patch
-def _submit(self: LLMClient, keys: list, todo: dict) -> tuple:
-    "(job file, batch id) of the batch answering `keys`: the one already submitted for this job, else a new one."
-    job = hashlib.sha256(canonical_json([self.server(), self.model, keys]).encode()).hexdigest()[:24]
+def _new_job(self: LLMClient, keys: list, todo: dict) -> tuple:
+    "(record file, record) of a new job for `keys`: its requests and its record written before anything is sent."
+    job = hashlib.sha256(canonical_json([self.server(), self.model, keys, time.time_ns(), os.getpid()]).encode()).hexdigest()[:24]
     jf = self._batch_dir() / f'{job}.json'
-    state = json.loads(jf.read_text()) if jf.exists() else {}
-    if state.get('batch_id'):
-        self._say(f"kgqa llm: resuming batch {state['batch_id']} ({len(keys):,} requests), submitted before"); return jf, state['batch_id']
-    client = self._openai()
-    listed = self._batch_call('listing batches', client.batches.list, limit=100).data
-    bid = next((b.id for b in listed if (b.metadata or {}).get('kgqa_job') == job and b.status not in ('failed', 'cancelled')), None)
-    if bid is None:
-        data = ''.join(json.dumps(dict(custom_id=k, method='POST', url='/v1/chat/completions', body=self._batch_body(todo[k]))) + '\n' for k in keys)
-        f = self._batch_call('uploading the batch file', client.files.create, file=(f'kgqa-{job}.jsonl', data.encode()), purpose='batch')
-        bid = self._batch_call('creating the batch', client.batches.create, input_file_id=f.id, endpoint='/v1/chat/completions',
-                               completion_window='24h', metadata={'kgqa_job': job}).id
-        self._say(f'kgqa llm: submitted batch {bid} ({len(keys):,} requests, {self.describe()}); a rerun resumes it')
-    else: self._say(f'kgqa llm: resuming batch {bid} ({len(keys):,} requests), submitted before')
-    jf.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(jf, json.dumps(dict(job=job, batch_id=bid, model=self.model, server=self.server(), requests=len(keys))))
-    return jf, bid
+    write_text_atomic(jf.with_suffix('.jsonl'), ''.join(json.dumps(dict(key=k, request=todo[k])) + '\n' for k in keys))
+    rec = dict(job=job, server=self.server(), model=self.model, keys=keys, created=time.time(), file_id=None, batch_id=None)
+    write_text_atomic(jf, json.dumps(rec))
+    return jf, rec
 
-# %% ../nbs/04_llm.ipynb #c093
 @patch
-def _wait_batch(self: LLMClient, bid: str, poll_s: float):
-    "The batch once it no longer changes, polling at 0.5 s, doubling up to every `poll_s` seconds (one line per change of status or count)."
-    client, last, wait = self._openai(), None, 0.5
+def _open_jobs(self: LLMClient) -> list:
+    "(record file, record) of the jobs of this server and model that a run started and none finished, oldest first."
+    out = []
+    for f in self._batch_dir().glob('*.json') if self._batch_dir().is_dir() else []:
+        try: rec = json.loads(f.read_text())
+        except (OSError, ValueError): continue
+        if rec.get('server') == self.server() and rec.get('model') == self.model and isinstance(rec.get('keys'), list) and f.with_suffix('.jsonl').exists():
+            out.append((f, rec))
+    return sorted(out, key=lambda fr: fr[1]['created'])
+
+@patch
+def _close_job(self: LLMClient, jf: Path):
+    "Remove a job whose batch has ended and whose replies are all recorded."
+    jf.unlink(missing_ok=True); jf.with_suffix('.jsonl').unlink(missing_ok=True)
+
+# %% ../nbs/04_llm.ipynb #c106
+@patch
+def _find_batch(self: LLMClient, rec: dict) -> str | None:
+    "The id of the batch a crashed run created for job `rec` (its metadata names the job), paging back to the job's time."
+    client, after = self._openai(), None
+    while True:
+        page = self._batch_call('listing batches', client.batches.list, limit=100, **({'after': after} if after else {}))
+        for b in page.data:
+            if (b.metadata or {}).get('kgqa_job') == rec['job'] and b.status != 'failed': return b.id
+        if not page.data or not page.has_more or page.data[-1].created_at < rec['created'] - 600: return None  # older than the job
+        after = page.data[-1].id
+
+@patch
+def _submit_job(self: LLMClient, jf: Path, rec: dict) -> str:
+    "The batch id of job `rec`: recorded, else found on the server, else created now (the file uploaded first); each step recorded."
+    client, n = self._openai(), len(rec['keys'])
+    bid = rec.get('batch_id') or (self._find_batch(rec) if rec.get('file_id') else None)
+    if bid: self._say(f'kgqa llm: resuming batch {bid} ({n:,} requests), submitted before')
+    else:
+        if not rec.get('file_id'):
+            reqs = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}
+            data = ''.join(json.dumps(dict(custom_id=k, method='POST', url='/v1/chat/completions', body=self._batch_body(reqs[k]))) + '\n' for k in rec['keys'])
+            rec['file_id'] = self._batch_call('uploading the batch file', client.files.create, file=(f"kgqa-{rec['job']}.jsonl", data.encode()), purpose='batch').id
+            write_text_atomic(jf, json.dumps(rec))
+        bid = self._batch_call('creating the batch', client.batches.create, input_file_id=rec['file_id'], endpoint='/v1/chat/completions',
+                               completion_window='24h', metadata={'kgqa_job': rec['job']}).id
+        self._say(f'kgqa llm: submitted batch {bid} ({n:,} requests, {self.describe()}); a rerun resumes it')
+    if rec.get('batch_id') != bid: rec['batch_id'] = bid; write_text_atomic(jf, json.dumps(rec))
+    return bid
+
+# %% ../nbs/04_llm.ipynb #c107
+@patch
+def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
+    "(the batch once it no longer changes, whether this client cancelled it): polls at 0.5 s, doubling up to `poll_s`; cancels it once the run's spend limit stopped the run."
+    client, last, wait, cancelled, budget = self._openai(), None, 0.5, False, self.spend_budget()
     while True:
         b = self._batch_call(f'polling batch {bid}', client.batches.retrieve, bid)
         c = b.request_counts
         line = f'kgqa llm: batch {bid}: {b.status}' + (f', {c.completed + c.failed:,} of {c.total:,} answered' if c else '')
         if line != last: self._say(line); last = line
-        if b.status in BATCH_TERMINAL: return b
+        if b.status in BATCH_TERMINAL: return b, cancelled
+        if budget is not None and not cancelled and budget.state()['stopped']:
+            self._batch_call(f'cancelling batch {bid}', client.batches.cancel, bid); cancelled = True
+            self._say(f'kgqa llm: the spend limit is reached: cancelling batch {bid} (the lines it answered are kept)')
         self._sleep(min(wait, poll_s)); wait *= 2
 
+# %% ../nbs/04_llm.ipynb #c108
 @patch
-def _collect(self: LLMClient, jf: Path, bid: str, todo: dict, poll_s: float) -> dict:
-    "key -> ChatResult or LLMError for the requests of batch `bid`, each reply fed into the cache and the ledger."
-    b = self._wait_batch(bid, poll_s)
+def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float) -> tuple:
+    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here, their cost)."
+    bid = rec['batch_id']
+    b, cancelled = self._wait_batch(bid, poll_s)
     if b.status == 'failed':
-        jf.unlink(missing_ok=True)  # nothing was answered: the next run may submit afresh
+        self._close_job(jf)  # nothing was answered: the requests go again in a new job
         raise LLMError(f'{self.describe()}: batch {bid} failed: {b.errors}')
-    got = {}
+    reqs, got, cost, budget = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}, {}, 0., self.spend_budget()
     for fid in (b.output_file_id, b.error_file_id):
         if not fid: continue
         for line in self._batch_call(f'fetching file {fid}', self._openai().files.content, fid).text.splitlines():
-            rec = json.loads(line) if line.strip() else {}
-            k, resp = rec.get('custom_id'), rec.get('response') or {}
-            if k not in todo or k in got: continue
+            r = json.loads(line) if line.strip() else {}
+            k, resp = r.get('custom_id'), r.get('response') or {}
+            if k not in reqs or k in got or (self._cache is not None and self._cache.lookup(k, 'a batch reply') is not None): continue  # recorded before a crash
             if resp.get('status_code') != 200:
-                got[k] = LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or rec.get("error"))[:300]}'); continue
+                got[k] = LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or r.get("error"))[:300]}'); continue
             text, finish, usage, model = _parse_completion(json.dumps(resp['body']))
             res = ChatResult(text, False, usage, model or self.model, k, 1, finish)
+            cost += self.call_cost(res, budget, batch=True) or 0.
             self._count(api_calls=1, prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
                         cached_prompt_tokens=usage['cached_prompt_tokens'])
             if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
-            if self._cache is not None: self._record(todo[k], k, res)
+            if self._cache is not None: self._record(reqs[k], k, res)
             got[k] = res
+    self._close_job(jf)
+    return got, b.status, cancelled, cost
+
+# %% ../nbs/04_llm.ipynb #c110
+@patch
+def _job_left(self: LLMClient, jf: Path) -> list:
+    "The requests of a job whose replies are not in the cache yet (what a resumed job may still cost)."
+    return [r['request'] for r in read_jsonl(jf.with_suffix('.jsonl')) if self._cache is None or self._cache.lookup(r['key'], 'a batch reply') is None]
+
+@patch
+def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
+    "key -> ChatResult or LLMError for the requests of `todo`, through open and new batch jobs (expired ones' unanswered requests twice more)."
+    got, budget = {}, self.spend_budget()
+    for _ in range(3):
+        pending = {k for k in todo if k not in got}
+        jobs = [(jf, rec, self._hold(budget, self._job_left(jf) if budget else [], f"batch job {rec['job']}", batch=True, force=True))
+                for jf, rec in self._open_jobs() if pending & set(rec['keys'])]
+        fresh, stop = sorted(pending - {k for _, rec, _ in jobs for k in rec['keys']}), None
+        for i in range(0, len(fresh), self.batch_size):
+            part = fresh[i:i + self.batch_size]
+            try: ticket = self._hold(budget, [todo[k] for k in part], f'a batch of {len(part):,} requests', batch=True)
+            except SpendLimitError as e: stop = e; break  # the batches already submitted are cancelled while collected
+            jobs.append((*self._new_job(part, todo), ticket))
+        ended, holds = [], {t for *_, t in jobs if t}
+        try:
+            for jf, rec, _ in jobs: self._submit_job(jf, rec)
+            for jf, rec, ticket in jobs:
+                g, status, cancelled, cost = self._collect(jf, rec, poll_s)
+                if ticket: budget.settle(ticket, cost, sum(isinstance(r, ChatResult) for r in g.values())); holds.discard(ticket)
+                got.update(g); ended.append(status)
+                if cancelled: stop = stop or SpendLimitError(budget.state()['stopped'])
+        finally:
+            for t in holds: budget.settle(t, 0., 0)  # not collected (an error): the hold goes; a rerun holds the job again
+        if stop: raise stop
+        if not any(s in ('expired', 'cancelled') for s in ended): break
     return got
 
-# %% ../nbs/04_llm.ipynb #c094
+# %% ../nbs/04_llm.ipynb #c111
 @patch
 def chat_batch(self: LLMClient, batch,  # a list of message lists
                desc: str = 'LLM batch',  # what the batch is, for messages
@@ -1184,9 +1450,7 @@ def chat_batch(self: LLMClient, batch,  # a list of message lists
         if rec is None: todo.setdefault(k, r); continue
         self._count(cache_hits=1)
         out[i] = ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], k, 0, rec['response'].get('finish_reason'))
-    pending, got = sorted(todo), {}
-    jobs = [self._submit(pending[i:i + self.batch_size], todo) for i in range(0, len(pending), self.batch_size)]
-    for jf, bid in jobs: got.update(self._collect(jf, bid, todo, poll_s))
+    got = self._run_jobs(todo, poll_s) if todo else {}
     for i, k in enumerate(keys):
         if out[i] is None: out[i] = got.get(k) or LLMError(f'{desc}: the batch returned no reply for request {k[:12]}')
         if isinstance(out[i], LLMError) and not return_exceptions: raise out[i]

@@ -1,7 +1,10 @@
 """The Batch API path (issue 30, item 2) against the stand-in server's batch endpoints: replies equal the interactive ones
 and feed the same cache and ledger at the batch price; kill -9 while a batch is pending, rerun: the batch is fetched, never
-submitted twice, and the records equal an uninterrupted run's."""
-import http.server, json, subprocess, sys, textwrap, threading
+submitted twice, and the records equal an uninterrupted run's. Kill -9 at every step (before the batch is created, after
+it is created but before its id is written, while polling, while collecting) and expired batches: every line is billed
+exactly once (issue 41, item 5)."""
+import http.server, json, subprocess, sys, textwrap, threading, time
+from collections import Counter
 
 import pytest
 
@@ -62,9 +65,9 @@ def run_client(url, folder):
     return subprocess.Popen([sys.executable, '-c', CLIENT, url, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize('lose_job_file', [False, True])
-def test_kill9_during_a_submitted_batch_then_rerun_fetches_it(tmp_path, lose_job_file):
-    "lose_job_file: the crash came between the server creating the batch and the client writing its id."
+@pytest.mark.parametrize('lose_batch_id', [False, True])
+def test_kill9_during_a_submitted_batch_then_rerun_fetches_it(tmp_path, lose_batch_id):
+    "lose_batch_id: the crash came between the server creating the batch and the client writing its id into the job record."
     with OfflineChatServer() as ref:                                   # the uninterrupted run
         proc = run_client(ref.url, tmp_path / 'ref'); out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
@@ -73,8 +76,9 @@ def test_kill9_during_a_submitted_batch_then_rerun_fetches_it(tmp_path, lose_job
         assert srv.batch_created.wait(120), proc.communicate()[1]      # the batch is submitted and pending
         proc.kill(); proc.wait()                                       # kill -9
         assert proc.returncode == -9
-        if lose_job_file:
-            for f in (tmp_path / 'run' / 'llm' / 'batches').glob('*.json'): f.unlink()
+        if lose_batch_id:
+            for f in (tmp_path / 'run' / 'llm' / 'batches').glob('*.json'):
+                f.write_text(json.dumps({**json.loads(f.read_text()), 'batch_id': None}))
         srv.finish_batches()
         again = run_client(srv.url, tmp_path / 'run'); out2, err2 = again.communicate(timeout=120)
     assert again.returncode == 0, err2
@@ -116,3 +120,82 @@ def test_kgqa_llm_batch_sends_chat_many_through_the_batch_api(tmp_path, monkeypa
     with OfflineChatServer() as srv:
         client(srv, tmp_path / 'other').chat_many(MSGS[:2])
     assert srv.batch_creations == 0 and len(srv.requests) == 2
+
+
+# Kill -9 at each step of a batch run (issue 41, item 5): the stand-in server bills each request it answers (`.billed`),
+# and after the rerun every line is billed exactly once. The child stops itself at the step (a wrapper in this script, not
+# in the library) and writes a mark; the test kills it there.
+STEPPED = textwrap.dedent('''
+    import json, pathlib, sys, time
+    import kgqa_nb.llm as L
+    WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
+    MSGS = [L.triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(30)]
+    url, folder, step = sys.argv[1], sys.argv[2], sys.argv[3]
+    mark = pathlib.Path(folder) / 'mark'
+    c = L.LLMClient('openai', model='gpt-4o-mini', base_url=url, cache_dir=folder + '/llm', ledger=folder + '/calls.jsonl', batch_size=10)
+    batches = c._openai().batches
+    if step in ('before-create', 'after-create'):  # the first of three jobs: its file is uploaded; the batch is not / is created
+        create = batches.create
+        def stopped(**kw):
+            if step == 'after-create': create(**kw)
+            mark.write_text(step); time.sleep(600)
+        batches.create = stopped
+    if step == 'collecting':  # twelve replies recorded: the first job's ten and two of the second's
+        record, n = L.LLMClient._record, [0]
+        def stopped(self, *a):
+            record(self, *a); n[0] += 1
+            if n[0] == 12: mark.write_text(step); time.sleep(600)
+        L.LLMClient._record = stopped
+    print(json.dumps([r.text for r in c.chat_batch(MSGS, poll_s=0.02)]))
+''')
+
+
+def stepped(url, folder, step):
+    folder.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, '-c', STEPPED, url, str(folder), step], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(cond, proc, what):
+    for _ in range(1200):
+        if cond(): return
+        if proc.poll() is not None: raise AssertionError(f'the client ended before {what}: {proc.communicate()[1][-2000:]}')
+        time.sleep(0.05)
+    raise AssertionError(f'no {what} within 60 s')
+
+
+@pytest.mark.parametrize('step', ['before-create', 'after-create', 'polling', 'collecting'])
+def test_kill9_at_each_step_bills_every_line_exactly_once(tmp_path, step):
+    msgs = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(30)]
+    with OfflineChatServer(hold_batches=step == 'polling') as srv:
+        proc = stepped(srv.url, tmp_path, step)
+        if step == 'polling': wait_for(lambda: srv.batch_creations == 3, proc, 'three batches')   # all submitted, none answered
+        else: wait_for((tmp_path / 'mark').exists, proc, f'the {step} step')
+        proc.kill(); proc.wait()
+        assert proc.returncode == -9
+        if step == 'after-create':  # 120 newer batches on the account: the crashed job's batch is not among the newest 100
+            empty = srv._new_file('empty.jsonl', b'', 'batch')['id']
+            for _ in range(120): srv._create_batch(dict(input_file_id=empty))
+        srv.finish_batches()
+        again = stepped(srv.url, tmp_path, 'none'); out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert json.loads(out) == [offline_reply(m) for m in msgs]
+    billed = Counter(b['messages'] for b in srv.billed)
+    assert len(billed) == 30 and set(billed.values()) == {1}                  # every line billed, none twice
+    assert srv.batch_creations - (120 if step == 'after-create' else 0) == 3  # three jobs, each submitted once
+    assert list((tmp_path / 'llm' / 'batches').iterdir()) == []                # every job closed
+
+
+def test_an_expired_batch_resubmits_only_its_unanswered_lines_and_is_not_resumed_forever(tmp_path):
+    with OfflineChatServer(hold_batches=True) as srv:
+        srv.finish_batches(answer=4)                                           # each batch answers four lines, then expires
+        out = client(srv, tmp_path).chat_batch(MSGS[:10], poll_s=0.01)
+    assert [r.text for r in out] == [offline_reply(m) for m in MSGS[:10]]
+    assert [b['request_counts']['total'] for b in srv.batches.values()] == [10, 6, 2] and len(srv.billed) == 10
+    with OfflineChatServer(hold_batches=True) as srv:
+        srv.finish_batches(answer=0)                                           # a batch that expires with no reply at all
+        out = client(srv, tmp_path / 'none').chat_batch(MSGS[:3], poll_s=0.01, return_exceptions=True)
+    assert all(isinstance(r, LLMError) for r in out) and srv.batch_creations == 3   # tried three times, then given up
+    assert list((tmp_path / 'none' / 'llm' / 'batches').iterdir()) == []       # nothing left open to resume forever
+    with OfflineChatServer() as srv:
+        assert [r.text for r in client(srv, tmp_path / 'none').chat_batch(MSGS[:3], poll_s=0.01)] == [offline_reply(m) for m in MSGS[:3]]
+    assert srv.batch_creations == 1

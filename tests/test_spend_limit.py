@@ -1,0 +1,107 @@
+"""A spend guard that cannot be blind (issue 41, item 4; issue 42, item 2), against the local stand-in server, which counts
+what it billed: every API call is held at its worst case before it is sent and counted once it is priced, by the model
+asked for and the answering model's price where that name has one; the run stops within one call of its limit whatever
+name the server answers with; an unknown price refuses the first call; batches are priced when submitted, cancelled
+when the run stops, and counted once."""
+import threading
+
+import pytest
+
+from kgqa_nb.llm import (BATCH_DISCOUNT, LLMClient, LLMError, OfflineChatServer, SpendBudget, SpendLimitError, api_cost,
+                         model_price, read_ledger, triples_lookup_messages)
+
+WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
+
+
+def q(i, tag=''): return triples_lookup_messages(WORLD, (f'City{i}{tag}', 'country', '?'))
+
+
+def billed_usd(srv, model='gpt-4o-mini'):
+    "What the server billed, at the list price of the model that was asked for."
+    price = model_price(model)
+    return sum(api_cost(b['prompt_tokens'], b['completion_tokens'], price) * (BATCH_DISCOUNT if b['batch'] else 1) for b in srv.billed)
+
+
+def client(srv, tmp_path, budget, model='gpt-4o-mini', **kw):
+    return LLMClient('openai', model=model, base_url=srv.url, cache_dir=tmp_path / 'llm', ledger=tmp_path / 'calls.jsonl',
+                     max_tokens=50, budget=budget, say=[].append, **kw)
+
+
+@pytest.mark.parametrize('reply_model', [None, 'openai/gpt-4o-mini', 'gpt-4o-mini-2024-07-18', 'some-router-alias'])
+def test_the_run_stops_within_one_call_of_the_limit_whatever_model_answers(tmp_path, reply_model):
+    limit = 0.002
+    budget = SpendBudget.create(tmp_path / 'spend.json', limit)
+    with OfflineChatServer(reply_model=reply_model) as srv:
+        c = client(srv, tmp_path, budget, concurrency=8)
+        worst = c.worst_cost(c.build_request(q(0)), model_price('gpt-4o-mini'))
+        with pytest.raises(SpendLimitError, match=r'--max-cost 0.002 is reached'):
+            c.chat_many([q(i) for i in range(200)], return_exceptions=True)  # the limit is not an error a role may swallow
+        late = len(srv.billed)
+        with pytest.raises(SpendLimitError): c.chat(q(199, 'x'))             # stopped stays stopped
+    billed, st = billed_usd(srv), budget.state()
+    assert limit - worst <= billed <= limit                                  # within one call of the limit, never past it
+    assert st['spent'] == pytest.approx(billed, rel=1e-9) and st['calls'] == late == len(srv.billed) and st['held'] == {}
+    assert read_ledger(tmp_path / 'calls.jsonl')['cost_usd'] == pytest.approx(billed, abs=1e-5)  # the ledger priced every call
+
+
+def test_an_unknown_price_refuses_the_first_call_unless_a_price_is_given(tmp_path):
+    budget = SpendBudget.create(tmp_path / 'spend.json', 5.0)
+    with OfflineChatServer() as srv:
+        with pytest.raises(SpendLimitError, match=r"price of model 'mystery-model' is unknown: set plan.prices.mystery-model"):
+            client(srv, tmp_path, budget, model='mystery-model').chat(q(1))
+        assert srv.requests == []                                             # nothing was sent
+        client(srv, tmp_path / 'given', budget, model='mystery-model', price_per_mtok=(1.0, 2.0)).chat(q(1))
+        priced = SpendBudget.create(tmp_path / 'priced.json', 5.0, prices={'mystery-model': [1.0, 2.0]})
+        client(srv, tmp_path / 'run', priced, model='mystery-model').chat(q(2))
+    assert len(srv.billed) == 2 and budget.state()['calls'] == priced.state()['calls'] == 1
+
+
+def test_the_run_budget_is_found_through_the_environment(tmp_path, monkeypatch):
+    "A notebook's client has no budget argument: `kgqa rerun --max-cost` names the run's file in $KGQA_SPEND_FILE."
+    budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
+    with OfflineChatServer() as srv:
+        c = client(srv, tmp_path, None)
+        c.chat(q(1)); assert budget.state()['calls'] == 0
+        monkeypatch.setenv('KGQA_SPEND_FILE', str(budget.path))
+        c.chat(q(2))
+    assert budget.state()['calls'] == 1 and budget.state()['spent'] == pytest.approx(billed_usd(srv) / 2, rel=0.2)
+
+
+def test_a_batch_that_could_pass_the_limit_is_not_submitted(tmp_path):
+    budget = SpendBudget.create(tmp_path / "spend.json", 0.0003)
+    with OfflineChatServer() as srv:
+        c = client(srv, tmp_path, budget, batch_size=10)
+        with pytest.raises(SpendLimitError, match='a batch of 10 requests could cost'):
+            c.chat_batch([q(i) for i in range(30)], poll_s=0.01)
+    assert srv.batch_creations == 0 and srv.billed == [] and budget.state()['held'] == {}
+
+
+def test_batches_are_priced_at_submission_and_counted_once(tmp_path):
+    budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
+    with OfflineChatServer() as srv:
+        c = client(srv, tmp_path, budget, batch_size=10)
+        c.chat_batch([q(i) for i in range(25)], poll_s=0.01)
+        c.chat_batch([q(i) for i in range(25)], poll_s=0.01)                  # all cached: nothing held, nothing counted
+    st = budget.state()
+    assert st['calls'] == len(srv.billed) == 25 and st['spent'] == pytest.approx(billed_usd(srv), rel=1e-9) and st['held'] == {}
+
+
+def test_a_running_batch_is_cancelled_when_the_run_stops(tmp_path):
+    "The batch holds its worst case; interactive calls then reach the limit; the stop cancels the batch, which billed nothing."
+    budget = SpendBudget.create(tmp_path / 'spend.json', 0.0012, wait_s=0.2)
+    out = {}
+    with OfflineChatServer(hold_batches=True) as srv:
+        def batch():
+            try: out['batch'] = client(srv, tmp_path / 'b', budget).chat_batch([q(i, 'b') for i in range(10)], poll_s=0.02)
+            except SpendLimitError as e: out['batch'] = e
+        t = threading.Thread(target=batch); t.start()
+        assert srv.batch_created.wait(60)
+        c = client(srv, tmp_path / 'i', budget)
+        with pytest.raises(SpendLimitError):
+            for i in range(100): c.chat(q(i, 'i'))
+        t.join(60)
+    assert isinstance(out['batch'], SpendLimitError)
+    assert srv.batches['batch_000001']['status'] == 'cancelled' and not [b for b in srv.billed if b['batch']]
+    st = budget.state()
+    assert st['spent'] == pytest.approx(billed_usd(srv), rel=1e-9) and st['spent'] <= 0.0012 and st['held'] == {}
+    assert list((tmp_path / 'b' / 'llm' / 'batches').iterdir()) == []        # the cancelled job is closed: a rerun submits afresh
