@@ -4,12 +4,12 @@
 
 # %% ../nbs/40a_plan.ipynb #c002
 from __future__ import annotations
-import json, math, os, re, signal, threading
-from contextlib import contextmanager
+import json, math, os, re, threading, time
 from dataclasses import dataclass
 from pathlib import Path
 
 from fastcore.basics import patch
+from fastcore.xtras import modified_env
 
 from .core import data_dir, project_dirs, user_cache_dir
 from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
@@ -24,8 +24,8 @@ __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_
            'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds',
            'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits',
            'interactive_seconds', 'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError',
-           'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_budget', 'python_sigint',
-           'interrupt_main_thread', 'SpendGuard']
+           'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget',
+           'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -594,7 +594,8 @@ class SpendMeter:
         self._keys.add(r.get('key'))
         pt, ct, cpt = int(u.get('prompt_tokens') or 0), int(u.get('completion_tokens') or 0), int(u.get('cached_prompt_tokens') or 0)
         if cost is None:
-            price = self.prices.get(r.get('model')) or model_price(str(r.get('model') or ''))
+            asked = (r.get('request') or {}).get('model')
+            price = next((p for m in (r.get('model'), asked) if m for p in (self.prices.get(m) or model_price(str(m)),) if p), None)
             cost = api_cost(pt, ct, price, cpt) if price else None
         self.calls += 1; self.prompt_tokens += pt; self.completion_tokens += ct
         if cost is None: self.unpriced_calls += 1
@@ -626,57 +627,56 @@ def spent_since(before: dict, after: dict) -> dict:
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
 # %% ../nbs/40a_plan.ipynb #c055
+def check_max_cost(max_cost):  # USD, or None (no limit)
+    "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
+        raise BudgetError(f'--max-cost must be >= 0 USD, got {max_cost!r}: a finite number of dollars')
+    return max_cost
+
 def check_budget(plan: dict,  # `plan_profile`
-                 max_cost: float) -> None:  # USD
+                 max_cost: float,  # USD
+                 ready_only: bool = True) -> None:  # judge only the artifacts that can run here (a run); False: the whole plan (`--plan`)
     "Refuse (BudgetError) a run whose planned API cost passes `max_cost`, or whose cost the plan cannot tell."
-    ready = [a for a in plan['artifacts'] if a['status'] == 'ready']
-    unknown = [a['artifact'] for a in ready if a['cost_usd'] is None]
+    check_max_cost(max_cost)
+    arts = [a for a in plan['artifacts'] if a['status'] == 'ready' or (not ready_only and a['status'] != 'not run')]
+    unknown = [a['artifact'] for a in arts if a['cost_usd'] is None]
     if unknown: raise BudgetError(f'--max-cost {max_cost:g}: the cost of {", ".join(unknown)} is unknown (see `kgqa rerun --plan`: a price or a prompt size is missing); refusing to start')
-    cost = sum(a['cost_usd'] for a in ready)
+    cost = sum(a['cost_usd'] for a in arts)
     if cost > max_cost:
-        top = sorted(ready, key=lambda a: -a['cost_usd'])[:3]
+        top = sorted(arts, key=lambda a: -a['cost_usd'])[:3]
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
 # %% ../nbs/40a_plan.ipynb #c057
-@contextmanager
-def python_sigint():
-    "Python's own SIGINT handler in the main thread while the block runs (restored after), so an interrupt is delivered."
-    if threading.current_thread() is not threading.main_thread(): yield; return  # only the main thread can set handlers
-    old = signal.getsignal(signal.SIGINT)
-    if old is signal.default_int_handler: yield; return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try: yield
-    finally: signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
-
-def interrupt_main_thread():
-    "Send SIGINT to the main thread: `KeyboardInterrupt` there, even in a blocking wait (under `python_sigint`)."
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-# %% ../nbs/40a_plan.ipynb #c060
 class SpendGuard:
-    "Context manager: polls a `SpendMeter` every `every` seconds and interrupts the main thread once the spend passes `max_cost`."
-    def __init__(self, meter: SpendMeter,  # the run's meter
-                 max_cost: float | None,  # USD; None watches nothing
-                 every: float = 10.):  # seconds between polls
-        self.meter, self.max_cost, self.every, self.tripped = meter, max_cost, every, False
-        self._stop, self.fired = threading.Event(), threading.Event()  # fired: the guard interrupted the main thread
-
-    def over(self) -> bool:
-        "Whether the measured spend has passed the limit (polls the meter)."
-        if self.max_cost is not None and self.meter.poll()['cost_usd'] > self.max_cost: self.tripped = True
-        return self.tripped
-
-    def _watch(self):
-        while not self._stop.wait(self.every):
-            if self.over(): self.fired.set(); interrupt_main_thread(); return
+    "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
+    def __init__(self, max_cost: float | None,  # USD; None: no limit
+                 prices: dict | None = None,  # plan.prices: model -> [input, output(, cached input)] USD per million tokens
+                 folder=None,  # where the spend file goes (default: the scratch folder's spend/)
+                 wait_s: float = 120.):  # how long a call waits for calls in flight to settle before it stops the run
+        self.max_cost, self.prices, self.folder, self.wait_s = check_max_cost(max_cost), dict(prices or {}), folder, wait_s
+        self.budget, self._final = None, None
 
     def __enter__(self):
+        from kgqa_nb.llm import SPEND_FILE_ENV, SpendBudget
         if self.max_cost is None: return self
-        self._sigint = python_sigint(); self._sigint.__enter__()
-        self._thread = threading.Thread(target=self._watch, daemon=True); self._thread.start()
+        path = Path(self.folder or project_dirs.scratch / 'spend') / f'run-{os.getpid()}-{time.time_ns()}.json'
+        self.budget = SpendBudget.create(path, self.max_cost, self.prices, self.wait_s)
+        self._env = modified_env(**{SPEND_FILE_ENV: str(path)}); self._env.__enter__()
         return self
 
     def __exit__(self, *a):
-        self._stop.set()
-        if self.max_cost is not None: self._thread.join(); self._sigint.__exit__(*a)
+        if self.budget is None: return
+        self._env.__exit__(*a); self._final = self.budget.state(); self.budget.path.unlink(missing_ok=True)
+
+    def state(self) -> dict:
+        "The spend file's state: limit, spent, calls, held, stopped (its last state once the run ended)."
+        return self._final or (self.budget.state() if self.budget else dict(limit=None, spent=0., calls=0, held={}, stopped=None))
+
+    @property
+    def tripped(self) -> bool: return bool(self.state()['stopped'])
+
+    def total(self) -> str:
+        "The run's one total: what was spent, in how many calls, against which limit."
+        st = self.state()
+        return f"LLM spend ${st['spent']:,.4f} in {st['calls']:,} API calls stopped at --max-cost {st['limit']:g}"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40b_rerun.ipynb #c002
 from __future__ import annotations
-import json, os, shutil, sys, threading, time
+import json, math, os, shutil, sys, threading, time
 from pathlib import Path
 
 from fastcore.xtras import modified_env
@@ -17,15 +17,20 @@ from .plan import (SpendGuard, SpendMeter, check_budget, fmt_seconds, fmt_tokens
                           plan_profile, plan_settings, spent_since)
 
 # %% auto #0
-__all__ = ['publish_outputs', 'PublishError', 'check_publishable', 'resolve_params', 'notebook_error_line', 'failed_notebook',
-           'execute_artifact', 'run_artifact', 'Heartbeat', 'run_guarded', 'rerun', 'rerun_cli']
+__all__ = ['same_bytes', 'publish_outputs', 'PublishError', 'check_publishable', 'resolve_params', 'notebook_error_line',
+           'without_timestamps', 'failed_notebook', 'execute_artifact', 'run_artifact', 'Heartbeat', 'run_guarded',
+           'rerun', 'list_artifacts', 'rerun_cli']
 
 # %% ../nbs/40b_rerun.ipynb #c005
+def same_bytes(a: Path, b: Path) -> bool:
+    "Whether two files exist and hold the same bytes."
+    return a.is_file() and b.is_file() and a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+
 def publish_outputs(art: Artifact,  # the artifact that ran
                     work: Path,  # the folder it wrote into
                     results: Path,  # where results/ files go
                     figures: Path) -> list:  # where figures/ files go
-    "Copy an artifact's outputs (with same-named siblings) and its executed notebook from `work`; returns the copied outputs."
+    "Copy an artifact's outputs (with same-named siblings) and its executed notebook from `work`, unless unchanged; returns the published outputs."
     dests = {'results': Path(results), 'figures': Path(figures)}
     copied = []
     for o in list(art.outputs) + [f'results/executed/{art.name}.ipynb']:
@@ -34,8 +39,11 @@ def publish_outputs(art: Artifact,  # the artifact that ran
         src = Path(work) / rel
         dest = dests[rel.parts[0]].joinpath(*rel.parts[1:])
         dest.parent.mkdir(parents=True, exist_ok=True)
-        for s in sorted(src.parent.glob(src.stem + '.*')): shutil.copyfile(s, dest.parent / s.name)
         if o in art.outputs: copied.append(dest)
+        files = sorted(src.parent.glob(src.stem + '.*'))
+        content = [s for s in files if not s.name.endswith('.provenance.json')]
+        if content and all(same_bytes(s, dest.parent / s.name) for s in content): continue  # unchanged: its record stays too
+        for s in files: shutil.copyfile(s, dest.parent / s.name)
     return copied
 
 # %% ../nbs/40b_rerun.ipynb #c008
@@ -71,6 +79,14 @@ def notebook_error_line(e: BaseException) -> str:
     first = next(iter(str(e).strip().splitlines()), '')
     return f'{type(e).__name__}: {first}' if first else type(e).__name__
 
+def without_timestamps(text: str) -> str:  # an executed notebook (JSON)
+    "The executed notebook without papermill's start and end times and durations, so a rerun that printed the same is the same file."
+    nb = json.loads(text)
+    for m in [nb.get('metadata', {}), *(c.get('metadata', {}) for c in nb.get('cells', []))]:
+        for k in ('start_time', 'end_time', 'duration'): (m.get('papermill') or {}).pop(k, None)
+        m.pop('execution', None)  # the kernel's own per-cell timestamps
+    return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + '\n'
+
 def failed_notebook(name: str) -> Path:
     "Where the executed notebook of a failed or interrupted run is kept: the scratch folder, never beside the published ones."
     return project_dirs.scratch / 'failed' / f'{name}.ipynb'
@@ -82,7 +98,8 @@ def execute_artifact(art: Artifact,  # the artifact to run
     "Run the notebook with papermill in nbs/ into a temporary file (profile in $KGQA_PROFILE, Batch API per `llm_batch`); moved into place when it finished."
     import papermill as pm
     bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
-    running = executed.with_name(f'.{executed.stem}.running-{os.getpid()}.ipynb')
+    running = project_dirs.scratch / 'running' / f'{art.name}.{os.getpid()}.ipynb'  # never in a committed folder, even if killed
+    running.parent.mkdir(parents=True, exist_ok=True)
     try:
         # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
         # echo it a second time through its logger); its stdout stays in the notebook
@@ -95,7 +112,7 @@ def execute_artifact(art: Artifact,  # the artifact to run
         if running.exists(): write_text_atomic(kept, portable(running.read_text())); running.unlink()
         if not isinstance(e, Exception): raise
         raise ArtifactError(f'{art.name}: {notebook_error_line(e)}; executed notebook: {shown_path(kept)}') from None
-    write_text_atomic(executed, portable(running.read_text())); running.unlink()
+    write_text_atomic(executed, portable(without_timestamps(running.read_text()))); running.unlink()
 
 # %% ../nbs/40b_rerun.ipynb #c012
 def run_artifact(art: Artifact,  # the artifact to run
@@ -148,29 +165,50 @@ class Heartbeat:
 # %% ../nbs/40b_rerun.ipynb #c021
 def run_guarded(art: Artifact,  # the artifact to run
                 profile: str,  # profile name or YAML path
-                guard: SpendGuard,  # the spend guard of this artifact
+                guard: SpendGuard,  # the run's spend guard
+                meter: SpendMeter,  # the run's spend meter (what each artifact spent, for its record and the heartbeat)
                 head: str,  # its progress label, e.g. '[2/12] synthkgqa_dataset'
                 log, run, out_root=None, plan: dict | None = None, heartbeat: float = 60.):
-    "One artifact's run under the heartbeat and the spend guard: its record, or a `stopped` record when the guard interrupted it."
-    meter, start = guard.meter, guard.meter.poll()
+    "One artifact's run under the heartbeat: its record, or a `stopped` record when the spend guard refused one of its calls."
+    start = meter.poll()
     spend = lambda s: f"LLM so far: {s['api_calls']:,} API calls, {fmt_tokens(s['prompt_tokens'] + s['completion_tokens'])} tokens, {fmt_usd(s['cost_usd'])}"
     try:
-        with Heartbeat(head, heartbeat, log, detail=lambda: spend(meter.poll()) if meter.calls or (plan or {}).get('api_calls') else ''), guard:
+        with Heartbeat(head, heartbeat, log, detail=lambda: spend(meter.poll()) if meter.calls or (plan or {}).get('api_calls') else ''):
             return run(art, profile, out_root=out_root, plan=plan, meter=meter)
-    except (KeyboardInterrupt, ArtifactError):  # papermill may report the interrupted kernel as a failed notebook
+    except Exception:  # a refused call ends the artifact: SpendLimitError here, a failed notebook from a kernel
         if not guard.tripped: raise
-        return dict(artifact=art.name, status='stopped', reason=f'measured LLM spend {fmt_usd(meter.cost_usd)} passed --max-cost {guard.max_cost:g}',
-                    llm_spent=spent_since(start, meter.poll()))
+        return dict(artifact=art.name, status='stopped', reason=guard.total(), llm_spent=spent_since(start, meter.poll()))
 
 # %% ../nbs/40b_rerun.ipynb #c024
+def _run_one(i, n, names, art, profile, pa, skip, guard, meter, records, log, run, out_root, heartbeat, t0, keep_going) -> bool:
+    "Run artifact `n` (the i-th of `names`) and append its record (and, when the guard stopped, the others'); True: stop the run."
+    head = f'[{i}/{len(names)}] {n}'
+    if skip:
+        records.append(dict(artifact=n, status='skipped', reason='; '.join(skip))); log(f'{head}: skipped, {"; ".join(skip)}'); return False
+    log(f'{head}: running' + (f" (planned: {pa['api_calls']:,} LLM API calls, {fmt_usd(pa['cost_usd'])}, ~{fmt_seconds(pa['seconds'])})" if pa['api_calls'] else ''))
+    try: records.append(run_guarded(art, profile, guard, meter, head, log, run, out_root, pa, heartbeat))
+    except ArtifactError as e:
+        records.append(dict(artifact=n, status='failed', reason=str(e))); log(f'{head}: FAILED, {str(e).splitlines()[0]}')
+        return not keep_going
+    s = records[-1].get('llm_spent') or {}
+    if records[-1]['status'] == 'ok':
+        log(f'{head}: ok in {fmt_seconds(records[-1]["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})' +
+            (f"; LLM: {s['api_calls']:,} API calls, {fmt_usd(s['cost_usd'])} (planned {pa['api_calls']:,}, {fmt_usd(pa['cost_usd'])})" if s.get('api_calls') or pa['api_calls'] else ''))
+    if not guard.tripped: return False
+    why = guard.total()  # one total: the spend file's, after the artifact's last call
+    records[-1].update(status='stopped', reason=why)  # an artifact that went on past a refused call holds refused work
+    log(f'{head}: STOPPED, {why}; the remaining artifacts are not run')
+    records += [dict(artifact=m, status='stopped', reason=why) for m in names[i:]]
+    return True
+
+# %% ../nbs/40b_rerun.ipynb #c025
 def rerun(profile: str = 'smoke',  # profile name or YAML path
           only=None,  # artifact names (default: all in the manifest)
           keep_going: bool = True,  # run the rest after a failure
           out_root=None,  # output folder (default: the profile's)
           log=None,  # callable taking a progress line (default: print to stderr)
           heartbeat: float = 60.,  # seconds between 'still running' lines
-          max_cost: float | None = None,  # USD: refuse a run planned above it, stop one whose measured spend passes it
-          guard_every: float = 10.,  # seconds between spend checks while an artifact runs (with max_cost)
+          max_cost: float | None = None,  # USD: refuse a run planned above it; refuse any call that could pass it
           run=None) -> list:  # the function that runs one artifact (default: `run_artifact`)
     "Run every (or `only` the named) artifact under `profile`; returns one status record per artifact."
     log, run = log or (lambda s: print(s, file=sys.stderr, flush=True)), run or run_artifact
@@ -181,30 +219,28 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
     if out_root is None and not all(skip.values()): check_publishable(profile)  # before anything runs
     planned = {a['artifact']: a for a in plan_profile(profile, names)['artifacts']}
     if max_cost is not None: check_budget(dict(artifacts=list(planned.values())), max_cost)
-    meter, records, t0 = SpendMeter(llm_roots(profile), plan_settings(profile)['prices']), [], time.perf_counter()
-    for i, n in enumerate(names, 1):
-        head, pa = f'[{i}/{len(names)}] {n}', planned[n]
-        if skip[n]:
-            records.append(dict(artifact=n, status='skipped', reason='; '.join(skip[n]))); log(f'{head}: skipped, {"; ".join(skip[n])}'); continue
-        log(f'{head}: running' + (f" (planned: {pa['api_calls']:,} LLM API calls, {fmt_usd(pa['cost_usd'])}, ~{fmt_seconds(pa['seconds'])})" if pa['api_calls'] else ''))
-        guard = SpendGuard(meter, max_cost, guard_every)
-        try: records.append(run_guarded(manifest[n], profile, guard, head, log, run, out_root, pa, heartbeat))
-        except ArtifactError as e:
-            records.append(dict(artifact=n, status='failed', reason=str(e))); log(f'{head}: FAILED, {str(e).splitlines()[0]}')
-            if not keep_going: break
-            continue
-        s = records[-1].get('llm_spent') or {}
-        if records[-1]['status'] == 'ok':
-            log(f'{head}: ok in {fmt_seconds(records[-1]["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})' +
-                (f"; LLM: {s['api_calls']:,} API calls, {fmt_usd(s['cost_usd'])} (planned {pa['api_calls']:,}, {fmt_usd(pa['cost_usd'])})" if s.get('api_calls') or pa['api_calls'] else ''))
-        if max_cost is not None and (guard.tripped or guard.over()):
-            why = f'measured LLM spend {fmt_usd(meter.cost_usd)} passed --max-cost {max_cost:g}'
-            log(f'{head}: STOPPED, {why}; the remaining artifacts are not run')
-            records += [dict(artifact=m, status='stopped', reason=why) for m in names[i:]]
-            break
+    prices = plan_settings(profile)['prices']
+    meter, records, t0 = SpendMeter(llm_roots(profile), prices), [], time.perf_counter()
+    with SpendGuard(max_cost, prices) as guard:
+        for i, n in enumerate(names, 1):
+            if _run_one(i, n, names, manifest[n], profile, planned[n], skip[n], guard, meter, records, log, run, out_root, heartbeat, t0, keep_going): break
     return records
 
-# %% ../nbs/40b_rerun.ipynb #c029
+# %% ../nbs/40b_rerun.ipynb #c030
+def list_artifacts(profile: str,  # profile name or YAML path
+                   only=None) -> list:  # artifact names (default: all in the manifest)
+    "The lines of `kgqa rerun --list`: each artifact, its outputs and needs, and each parameter with the value `profile` gives it."
+    manifest, params = load_manifest(), check_profile(profile)
+    lines = []
+    for n in select_artifacts(only, manifest):
+        art, needs = manifest[n], artifact_needs(manifest[n], params[n])
+        lines.append(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(needs)}]' if needs else ''))
+        for p in notebook_parameters(art.notebook):
+            if p.name == 'out_dir': continue  # the harness sets it
+            v = params[n].get(p.name, p.default)
+            lines.append(f'    {p.name}: {p.type} = {v!r}' + (f'  (notebook default {p.default!r})' if v != p.default else '') + f'  # {p.help}')
+    return lines
+
 def rerun_cli(argv=None) -> int:
     "Command line of the rerun harness."
     ap = CLIParser(prog='kgqa rerun', description='Re-execute paper artifact notebooks under a parameter profile.')
@@ -214,22 +250,18 @@ def rerun_cli(argv=None) -> int:
     ap.add_argument('--list', action='store_true', help='list artifacts with their parameters and their needs under --profile, and exit')
     ap.add_argument('--plan', action='store_true', help='print what the run needs, calls, spends and takes per artifact (no network call), write it as JSON, and exit')
     ap.add_argument('--plan-json', metavar='PATH', help='where --plan writes the JSON plan (default: _smoke/plans/<profile>.json)')
-    ap.add_argument('--max-cost', type=float, metavar='USD', help='refuse to start when the plan costs more; stop when the measured LLM spend passes it')
+    ap.add_argument('--max-cost', type=float, metavar='USD', help='refuse to start (or, with --plan, refuse the plan) when the plan costs more; refuse any LLM call that could pass it')
     a = ap.parse_args(argv)
-    if a.max_cost is not None and a.max_cost < 0: raise UsageError(f'--max-cost must be >= 0 USD, got {a.max_cost:g}')
+    if a.max_cost is not None and not (math.isfinite(a.max_cost) and a.max_cost >= 0): raise UsageError(f'--max-cost must be >= 0 USD, got {a.max_cost:g}')
     if a.plan:
         plan = plan_profile(a.profile, a.only)
         out = Path(a.plan_json) if a.plan_json else project_dirs.scratch / 'plans' / f'{Path(a.profile).stem}.json'
         write_text_atomic(out, json.dumps(jsonable(plan), indent=1) + '\n')
         print(format_plan(plan)); print(f'plan written to {shown_path(out)}')
-        if a.max_cost is not None: check_budget(plan, a.max_cost)
+        if a.max_cost is not None: check_budget(plan, a.max_cost, ready_only=False)  # the whole plan, blocked artifacts included
         return 0
     if a.list:
-        params = check_profile(a.profile)
-        for n, art in load_manifest().items():
-            needs = artifact_needs(art, params[n])
-            print(f'{n}: {art.notebook.relative_to(project_dirs.root)} -> {", ".join(art.outputs)}' + (f'  [needs {", ".join(needs)}]' if needs else ''))
-            for p in notebook_parameters(art.notebook): print(f'    {p.name}: {p.type} = {p.default!r}  # {p.help}')
+        print('\n'.join(list_artifacts(a.profile, a.only)))
         return 0
     recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error, max_cost=a.max_cost)
     for r in recs: print(f"{r['status']:>7}  {r['artifact']:<30} {fmt_seconds(r['seconds']) if 'seconds' in r else ''} {r.get('reason', '').splitlines()[0] if r.get('reason') else ''}")

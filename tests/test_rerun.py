@@ -1,8 +1,9 @@
 """`kgqa rerun --plan` and `--max-cost`: the plan names every missing thing, makes no network call, takes its token figures
-from measured records (caches and ledgers) and its defaults from the notebooks, and the budget guard refuses up front and
-stops a run whose spend passes it (also in a process that inherited SIGINT ignored). Publishing from a dirty tree is refused;
+from measured records (caches and ledgers) and its defaults from the notebooks, and the budget guard refuses up front (a
+plan above the limit, a limit that is not a finite number of dollars) and refuses, inside the artifact, the call that could
+pass the limit, whatever model name the server answers with, with one total. Publishing from a dirty tree is refused;
 records name their profile and hold no path of this machine."""
-import json, signal, socket, threading
+import json, os, socket
 from pathlib import Path
 
 import pytest
@@ -126,51 +127,61 @@ def test_max_cost_unknown_price_refused(bare_machine, monkeypatch):
         rr.rerun(prof, ['synthkgqa_dataset'], max_cost=100, run=lambda *a, **k: None, log=lambda s: None)
 
 
-def _spending_run(cache: Path, usd_tokens: int, hang: threading.Event | None = None, events: list | None = None):
-    "A stand-in for run_artifact that makes one gpt-4.1 call of `usd_tokens` prompt tokens, then (with `hang`) works until interrupted."
+def _spending_run(srv, calls: int):
+    "A stand-in for run_artifact whose notebook client (found through the environment, as in a kernel) makes `calls` gpt-4.1 calls."
     def run(art, profile, out_root=None, plan=None, meter=None):
-        before = meter.poll()
-        f = cache / 'llm' / 'gpt-4.1.jsonl'; f.parent.mkdir(parents=True, exist_ok=True)
-        with f.open('a') as fh: fh.write(json.dumps(reader_record(2, usd_tokens, 'gpt-4.1', key=f'{art.name}-call')) + '\n')
-        if hang is not None:
-            try: hang.wait(120)  # never set: only the guard's interrupt ends this early
-            except KeyboardInterrupt: events.append(f'{art.name} interrupted'); raise
-            events.append(f'{art.name} ran to its end')
-        return dict(artifact=art.name, status='ok', seconds=0.1, outputs=[], llm_spent=pl.spent_since(before, meter.poll()))
+        from kgqa_nb.llm import LLMClient, triples_lookup_messages
+        c = LLMClient('openai', model='gpt-4.1', base_url=srv.url, cache=False, max_tokens=50, say=[].append)
+        for i in range(calls): c.chat(triples_lookup_messages([(f'{art.name}{i}', 'r', 'b')], (f'{art.name}{i}', 'r', '?')))
+        return dict(artifact=art.name, status='ok', seconds=0.1, outputs=[])
     return run
 
 
-def test_max_cost_stops_between_artifacts(bare_machine, monkeypatch):
+def _billed(srv):
+    from kgqa_nb.llm import api_cost, model_price
+    return sum(api_cost(b['prompt_tokens'], b['completion_tokens'], model_price('gpt-4.1')) for b in srv.billed)
+
+
+@pytest.mark.parametrize('reply_model', [None, 'openai/gpt-4.1'])
+def test_max_cost_stops_mid_run_within_one_call_with_one_total(bare_machine, reply_model):
+    "The call that could pass the limit is refused inside the artifact, whatever name the server answers with; one total."
+    from kgqa_nb.llm import OfflineChatServer
     prof, lines = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), []
-    recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview', 'fig5_relation_frequency'], max_cost=1.0, log=lines.append,
-                    run=_spending_run(bare_machine / 'cache', 1_000_000))  # $2 at gpt-4.1's input price
-    assert [r['status'] for r in recs] == ['ok', 'stopped', 'stopped']
-    assert recs[0]['llm_spent']['api_calls'] == 1 and recs[0]['llm_spent']['cost_usd'] == pytest.approx(2.0, abs=1e-3)
-    assert any('STOPPED, measured LLM spend $2.00 passed --max-cost 1' in s for s in lines)
+    with OfflineChatServer(reply_model=reply_model) as srv:
+        recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview', 'fig5_relation_frequency'], max_cost=0.01, log=lines.append,
+                        run=_spending_run(srv, 1000))
+    assert [r['status'] for r in recs] == ['stopped'] * 3
+    billed, total = _billed(srv), recs[0]['reason']
+    assert 0.01 - 0.001 < billed <= 0.01                                  # one gpt-4.1 call here costs well under $0.001
+    assert total == f'LLM spend ${billed:,.4f} in {len(srv.billed):,} API calls stopped at --max-cost 0.01'
+    assert {r['reason'] for r in recs} == {total} and [s for s in lines if 'STOPPED' in s] == [f'[1/3] kg_overview: STOPPED, {total}; the remaining artifacts are not run']
+    assert 'KGQA_SPEND_FILE' not in os.environ                            # the guard gives the environment back
 
 
-@pytest.fixture
-def sigint_ignored():
-    "SIGINT ignored, as in a process a shell starts in the background (`make test &`): how the guard once failed to fire."
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    yield
-    signal.signal(signal.SIGINT, old)
+def test_max_cost_stops_between_artifacts(bare_machine):
+    from kgqa_nb.llm import OfflineChatServer
+    prof, lines = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), []
+    with OfflineChatServer() as srv:
+        recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview', 'fig5_relation_frequency'], max_cost=0.01, log=lines.append,
+                        run=_spending_run(srv, 50))                        # 50 calls fit; the second artifact's run out
+    assert [r['status'] for r in recs] == ['ok', 'stopped', 'stopped'] and 0.01 - 0.001 < _billed(srv) <= 0.01
 
 
-@pytest.mark.parametrize('disposition', ['default', 'ignored'])
-def test_max_cost_stops_mid_run(bare_machine, request, disposition):
-    "The guard interrupts an artifact that is still running once the measured spend passes the limit, and the record says what it spent."
-    if disposition == 'ignored': request.getfixturevalue('sigint_ignored')
-    prof, lines, events = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), [], []
-    before = signal.getsignal(signal.SIGINT)
-    recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview'], max_cost=1.0, log=lines.append, guard_every=0.05,
-                    run=_spending_run(bare_machine / 'cache', 1_000_000, hang=threading.Event(), events=events))
-    assert events == ['kg_overview interrupted']  # the guard fired while the artifact ran; the second never started
-    assert [r['status'] for r in recs] == ['stopped', 'stopped']
-    assert recs[0]['reason'] == 'measured LLM spend $2.00 passed --max-cost 1'
-    assert recs[0]['llm_spent']['api_calls'] == 1 and recs[0]['llm_spent']['cost_usd'] == pytest.approx(2.0, abs=1e-3)
-    assert any('[1/2] kg_overview: STOPPED' in s for s in lines)
-    assert signal.getsignal(signal.SIGINT) == before  # the guard gives the handler back
+@pytest.mark.parametrize('bad', ['nan', 'inf', '-1', '-inf'])
+def test_max_cost_that_is_not_a_finite_number_of_dollars_is_refused(bare_machine, bad):
+    with pytest.raises(UsageError, match=f'--max-cost must be >= 0 USD, got {bad.lstrip("+")}'):
+        rr.rerun_cli(['--profile', 'smoke', '--only', 'kg_overview', f'--max-cost={bad}'])
+    with pytest.raises(pl.BudgetError, match='a finite number of dollars'):
+        rr.rerun('smoke', ['kg_overview'], max_cost=float(bad), run=lambda *a, **k: None, log=lambda s: None)
+
+
+def test_plan_above_the_limit_is_refused_even_where_nothing_can_run(bare_machine, capsys):
+    "`--plan --max-cost` judges the whole plan: on a bare machine every paid artifact is blocked, and the plan still costs money."
+    prof = _paid_profile(bare_machine)
+    with pytest.raises(pl.BudgetError, match=r'--max-cost 0.01: the plan costs \$.*synthkgqa_dataset.*refusing to start'):
+        rr.rerun_cli(['--profile', prof, '--only', 'synthkgqa_dataset', '--plan', '--plan-json', str(bare_machine / 'p.json'), '--max-cost', '0.01'])
+    assert 'synthkgqa_dataset: blocked' in capsys.readouterr().out
+    assert rr.rerun_cli(['--profile', prof, '--only', 'synthkgqa_dataset', '--plan', '--plan-json', str(bare_machine / 'p.json'), '--max-cost', '1000']) == 0
 
 
 def test_a_changed_notebook_default_changes_the_plan(bare_machine):
