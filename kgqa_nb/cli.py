@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib, os, sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'KGRAG_MODES', 'BENCHMARK_READERS', 'PARSERS', 'USER_ERRORS', 'OFFLINE_MODEL_MODULES', 'ultrag_parser',
-           'kgrag_parser', 'add_question_graph_flags', 'retriever_parser', 'benchmark_parser', 'user_error_types',
-           'error_line', 'main', 'port_number', 'serve_offline_cli']
+__all__ = ['COMMANDS', 'KGRAG_MODES', 'BENCHMARK_READERS', 'PARSERS', 'USER_ERRORS', 'INTERRUPTED', 'OFFLINE_MODEL_MODULES',
+           'ultrag_parser', 'kgrag_parser', 'add_question_graph_flags', 'retriever_parser', 'benchmark_parser',
+           'user_error_types', 'one_line_warnings', 'error_line', 'main', 'port_number', 'serve_offline_cli']
 
 # %% ../nbs/41_cli.ipynb #c005
 COMMANDS = {
@@ -159,9 +159,23 @@ def user_error_types() -> tuple:
         if isinstance(t, type) and issubclass(t, BaseException): out.append(t)
     return tuple(out)
 
+def one_line_warnings(command: str) -> None:  # the command that runs
+    "Show every Python warning as one line, `kgqa <command>: warning: <message>`, not as a source location and a line of library code."
+    import warnings
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f'kgqa {command}: warning: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
+    warnings.showwarning = show
+
+INTERRUPTED = {  # what Ctrl-C leaves, per command that keeps its work (otherwise: 'interrupted')
+    'generate': 'interrupted; rerun the same command to resume', 'kgqagen': 'interrupted; rerun the same command to resume',
+    'train-retriever': 'interrupted; rerun the same command to resume from the last finished epoch',
+    'rerun': 'interrupted; the published results are unchanged (the unfinished notebook is under _smoke/failed/)',
+}
+
 def error_line(e: BaseException) -> str:
-    "One line for a user: the message (a KeyError's without its quotes, an OSError's with its file), whitespace collapsed."
-    if isinstance(e, OSError) and e.strerror and e.filename: msg = f'{e.filename}: {e.strerror}'
+    "One line for a user: the message (a KeyError's without its quotes, an OSError's with its file, a symlink loop's as such), whitespace collapsed."
+    if type(e) is RuntimeError and str(e).startswith('Symlink loop from '): msg = f'{str(e)[18:].strip(chr(39))}: a symbolic link loop'  # pathlib before 3.13
+    elif isinstance(e, OSError) and e.strerror and e.filename: msg = f'{e.filename}: {e.strerror}'
     elif isinstance(e, KeyError) and len(e.args) == 1: msg = str(e.args[0])
     else: msg = str(e) or type(e).__name__
     return ' '.join(msg.split())
@@ -178,13 +192,22 @@ def main(argv=None) -> int:
     if argv[0] not in COMMANDS:
         print(f'kgqa: unknown command {argv[0]!r}; run `kgqa --help`', file=sys.stderr); return 2
     mod, fn = COMMANDS[argv[0]][0].split(':')
+    debug = os.environ.get('KGQA_DEBUG', '') not in ('', '0')
+    if not debug: one_line_warnings(argv[0])
     try:
         args = PARSERS[argv[0]]().parse_args(argv[1:]) if argv[0] in PARSERS else argv[1:]  # --help answers here, before any heavy import
         cmd = getattr(importlib.import_module(mod), fn, None)
         if cmd is None: raise ValueError(f'command {argv[0]!r} is not available in this version ({mod} has no {fn})')
         return cmd(args) or 0
+    except KeyboardInterrupt:
+        if debug: raise
+        print(f'kgqa {argv[0]}: {INTERRUPTED.get(argv[0], "interrupted")}', file=sys.stderr)
+        return 130  # the shell's code for a run stopped by Ctrl-C
+    except BrokenPipeError:  # the reader of stdout went away (`kgqa rerun --list | head`): nothing left to say
+        sys.stdout = open(os.devnull, 'w')
+        return 141
     except Exception as e:
-        if os.environ.get('KGQA_DEBUG', '') not in ('', '0') or not isinstance(e, user_error_types()): raise
+        if debug or not isinstance(e, user_error_types() + (RuntimeError,)) or (type(e) is RuntimeError and not str(e).startswith('Symlink loop')): raise
         print(f'kgqa {argv[0]}: {error_line(e)}', file=sys.stderr)
         return 2
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c002
 from __future__ import annotations
-import argparse, hashlib, json, os, platform, random, re, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, errno, hashlib, json, os, platform, random, re, stat, subprocess, sys, tempfile, threading, time, urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
@@ -19,14 +19,16 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto warns on import 
     from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS', 'CACHE_MODES', 'project_dirs', 'user_cache_dir',
-           'data_dir', 'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params', 'seed_everything',
-           'get_device', 'git_changes', 'git_state', 'package_versions', 'hardware', 'path_replacements', 'portable',
-           'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError', 'CLIParser', 'int_at_least', 'fraction_in',
-           'check_model_flag', 'progress', 'Timer', 'LockTimeout', 'lock_holder', 'folder_lock', 'atomic_path',
-           'write_text_atomic', 'check_output_file', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure',
-           'JsonlCache', 'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl',
-           'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
+__all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS', 'RUN_FOLDERS', 'CACHE_MODES', 'project_dirs',
+           'user_cache_dir', 'data_dir', 'ckpt_dir', 'sha256_file', 'download', 'load_profile', 'profile_params',
+           'seed_everything', 'get_device', 'git_changes', 'git_state', 'package_versions', 'hardware',
+           'path_replacements', 'portable', 'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError',
+           'CLIParser', 'int_at_least', 'fraction_in', 'check_model_flag', 'check_api_key', 'say_too_small', 'progress',
+           'Timer', 'LockTimeout', 'lock_holder', 'folder_lock', 'file_kind', 'link_loop', 'write_target',
+           'atomic_path', 'write_text_atomic', 'run_folder_kind', 'check_write_target', 'check_output_file',
+           'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'JsonlCache', 'CacheMissError',
+           'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder',
+           'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -248,6 +250,22 @@ def check_model_flag(backend: str,  # the --backend value
     if backend == 'openai' and not model and not os.environ.get('KGQA_LLM_MODEL'):
         raise UsageError(f'--backend openai needs {flag} NAME (the model on the server), or KGQA_LLM_MODEL in the environment')
 
+def check_api_key(backend: str,  # the --backend value
+                  base_url: str | None):  # the --base-url value
+    "Raise `UsageError` when `--backend openai` would call a hosted API (no --base-url, no KGQA_LLM_BASE_URL) without a key."
+    keys = ('KGQA_LLM_API_KEY', 'OPENAI_API_KEY')
+    if backend == 'openai' and not base_url and not os.environ.get('KGQA_LLM_BASE_URL') and not any(os.environ.get(k) for k in keys):
+        raise UsageError('--backend openai without --base-url calls the hosted OpenAI API, which needs a key: set KGQA_LLM_API_KEY '
+                         'or OPENAI_API_KEY, or give --base-url of a local server (e.g. kgqa serve-offline, kgqa serve-llm)')
+
+def say_too_small(command: str,  # the command, for the line's prefix ('train-retriever')
+                  counts: dict,  # what -> (how many there are, the fewest that mean anything)
+                  hint: str = '') -> bool:  # what to do about it
+    "One warning line on stderr, before a command starts, when its inputs are too few to mean anything; True when it said so."
+    low = [f'{n} {what} (fewer than {k})' for what, (n, k) in counts.items() if n < k]
+    if low: print(f'kgqa {command}: warning: too few to mean anything: {", ".join(low)}' + (f'; {hint}' if hint else ''), file=sys.stderr, flush=True)
+    return bool(low)
+
 # %% ../nbs/00_core.ipynb #c040
 def progress(it=None, **kw):
     "A tqdm progress bar that honours `KGQA_PROGRESS=0`."
@@ -297,10 +315,38 @@ def folder_lock(folder,  # the folder to lock (created if missing)
 # %% ../nbs/00_core.ipynb #c049
 _UMASK = os.umask(0o022); os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it, which races other threads
 
+def file_kind(path) -> str:  # an existing path
+    "What is at `path` in a user's words: 'a regular file', 'a folder', 'a FIFO (named pipe)', 'a device', 'a socket'."
+    m = os.stat(path).st_mode
+    for test, kind in ((stat.S_ISREG, 'a regular file'), (stat.S_ISDIR, 'a folder'), (stat.S_ISFIFO, 'a FIFO (named pipe)'),
+                       (stat.S_ISCHR, 'a device'), (stat.S_ISBLK, 'a device'), (stat.S_ISSOCK, 'a socket')):
+        if test(m): return kind
+    return 'a special file'
+
+def link_loop(path) -> Path | None:  # a path that may run through symbolic links
+    "The first component of `path` that is a symbolic link loop, or None."
+    p = Path(os.path.abspath(path))
+    for a in reversed([p, *p.parents]):
+        if not a.is_symlink(): continue
+        try: a.resolve(strict=False)
+        except RuntimeError: return a  # Python < 3.13
+        except OSError as e:
+            if e.errno == errno.ELOOP: return a
+        else:
+            if a.resolve(strict=False).is_symlink(): return a  # Python >= 3.13 stops at the looping link
+    return None
+
+def write_target(path) -> Path:  # the file a write names
+    "The file a write to `path` replaces: a symbolic link is written through (the file it points to is replaced, the link stays); OSError for a link loop or anything but a regular file."
+    if loop := link_loop(path): raise OSError(f'{path}: {loop} is a symbolic link loop; refusing to write through it')
+    p = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    if p.exists() and not p.is_file(): raise OSError(f'{path}: {file_kind(p)}, not a regular file; refusing to replace it')
+    return p
+
 @contextmanager
 def atomic_path(path):  # the file to (over)write
-    "A unique temporary path beside `path`, renamed over `path` when the block ends without an error (removed otherwise)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    "A unique temporary path beside `path` (through a symbolic link: beside its target), renamed over it when the block ends without an error (removed otherwise)."
+    path = write_target(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp'); os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # the permissions a plain open() would give
     try:
@@ -315,10 +361,31 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     return Path(path)
 
 # %% ../nbs/00_core.ipynb #c052
+RUN_FOLDERS = {  # kind of run folder -> (files that mark it, what it is in a user's words)
+    'generation': (('manifest.json',), 'the run folder of a kgqa generate or kgqa kgqagen run'),
+    'checkpoints': (('last.pt', 'best.pt'), 'the checkpoint folder of a kgqa train-retriever run'),
+}
+
+def run_folder_kind(folder) -> str:  # a folder
+    "The `RUN_FOLDERS` kind of `folder` ('' when it is none of them)."
+    return next((k for k, (marks, _) in RUN_FOLDERS.items() if any((Path(folder) / m).is_file() for m in marks)), '')
+
+def check_write_target(path,  # the file (or folder) a command will write
+                       flag: str = '--out',  # the flag that named it, for the message
+                       folder: bool = False,  # `path` is a folder the command fills (else a file)
+                       own: str = ''):  # the `RUN_FOLDERS` kind the command itself makes (it may write there again)
+    "Raise `UsageError` when writing `path` would go through a link loop, replace a FIFO, device or socket, or write into another command's run folder."
+    p = Path(path)
+    if loop := link_loop(p): raise UsageError(f'{flag} {path}: {loop} is a symbolic link loop')
+    if not folder and p.exists() and not p.is_dir() and not p.is_file(): raise UsageError(f'{flag} {path} is {file_kind(p)}; give a regular file name')
+    d = p if folder else p.parent
+    if (kind := run_folder_kind(d)) and kind != own: raise UsageError(f'{flag} {path}: {d} is {RUN_FOLDERS[kind][1]}; write outside it')
+
 def check_output_file(path,  # the file a command will write at its end
                       flag: str = '--out'):  # the flag that named it, for the message
-    "Raise `UsageError` unless `path` can be written later: not a folder, under a folder (not a file) where a file can be created."
+    "Raise `UsageError` unless `path` can be written later: not a folder, under a folder (not a file) where a file can be created, nothing destroyed (`check_write_target`)."
     p = Path(path)
+    check_write_target(p, flag)
     if p.is_dir(): raise UsageError(f'{flag} {path} is a folder; give a file name')
     anc = next(a for a in [p.parent, *p.parent.parents] if a.exists() or a == a.parent)
     if not anc.is_dir(): raise UsageError(f'{flag} {path}: {anc} is a file, not a folder')
@@ -355,7 +422,9 @@ def save_figure(fig,  # a matplotlib Figure
                 **prov):  # passed to `provenance`
     "Save a figure as PNG and PDF, with a provenance record."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches='tight'); fig.savefig(path.with_suffix('.pdf'), bbox_inches='tight')
+    with atomic_path(path) as tmp: fig.savefig(tmp, format='png', dpi=150, bbox_inches='tight')
+    with atomic_path(path.with_suffix('.pdf')) as tmp:  # no creation date: the same figure gives the same bytes
+        fig.savefig(tmp, format='pdf', bbox_inches='tight', metadata={'CreationDate': None})
     write_provenance(path, **prov)
     return path
 
@@ -454,7 +523,8 @@ class JsonlWarning(UserWarning):
 
 def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
                on_bad: str = 'warn',  # a bad line before the last: 'warn' (skip it, with its line number) | 'raise' | 'skip'
-               repair: bool = False) -> list:  # cut a torn last line off the file
+               repair: bool = False,  # cut a torn last line off the file
+               skipped: str = 'its content is left out') -> list:  # what becomes of a skipped line, said in the warning
     "The JSON objects of a JSON-lines file; a torn last line is dropped, a bad line elsewhere is reported by number."
     import warnings
     path = Path(path)
@@ -475,7 +545,7 @@ def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
             if not isinstance(rec, dict): raise ValueError(f'expected a JSON object, got {type(rec).__name__}')
         except ValueError as e:
             if on_bad == 'raise': raise MalformedFileError(path, i, f'not a JSON object ({e})') from None
-            if on_bad == 'warn': warnings.warn(f'{path}:{i}: damaged line skipped; its record will be redone', JsonlWarning, stacklevel=2)
+            if on_bad == 'warn': warnings.warn(f'{path}:{i}: damaged line skipped; {skipped}', JsonlWarning, stacklevel=2)
             continue
         out.append(rec)
     return out

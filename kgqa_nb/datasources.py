@@ -18,11 +18,11 @@ from .kg import KnowledgeGraph, kg_fingerprint
 from .loaders import KG_REGISTRY, load_kg
 
 # %% auto #0
-__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'GENERATION_KEYS', 'FILTER_KEYS', 'is_complex_type',
+__all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'DATASET_FIELDS', 'GENERATION_KEYS', 'FILTER_KEYS', 'is_complex_type',
            'choose_unseen_graph_types', 'split_config_for', 'resolve_kg', 'generation_params', 'DatasetPaths',
-           'ensure_dataset', 'ensure_filtered', 'filter_stages', 'Source', 'load_source', 'open_dataset_dir',
-           'dataset_kg', 'filters_wanted', 'ArtifactContext', 'open_artifact', 'open_generation', 'read_filter_log',
-           'generation_table']
+           'ensure_dataset', 'ensure_filtered', 'filter_stages', 'Source', 'load_source', 'dataset_records',
+           'open_dataset_dir', 'dataset_kg', 'filters_wanted', 'ArtifactContext', 'open_artifact', 'open_generation',
+           'read_filter_log', 'generation_table']
 
 # %% ../nbs/10b_datasources.ipynb #c008
 def is_complex_type(name: str, min_edges: int = 4) -> bool:
@@ -281,7 +281,7 @@ def load_source(source: str = 'generated',  # 'generated' (ensure_dataset) or 'g
 def _run_folder_source(folder: Path, seed: int) -> Source:
     "A `kgqa generate` / `kgqa kgqagen` run folder: its records, split in memory by the zero-shot rules."
     ident = json.loads((folder / 'manifest.json').read_text()).get('identity') or {}
-    recs = read_records(folder / 'records.jsonl')
+    recs = dataset_records(folder / 'records.jsonl')
     if not len(recs): raise ValueError(f'--dataset {folder}: records.jsonl holds no record (is the run finished?)')
     cfg = split_config_for(len(recs), seed=seed)
     res = build_split(recs, replace(cfg, unseen_graph_types=tuple(choose_unseen_graph_types(recs, min_questions=cfg.min_per_cell))))
@@ -299,6 +299,19 @@ def _gtsqa_files_in(folder: Path) -> dict | None:
     return None
 
 # %% ../nbs/10b_datasources.ipynb #c044
+DATASET_FIELDS = ('id', 'question', 'seed_entities', 'answer_subgraph', 'sparql_query', 'all_answers_wikidata')  # what every --dataset consumer reads
+
+def dataset_records(path) -> pd.DataFrame:  # a JSON-lines file of GTSQA records
+    "The records of a dataset file, or one `ValueError` naming the file, the first record (by line) that lacks a field every command reads, and the field."
+    recs = read_records(path)
+    for f in DATASET_FIELDS:
+        gone = recs[f].isna() if f in recs and len(recs) else pd.Series(True, index=recs.index)
+        if len(recs) and gone.any():
+            i = int(gone.to_numpy().argmax())
+            raise ValueError(f'--dataset: {path}: record {i + 1} (of {len(recs)}) has no {f!r} field, which every command reads '
+                             f'(a dataset record holds {", ".join(DATASET_FIELDS)})')
+    return recs
+
 def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a split folder (train.jsonl, test.jsonl) or the published GTSQA files
                      seed: int = 0) -> Source:  # seed of the in-memory split of a run folder
     "The train/test splits of a dataset folder, whatever wrote it: the one opener behind every `--dataset DIR`."
@@ -309,7 +322,7 @@ def open_dataset_dir(path,  # a `kgqa generate` / `kgqa kgqagen` run folder, a s
         info = json.loads((folder / 'split.json').read_text()) if (folder / 'split.json').is_file() else {}
         gen, run = info.get('generation') or {}, folder.parent / 'manifest.json'  # an `ensure_dataset` split sits in its run folder
         ident = (json.loads(run.read_text()).get('identity') or {}) if run.is_file() else {}
-        return Source(read_records(folder / 'train.jsonl'), read_records(folder / 'test.jsonl'), kg=gen.get('kg', 'unknown KG'),
+        return Source(dataset_records(folder / 'train.jsonl'), dataset_records(folder / 'test.jsonl'), kg=gen.get('kg', 'unknown KG'),
                       llm_backend=gen.get('backend', 'unknown'), name=f'folder {folder.name}',
                       kg_spec=(ident.get('config') or {}).get('kg') or gen.get('kg'), kg_identity=ident.get('kg'))
     if (folder / 'records.jsonl').is_file() and (folder / 'manifest.json').is_file(): return _run_folder_source(folder, seed)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import CLIParser, ReasonError, UsageError, check_model_flag, code_fingerprint, write_text_atomic
-from .kg import KnowledgeGraph, names_an_id, normalize_label, parse_item
+from .core import CLIParser, ReasonError, UsageError, check_api_key, check_model_flag, check_write_target, code_fingerprint, write_text_atomic
+from .kg import KnowledgeGraph, names_an_id, normalize_label, parse_item, read_text_file
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
 from .llm import LLMClient, LLMError, read_ledger, register_offline_model
@@ -23,7 +23,7 @@ from .isomorphism import classify_answer_subgraph
 from .minimality import minimality
 from .dataset import GTSQA_COLUMNS, DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
 from .runs import (OutcomeLog, StatusLine, client_pair, config_client, flag_usage_error, kg_identity, ledger_totals,
-                          make_manifest, open_run_folder, pending_batches, resume_run, run_sessions)
+                          make_manifest, open_run_folder, pending_batches, resume_run, run_sessions, MAX_N_TARGET)
 
 # %% auto #0
 __all__ = ['TYPE_RELATIONS', 'EXPAND_FIRST_LINE', 'SHAPES', 'REVISE_FIRST_LINE', 'KGQAGEN_FIELDS', 'MINIMALITY_REASONS',
@@ -91,7 +91,7 @@ def _share(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, 
 
 def kgqagen_config_problems(c: KGQAGenConfig) -> list:
     "(field, what it must be, got) for every parameter that makes the run impossible."
-    rules = [('n_target', _int_at_least(c.n_target, 1), 'an integer >= 1'),
+    rules = [('n_target', _int_at_least(c.n_target, 1) and c.n_target <= MAX_N_TARGET, f'an integer >= 1 and at most {MAX_N_TARGET:,} (KGQAGen-10k holds 10,787 questions)'),
              ('max_candidates', _int_at_least(c.max_candidates, 1), 'an integer >= 1'),
              ('seed', _int_at_least(c.seed, 0), 'an integer >= 0'),
              ('backend', c.backend in ('offline', 'openai'), "'offline' or 'openai'"),
@@ -886,10 +886,10 @@ def finalize_kgqagen(out: Path, cfg: KGQAGenConfig, kg: KnowledgeGraph, gen: LLM
 _FLAG = {f.name: '--' + f.name.replace('_', '-') for f in fields(KGQAGenConfig)} | {'n_target': '--n', 'query_timeout': '--timeout'}
 
 def read_seed_file(path) -> tuple:
-    "Seed IDs from a text file, one per line ('#' comments and blank lines ignored)."
+    "Seed IDs from a text file, one per line ('#' comments and blank lines ignored; a UTF-8 byte-order mark is fine)."
     p = Path(path)
     if not p.is_file(): raise FileNotFoundError(f'--seeds {p}: ' + ('a folder, not a file' if p.is_dir() else 'no such file'))
-    ids = tuple(l.split('#')[0].strip() for l in p.read_text().splitlines() if l.split('#')[0].strip())
+    ids = tuple(l.split('#')[0].strip() for l in read_text_file(p).splitlines() if l.split('#')[0].strip())
     if not ids: raise UsageError(f'--seeds {p} holds no seed ID (one per line; # starts a comment): leave --seeds out to sample seeds')
     return ids
 
@@ -917,7 +917,7 @@ def kgqagen_parser() -> CLIParser:
 def kgqagen_cli(argv=None) -> int:
     "`kgqa kgqagen`: run or resume a KGQAGen run (0 when the dataset is written; errors raise)."
     a = kgqagen_parser().parse_args(argv)
-    check_model_flag(a.backend, a.model)
+    check_model_flag(a.backend, a.model); check_api_key(a.backend, a.base_url)
     try:
         cfg = KGQAGenConfig(kg=a.kg, n_target=a.n, max_candidates=a.max_candidates, seed=a.seed, backend=a.backend,
                             model=a.model, reviser_model=a.reviser_model, base_url=a.base_url, initial_neighbours=a.initial_neighbours,
@@ -929,5 +929,6 @@ def kgqagen_cli(argv=None) -> int:
                             seeds=read_seed_file(a.seeds) if a.seeds else ())
     except KGQAGenError as e: raise flag_usage_error(e, _FLAG) from None
     if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
+    check_write_target(a.out, folder=True, own='generation')
     run_kgqagen(a.out, cfg, cache_dir=a.cache_dir)
     return 0

@@ -21,9 +21,9 @@ try: import fcntl  # advisory locks, so that ledger lines from several processes
 except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'BATCH_DISCOUNT', 'BATCH_TERMINAL',
-           'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages', 'canonical_json', 'request_key',
-           'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost', 'OfflineModel',
+__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'RETRY_LINE_EVERY', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'BATCH_DISCOUNT',
+           'BATCH_TERMINAL', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages', 'canonical_json',
+           'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost', 'OfflineModel',
            'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages', 'ResponseCache',
            'parse_reset', 'rate_limit_info', 'TokenBucket', 'RateGate', 'chat_completion', 'text_completion',
            'OfflineChatServer', 'add_server_options', 'server_options', 'LLMClient', 'read_ledger', 'SpendLimitError',
@@ -240,7 +240,11 @@ class TokenBucket:
                 (f'x-ratelimit-reset-{what}', f'{reset:.3f}s')]
 
 # %% ../nbs/04_llm.ipynb #c039
-def _stderr_line(msg: str): print(msg, file=sys.stderr, flush=True)
+_SAY_LOCK = threading.Lock()
+
+def _stderr_line(msg: str):
+    "Print one line on stderr in one write, under a lock: lines from concurrent calls never glue together."
+    with _SAY_LOCK: sys.stderr.write(msg + '\n'); sys.stderr.flush()
 
 class RateGate:
     "How many calls may be in flight and how soon the next may start, learned from the server's replies."
@@ -251,6 +255,7 @@ class RateGate:
         self.base, self.cap, self.limit, self.announce_s = concurrency, max(max_concurrency, 1), concurrency, announce_s
         self.say = say or _stderr_line
         self.inflight = self.peak = self.throttled = self.waits = self._ok = 0
+        self.floor, self.changes = None, []  # the fastest reply seen; the AIMD steps ('up' | 'down', new limit)
         self.next_start, self.held_s, self._held_to, self.rpm, self.tpm, self.latency, self.tokens = 0.0, 0.0, 0.0, None, None, None, None
         self._cv = threading.Condition()
 
@@ -283,7 +288,8 @@ class RateGate:
     def stats(self) -> dict:
         "Limits learned, calls in flight (now allowed, at most), 429s, starts that waited, and the wall time starts were held by the rate."
         return dict(rpm=self.rpm, tpm=self.tpm, concurrency=self.limit, peak_inflight=self.peak, throttled=self.throttled,
-                    waits=self.waits, held_s=round(self.held_s, 3))
+                    waits=self.waits, held_s=round(self.held_s, 3), increases=sum(k == 'up' for k, _ in self.changes),
+                    decreases=sum(k == 'down' for k, _ in self.changes))
 
 # %% ../nbs/04_llm.ipynb #c040
 @patch
@@ -300,13 +306,15 @@ def release(self: RateGate, seconds: float | None = None,  # the answered call's
         if tokens: self.tokens = tokens if self.tokens is None else 0.8 * self.tokens + 0.2 * tokens
         if throttled:
             self.throttled += 1
-            if not (self.rpm or self.tpm): self.limit, self._ok = max(1, self.limit // 2), 0  # no stated limit: halve
+            if not (self.rpm or self.tpm):  # no stated limit: multiplicative decrease
+                self.limit, self._ok = max(1, self.limit // 2), 0; self.changes.append(('down', self.limit))
         elif seconds is not None:
             if (self.rpm or self.tpm) and self.latency:  # Little's law at the stated limit
                 self.limit = min(self.cap, max(1, math.ceil(1.2 * self.latency / (self.interval() or 1e-9)) + 1))
-            elif self.limit < self.base:
-                self._ok += 1
-                if self._ok >= self.limit: self.limit, self._ok = self.limit + 1, 0
+            else:  # additive increase, while the replies are not queued
+                self._ok += 1; self.floor = seconds if self.floor is None else min(self.floor, seconds)
+                if self._ok >= self.limit and self.limit < self.cap and self.latency <= 2 * self.floor:
+                    self.limit, self._ok = self.limit + 1, 0; self.changes.append(('up', self.limit))
         if info.get('remaining_requests') == 0 and self.rpm: pause = (60 / self.rpm, f"the request limit ({self.rpm:,}/min) is used up")
         elif self.tpm and self.tokens and info.get('remaining_tokens', self.tpm) < self.tokens:
             pause = (min(info.get('reset_tokens') or 60., 60 * self.tokens / self.tpm), f"the token limit ({self.tpm:,}/min) is used up")
@@ -684,7 +692,7 @@ class LLMClient:
             raise ValueError("max_retries must be >= 0; concurrency, max_concurrency and batch_size >= 1")
         self.backend = backend
         self.model = model or os.environ.get('KGQA_LLM_MODEL') or ('kgqa-offline' if backend == 'offline' else None)
-        if not self.model: raise LLMError("backend='openai' needs a model name: pass model=... or set KGQA_LLM_MODEL")
+        if not self.model: raise LLMError("backend='openai' needs a model name: --model NAME on the command line (model=... in Python), or KGQA_LLM_MODEL in the environment")
         self.base_url = (base_url or os.environ.get('KGQA_LLM_BASE_URL')) if backend == 'openai' else None
         self._api_key = (api_key or os.environ.get('KGQA_LLM_API_KEY') or os.environ.get('OPENAI_API_KEY')) if backend == 'openai' else None
         self.temperature, self.max_tokens, self.seed, self.generation = temperature, max_tokens, seed, dict(generation or {})
@@ -816,7 +824,7 @@ def _openai(self: LLMClient):
         if self._oai is None:
             import openai
             key = self._api_key or ('EMPTY' if self.base_url else None)  # local servers (vLLM, Ollama) accept any key
-            if key is None: raise LLMError("no API key: pass api_key=..., set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give base_url of a local server")
+            if key is None: raise LLMError("no API key: set KGQA_LLM_API_KEY or OPENAI_API_KEY (api_key=... in Python), or give a local server's URL (--base-url on the command line, base_url=... in Python)")
             self._oai = openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=0)
             self._create_params = set(inspect.signature(self._oai.chat.completions.create).parameters)
             self._completion_params = set(inspect.signature(self._oai.completions.create).parameters)
@@ -902,13 +910,21 @@ def _hung(self: LLMClient) -> LLMError:
                          f'timeout={self.timeout:g}s, and it has answered nothing yet (is it still loading the model, or stuck?): '
                          f'check it, or raise the client\'s timeout for a model that takes longer', True)
 
+RETRY_LINE_EVERY = 10.  # seconds: a failure met again at the same retry by other calls within this is counted, not said again
+
 @patch
 def _announce_retry(self: LLMClient, attempt: int, last: str, delay: float, told: bool):
-    "One line per retry: what failed and how long the client waits."
+    "One line per retry and kind of failure: the same failure at the same retry, met by many concurrent calls, is said once per `RETRY_LINE_EVERY` seconds, with their count."
+    key, now = (attempt, re.sub(r'\d+', '#', last[:120])), time.monotonic()
+    with self._lock:
+        said = self.__dict__.setdefault('_retry_said', {})
+        t, n = said.get(key, (-math.inf, 0))
+        if now - t < RETRY_LINE_EVERY: said[key] = (t, n + 1); return
+        said[key] = (now, 0)
     self._say(f'kgqa llm: {self.describe()}: {last[:200]}; retry {attempt + 1} of {self.max_retries} in {delay:.1f} s'
-              + (" (the server's Retry-After)" if told else ''))
+              + (" (the server's Retry-After)" if told else '') + (f'; {n} more call(s) met the same since this was last said' if n else ''))
 
-# %% ../nbs/04_llm.ipynb #c082
+# %% ../nbs/04_llm.ipynb #c084
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server through the rate gate, retrying transient failures at most `max_retries` times."
@@ -954,7 +970,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
         if attempt < self.max_retries: self._announce_retry(attempt, last, delay, ra is not None)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c084
+# %% ../nbs/04_llm.ipynb #c086
 def _append_durably(path: Path, record: dict):
     "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
     data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
@@ -980,7 +996,7 @@ def _log_call(self: LLMClient, res: ChatResult, seconds: float,
                                       seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds'),
                                       **({'batch': batch} if batch else {})))
 
-# %% ../nbs/04_llm.ipynb #c085
+# %% ../nbs/04_llm.ipynb #c087
 def _tally(rows: list) -> dict:
     costs = [r.get('cost_usd') for r in rows]
     out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
@@ -993,7 +1009,7 @@ def read_ledger(path) -> dict:
     return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
                 by_model={m: _tally(rs) for m, rs in sorted(by.items())})
 
-# %% ../nbs/04_llm.ipynb #c088
+# %% ../nbs/04_llm.ipynb #c090
 class SpendLimitError(RuntimeError):
     "A call refused because the run's spend limit (`--max-cost`) is reached, or because a call's price is unknown under a limit."
 
@@ -1032,7 +1048,7 @@ class SpendBudget:
 
     def __repr__(self): return f'SpendBudget({self.path})'
 
-# %% ../nbs/04_llm.ipynb #c090
+# %% ../nbs/04_llm.ipynb #c092
 @patch
 def _update(self: SpendBudget, fn: Callable):
     "`fn(state)` applied to the file's state under an exclusive lock (the changed state written back); what `fn` returns."
@@ -1067,7 +1083,7 @@ def stop(self: SpendBudget, why: str):
     def fn(st): st['stopped'] = st['stopped'] or why
     self._update(fn)
 
-# %% ../nbs/04_llm.ipynb #c092
+# %% ../nbs/04_llm.ipynb #c094
 @patch
 def hold(self: SpendBudget, usd: float,  # the worst case of the call (or batch) about to be sent
          what: str = 'an LLM call',  # what is sent, for the message
@@ -1098,7 +1114,7 @@ def settle(self: SpendBudget, ticket: str,  # what `hold` returned
         st['held'].pop(ticket, None); st['spent'] += usd; st['calls'] += calls
     self._update(fn)
 
-# %% ../nbs/04_llm.ipynb #c095
+# %% ../nbs/04_llm.ipynb #c097
 @patch
 def spend_budget(self: LLMClient):
     "The spend limit this client's API calls count against: the one it was given, else the run's ($KGQA_SPEND_FILE), else None."
@@ -1133,7 +1149,7 @@ def worst_cost(self: LLMClient, request: dict, price) -> float:
     n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
     return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
 
-# %% ../nbs/04_llm.ipynb #c096
+# %% ../nbs/04_llm.ipynb #c098
 @patch
 def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
     "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
@@ -1155,7 +1171,7 @@ def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
     finally:
         if ticket: budget.settle(ticket, cost, n)
 
-# %% ../nbs/04_llm.ipynb #c098
+# %% ../nbs/04_llm.ipynb #c100
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -1214,7 +1230,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c100
+# %% ../nbs/04_llm.ipynb #c102
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -1273,7 +1289,7 @@ def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
 
-# %% ../nbs/04_llm.ipynb #c102
+# %% ../nbs/04_llm.ipynb #c104
 BATCH_DISCOUNT = 0.5  # batch price / interactive price: OpenAI's and Anthropic's Batch APIs bill half
 BATCH_TERMINAL = ('completed', 'failed', 'expired', 'cancelled')  # batch statuses that no longer change
 
@@ -1297,7 +1313,7 @@ def _batch_call(self: LLMClient, what: str, fn, *a, **kw):
         raise LLMError(f'{self.describe()}: {what} failed with HTTP {e.status_code}{hint}') from None
     except openai.APIError as e: raise LLMError(f'{self.describe()}: {what} failed: {e}') from None
 
-# %% ../nbs/04_llm.ipynb #c104
+# %% ../nbs/04_llm.ipynb #c106
 @patch
 def _new_job(self: LLMClient, keys: list, todo: dict) -> tuple:
     "(record file, record) of a new job for `keys`: its requests and its record written before anything is sent."
@@ -1324,7 +1340,7 @@ def _close_job(self: LLMClient, jf: Path):
     "Remove a job whose batch has ended and whose replies are all recorded."
     jf.unlink(missing_ok=True); jf.with_suffix('.jsonl').unlink(missing_ok=True)
 
-# %% ../nbs/04_llm.ipynb #c106
+# %% ../nbs/04_llm.ipynb #c108
 @patch
 def _find_batch(self: LLMClient, rec: dict) -> str | None:
     "The id of the batch a crashed run created for job `rec` (its metadata names the job), paging back to the job's time."
@@ -1354,7 +1370,7 @@ def _submit_job(self: LLMClient, jf: Path, rec: dict) -> str:
     if rec.get('batch_id') != bid: rec['batch_id'] = bid; write_text_atomic(jf, json.dumps(rec))
     return bid
 
-# %% ../nbs/04_llm.ipynb #c107
+# %% ../nbs/04_llm.ipynb #c109
 @patch
 def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
     "(the batch once it no longer changes, whether this client cancelled it): polls at 0.5 s, doubling up to `poll_s`; cancels it once the run's spend limit stopped the run."
@@ -1370,7 +1386,7 @@ def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
             self._say(f'kgqa llm: the spend limit is reached: cancelling batch {bid} (the lines it answered are kept)')
         self._sleep(min(wait, poll_s)); wait *= 2
 
-# %% ../nbs/04_llm.ipynb #c108
+# %% ../nbs/04_llm.ipynb #c110
 @patch
 def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float) -> tuple:
     "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here, their cost)."
@@ -1399,7 +1415,7 @@ def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float) -> tuple:
     self._close_job(jf)
     return got, b.status, cancelled, cost
 
-# %% ../nbs/04_llm.ipynb #c110
+# %% ../nbs/04_llm.ipynb #c112
 @patch
 def _job_left(self: LLMClient, jf: Path) -> list:
     "The requests of a job whose replies are not in the cache yet (what a resumed job may still cost)."
@@ -1433,7 +1449,7 @@ def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
         if not any(s in ('expired', 'cancelled') for s in ended): break
     return got
 
-# %% ../nbs/04_llm.ipynb #c111
+# %% ../nbs/04_llm.ipynb #c113
 @patch
 def chat_batch(self: LLMClient, batch,  # a list of message lists
                desc: str = 'LLM batch',  # what the batch is, for messages

@@ -106,7 +106,7 @@ LP_SPLITS = {  # registered name -> folder inside the data dir
 }
 
 def _split_file(folder: Path, stem: str):
-    return next((folder / f'{stem}{ext}' for ext in ('.txt', '.tsv') if (folder / f'{stem}{ext}').is_file()), None)
+    return next((folder / f'{stem}{ext}' for ext in ('.txt', '.tsv') if (folder / f'{stem}{ext}').exists()), None)  # a FIFO is found, then refused as such
 
 def _index_queries(kg: KnowledgeGraph, df: pd.DataFrame) -> np.ndarray:
     return np.stack([df.h.map(kg.entity_index), df.r.map(kg.relation_index), df.t.map(kg.entity_index)], 1).astype(np.int64)

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from .core import data_dir, project_dirs
+from .kg import read_text_file
 
 # %% auto #0
 __all__ = ['PROFILE_KEYS', 'NEED_RULES', 'SERVER_PARAMS', 'READS', 'LLM_ENV', 'LOOPBACK', 'Artifact', 'load_manifest', 'Param',
@@ -105,7 +106,7 @@ def shown_path(p: Path) -> str:
 def read_profile(profile: str) -> dict:  # a profile name in params/ or a path to a YAML file
     "The profile as a dict (YAML errors reported with file and line)."
     p = profile_file(profile)
-    try: prof = yaml.safe_load(p.read_text())
+    try: prof = yaml.safe_load(read_text_file(p))  # UTF-8, a byte-order mark allowed; another encoding names the file and line
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         raise ProfileError(f'{shown_path(p)}{f":{mark.line + 1}" if mark else ""}: not valid YAML ({getattr(e, "problem", None) or e})') from None

@@ -14,8 +14,8 @@ from scipy import stats
 from torch import nn
 
 from . import sr, subgraphrag
-from .core import (UsageError, built_by, code_fingerprint, keyed_folder, mark_built, params_key,
-                          progress, user_cache_dir, write_text_atomic)
+from .core import (UsageError, built_by, check_write_target, code_fingerprint, keyed_folder, mark_built, params_key,
+                          progress, say_too_small, user_cache_dir, write_text_atomic)
 from .dataset import gtsqa_files, question_view, read_gtsqa_parquet
 from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
@@ -30,15 +30,16 @@ from .text import TextEncoder, l2_normalize
 
 # %% auto #0
 __all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED',
-           'READER_PARAMS', 'FLOOR_ROLES', 'ppr_scores', 'random_scores', 'embedding_scores', 'retriever_scores',
-           'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation', 'study_splits',
-           'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever',
+           'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores', 'random_scores', 'embedding_scores',
+           'retriever_scores', 'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation',
+           'study_splits', 'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever',
            'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code',
            'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap',
            'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
            'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy',
            'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
-           'floor_reader_rows', 'check_at_least', 'check_out', 'train_retriever_cli', 'retrieve_cli']
+           'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file', 'retrieval_vs_references',
+           'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -614,14 +615,33 @@ def check_at_least(a, lowest: int, *flags: str) -> None:
         if getattr(a, f) < lowest: raise UsageError(f"--{f.replace('_', '-')} must be at least {lowest}, not {getattr(a, f)}")
 
 def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else a file)
-    "UsageError unless `--out` can be written (a folder, or a file in a folder; created), checked before any work."
+    "UsageError unless `--out` can be written (a folder, or a file in a folder; created) without destroying anything (`core.check_write_target`), checked before any work."
     p = Path(path)
+    check_write_target(p, folder=folder, own='checkpoints' if folder else '')
     if folder and p.exists() and not p.is_dir(): raise UsageError(f'--out {p}: a file is there; give a folder for the checkpoints')
     if not folder and p.is_dir(): raise UsageError(f'--out {p}: a folder is there; give a file name for the JSON lines')
     d = p if folder else p.parent
     try: d.mkdir(parents=True, exist_ok=True); tempfile.TemporaryFile(dir=d).close()
     except OSError as e: raise UsageError(f'--out {p}: cannot write in {d} ({e.strerror})') from None
     return p
+
+MIN_QUESTIONS = dict(train=20, validation=5, test=10)  # fewer questions than these and a command's numbers mean nothing (it says so first)
+
+def checkpoint_file(path) -> Path:  # what --checkpoint names: best.pt, or the folder of kgqa train-retriever
+    "The checkpoint file `--checkpoint` names: the file itself, or `best.pt` in a checkpoint folder."
+    p = Path(path)
+    if p.is_dir():
+        if (p / 'best.pt').is_file(): return p / 'best.pt'
+        raise FileNotFoundError(f'--checkpoint {path}: a folder without best.pt (give the folder or best.pt of a finished kgqa train-retriever run)')
+    if not p.is_file(): raise FileNotFoundError(f'--checkpoint {path}: no such file')
+    return p
+
+def retrieval_vs_references(ev: pd.DataFrame, exs, feats, name: str = 'checkpoint') -> pd.DataFrame:
+    "The printed summary of `kgqa retrieve`: the checkpoint's mean metrics above those of PPR, the training-free retriever it must beat."
+    cols = ['gt_recall@10', 'gt_recall@100', 'answer_recall@100', 'gt_mrr', 'n_questions']
+    rows = [summarise_retrieval(ev)[cols].assign(retriever=f'{name} (trained)'),
+            summarise_retrieval(evaluate_retriever('ppr', exs, feats))[cols].assign(retriever='ppr (training-free reference)')]
+    return pd.concat(rows, ignore_index=True)[['retriever', *cols]].round(4)
 
 def _cli_examples(a) -> tuple:
     root = Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'retriever-cli'
@@ -641,7 +661,10 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
     label_key(a.labels); check_val_metric(a.val_metric); check_out(a.out, folder=True)
     _, exs, feats, _ = _cli_examples(a)
     train, val, _ = study_splits(exs.where(lambda r: r['split'] == 'train'), a.val_fraction)
-    cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric)
+    say_too_small('train-retriever', {'training questions': (len(train), MIN_QUESTIONS['train']),
+                                      'validation questions': (len(val), MIN_QUESTIONS['validation'] if a.val_fraction else 0)},
+                  'generate more (kgqa generate --n 200)' if a.dataset else 'raise --n-questions')
+    cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric if len(val) else None)
     _, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
     return 0
@@ -650,11 +673,12 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
-    if not Path(a.checkpoint).is_file(): raise FileNotFoundError(f'--checkpoint {a.checkpoint}: no such file')
-    check_out(a.out, folder=False); load_retriever(a.checkpoint)  # a damaged checkpoint or a bad --out stops here, before any work
+    ckpt = checkpoint_file(a.checkpoint)
+    check_out(a.out, folder=False); load_retriever(ckpt)  # a damaged checkpoint or a bad --out stops here, before any work
     graph, exs, feats, enc = _cli_examples(a)
-    model, _ = load_retriever(a.checkpoint, dim=enc.dim, encoder=enc.key)
+    model, _ = load_retriever(ckpt, dim=enc.dim, encoder=enc.key)
     exs, lines = exs.where(lambda r: r['split'] == a.split), []
+    say_too_small('retrieve', {f'{a.split} questions': (len(exs), MIN_QUESTIONS['test'])}, 'generate more (kgqa generate --n 200)' if a.dataset else 'raise --n-questions')
     for ex in exs:
         s = score_example(model, ex, feats); o = np.argsort(-s, kind='stable')[:a.k]
         lines.append(json.dumps(dict(id=ex.id, triples=[[graph.entity_text(h), graph.relation_text(r), graph.entity_text(t)] for h, r, t in top_triples(ex, s, a.k)],
@@ -662,5 +686,5 @@ def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retrie
     ev = evaluate_retriever(model, exs, feats)
     out = Path(a.out)
     write_text_atomic(out, '\n'.join(lines) + '\n'); write_text_atomic(out.with_suffix('.csv'), ev.to_csv(index=False))
-    print(summarise_retrieval(ev)[['gt_recall@10', 'gt_recall@100', 'answer_recall@100', 'gt_mrr', 'n_questions']].round(4).to_string(index=False))
+    print(retrieval_vs_references(ev, exs, feats, ckpt.parent.name).to_string(index=False))
     return 0

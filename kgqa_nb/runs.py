@@ -15,7 +15,7 @@ from .kg import kg_fingerprint
 from .llm import LLMClient, read_ledger
 
 # %% auto #0
-__all__ = ['RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'kg_identity', 'manifest_diff',
+__all__ = ['MAX_N_TARGET', 'RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'kg_identity', 'manifest_diff',
            'open_run_folder', 'read_outcomes', 'OutcomeLog', 'client_pair', 'config_client', 'pending_batches',
            'StatusLine', 'resume_run', 'run_sessions', 'ledger_totals', 'flag_usage_error']
 
@@ -73,7 +73,7 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
 def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last line off the file
     "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about."
     out = {}
-    for o in read_jsonl(path, on_bad='warn', repair=repair):
+    for o in read_jsonl(path, on_bad='warn', repair=repair, skipped='its candidate will be redone'):
         try: i, ok = int(o['candidate_id']), o['status'] in ('accepted', 'rejected') and (o['status'] == 'rejected' or isinstance(o['record'], dict))
         except (KeyError, TypeError, ValueError): i, ok = None, False
         if ok: out.setdefault(i, o)
@@ -197,6 +197,8 @@ def ledger_totals(ledger) -> dict:  # the run's usage ledger (llm_calls.jsonl)
     return dict(llm_calls=u['calls'], prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'], cost_usd=u['cost_usd'])
 
 # %% ../nbs/09b_runs.ipynb #c050
+MAX_N_TARGET = 1_000_000  # the most datapoints one generation run may target (GTSQA holds 32,099; KGQAGen-10k 10,787)
+
 def flag_usage_error(e: Exception,  # a configuration error naming fields
                      flags: dict) -> UsageError:  # field name -> the flag that sets it, e.g. {'n_target': '--n'}
     "A `core.UsageError` with the message of `e`, each field named as the command-line flag that sets it."

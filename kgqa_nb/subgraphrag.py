@@ -537,7 +537,7 @@ def _train(train, val, feats, cfg, ckpt_dir, stop_after, verbose, device, init=N
         improved = not (val and cfg.val_metric) or v > state['best']
         end_epoch(state, model, opt, last, run_key, float(np.mean(losses)) if losses else float('nan'), v, improved, cfg.patience,
                   **{f'val_{VAL_CURVE_METRIC}': vm[VAL_CURVE_METRIC]})
-        if verbose: print(f"epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, validation {cfg.val_metric} {v:.4f}")
+        if verbose: print(f"epoch {ep + 1}: loss {state['history'][-1]['loss']:.4f}, " + (f'validation {cfg.val_metric} {v:.4f}' if val and cfg.val_metric else 'no validation (the last epoch is kept)'))
         if stop_after is not None and state['epoch'] >= stop_after and not state['done']: return None, state['history']
     model.load_state_dict(state['best_state'])
     model = model.cpu()  # scores and checkpoints are device-independent

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import CLIParser, UsageError, code_fingerprint, read_jsonl, write_text_atomic
+from .core import CLIParser, UsageError, check_api_key, check_model_flag, check_write_target, code_fingerprint, read_jsonl, write_text_atomic
 from .kg import KnowledgeGraph, names_an_id
 from .loaders import load_kg
 from .sparql import OxigraphStore
@@ -25,7 +25,7 @@ from .minimality import MinimalityError, minimality
 from .dataset import DedupIndex, dataset_card, datapoint_keys, empty_record, write_jsonl
 from .runs import (GenerationError, OutcomeLog, RunRefused, StatusLine, client_pair, config_client, flag_usage_error,
                           kg_identity, ledger_totals, make_manifest, open_run_folder, pending_batches, resume_run, run_sessions,
-                          read_outcomes)  # read_outcomes: still importable from here, where it used to live
+                          read_outcomes, MAX_N_TARGET)  # read_outcomes: still importable from here, where it used to live
 
 # %% auto #0
 __all__ = ['CODE_MODULES', 'ConfigError', 'GenerationConfig', 'config_problems', 'Candidate', 'plan_candidate', 'finish_record',
@@ -79,8 +79,8 @@ def _is_num(v) -> bool: return isinstance(v, (int, float, np.integer, np.floatin
 
 def config_problems(c: GenerationConfig) -> list:
     "(field, what it must be) for every parameter that makes the run impossible; empty when the run can go ahead."
-    n = c.n_target if _is_int(c.n_target) and c.n_target >= 1 else 1
-    rules = [('n_target', _is_int(c.n_target) and c.n_target >= 1, 'an integer >= 1'),
+    n = c.n_target if _is_int(c.n_target) and 1 <= c.n_target <= MAX_N_TARGET else 1
+    rules = [('n_target', _is_int(c.n_target) and 1 <= c.n_target <= MAX_N_TARGET, f'an integer >= 1 and at most {MAX_N_TARGET:,} (GTSQA holds 32,099 questions)'),
              ('max_candidates', _is_int(c.max_candidates) and c.max_candidates >= n, f'an integer >= n_target ({n}): each candidate gives at most one datapoint'),
              ('seed', _is_int(c.seed) and c.seed >= 0, 'an integer >= 0'),
              ('backend', c.backend in ('offline', 'openai'), "'offline' or 'openai'"),
@@ -370,6 +370,7 @@ def generate_cli(argv=None,
                                batch_size=a.batch_size, concurrency=a.concurrency, early_stop=a.early_stop)
     except ConfigError as e: raise flag_usage_error(e, _FLAGS) from None
     if Path(a.out).exists() and not Path(a.out).is_dir(): raise UsageError(f'--out {a.out} is a file, not a folder')
+    check_write_target(a.out, folder=True, own='generation'); check_model_flag(cfg.backend, cfg.model); check_api_key(cfg.backend, cfg.base_url)
     kg = load_kg(cfg.kg)
     run_generation(a.out, cfg, kg=kg, cache_dir=a.cache_dir, filters=make_filters(a, kg) if make_filters else ())
     return 0

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, UsageError, check_model_flag, check_output_file, write_table
+from .core import ReasonError, UsageError, check_model_flag, check_output_file, say_too_small, write_table
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -24,10 +24,10 @@ from . import metrics
 
 # %% auto #0
 __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'MENTION_KINDS', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE',
-           'QUESTION_GRAPH', 'OFFLINE_ASK', 'crisp_set', 'top_members', 'relation_table', 'writer_messages',
-           'QueryWriteError', 'parse_writer_reply', 'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter',
-           'record_ids', 'register_oracle_queries', 'oracle_writer', 'gaussian_memberships', 'EntityLinker',
-           'link_ranks', 'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases',
+           'QUESTION_GRAPH', 'OFFLINE_ASK', 'MIN_SEPPR_NODES', 'crisp_set', 'top_members', 'relation_table',
+           'writer_messages', 'QueryWriteError', 'parse_writer_reply', 'check_query', 'WrittenQuery', 'llm_text',
+           'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer', 'gaussian_memberships',
+           'EntityLinker', 'link_ranks', 'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases',
            'mention_linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched',
            'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages', 'LLMDecider',
            'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
@@ -905,11 +905,15 @@ def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
     return 0
 
 # %% ../nbs/19_ultrag.ipynb #c120
+MIN_SEPPR_NODES = 100  # fewer SEPPR nodes (--k) and the pruned graph holds little beyond the seeds: the command says so first
+
 def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
     check_model_flag(a.backend, a.model)
     if a.mode == 'ask': check_ask_source(a)
     if a.mode == 'batch' and a.out: check_output_file(a.out)
+    say_too_small('ultrag', {f'SEPPR nodes (--k {a.k})': (a.k or MIN_SEPPR_NODES, MIN_SEPPR_NODES)},
+                  'the pruned graph holds little beyond the seeds, so a seed may be ranked as its own answer (raise --k; 0 keeps the whole graph)')
     src, kg = _cli_source(a)
     if a.mode == 'ask':
         rec = _cli_record(src, a.id) if a.id else None
@@ -919,7 +923,11 @@ def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_par
     recs = getattr(src, a.split)
     if not len(recs): raise UsageError(f'the {a.split} split of the dataset is empty ({len(src.train)} train, {len(src.test)} test questions)')
     recs = (recs.head(a.n) if a.n else recs).assign(split=a.split)
+    say_too_small('ultrag', {f'{a.split} questions': (len(recs), 10)}, 'generate more (kgqa generate --n 200)')
     pipe = _cli_pipeline(a, kg, recs if a.backend == 'offline' else None)
+    print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}; arbitrator: {pipe.labels()["arbitrator"]}')
+    if pipe.labels()['writer'] == ORACLE_LABEL:
+        print("the oracle writes each question's gold query: the scores measure execution on the pruned graph, not reading the question")
     df = evaluate_ultrag(pipe, recs, use_seeds=not a.link, show_progress=True)
     print(summarise_ultrag(df).round(2).to_string(index=False))
     if a.out:

@@ -67,7 +67,7 @@ def test_no_stated_limit_a_429_halves_the_calls_in_flight():
     with OfflineChatServer(faults=['429'] * 3, delay_s=0.05) as srv:
         c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, concurrency=8, backoff_base=0.01, say=[].append)
         res = c.chat_many(msgs)
-        assert srv.max_inflight <= 8          # without stated limits the client never goes past its concurrency
+        assert srv.max_inflight <= 8          # three halvings from 8: 24 calls cannot grow it back past 8
     assert [r.text for r in res] == [offline_reply(m) for m in msgs]
     assert c.rate_stats()['throttled'] == 3 and c.rate_stats()['rpm'] is None
     assert len(srv.requests) == 24 + 3       # each 429 cost one retry, nothing more
@@ -117,3 +117,17 @@ def test_a_server_that_never_answers_fails_after_one_timeout_in_one_line():
     assert 'accepted the connection but sent no answer within timeout=1s' in str(e.value) and '\n' not in str(e.value)
     assert said == [] and c.usage_summary()['retries'] == 0
     assert all(isinstance(r, LLMError) for r in out) and srv.accepted == 2
+
+
+def test_without_rate_limit_headers_the_gate_grows_until_429s_and_halves_after(tmp_path):
+    "AIMD against a limited server that states nothing (issue 41, item 6), followed by its steps, not by a clock."
+    msgs = [q(i) for i in range(300)]
+    with OfflineChatServer(rpm=3000, burst_s=0.5, rate_headers=False, delay_s=0.1) as srv:   # 50 calls/s: ~5 in flight fill it
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, concurrency=2, say=[].append)
+        res = c.chat_many(msgs)
+    g, steps = c.rate_stats(), c._gate.changes
+    assert [r.text for r in res] == [offline_reply(m) for m in msgs] and srv.admitted == 300    # nothing lost, nothing doubled
+    assert g['rpm'] is None and g['increases'] > 0 and srv.max_inflight > 2                   # it rose above the start value
+    assert g['throttled'] > 0 and g['decreases'] > 0                                          # until the server said 429
+    first_down = next(i for i, (k, _) in enumerate(steps) if k == 'down')
+    assert steps[first_down][1] < max(n for _, n in steps[:first_down])                       # and fell after it
