@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from fastcore.basics import patch
 
 from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, user_cache_dir, write_table
 from .datasources import dataset_kg, open_dataset_dir
@@ -33,7 +34,8 @@ __all__ = ['TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TAB
            'triples_text', 'sees_the_evaluation', 'subgraph_key', 'model_rows', 'run_benchmark', 'benchmark_table',
            'by_group', 'group_order', 'plot_by_group', 'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args',
            'checkpoint_model', 'benchmark_cli', 'rog_study_listing', 'benchmark_sample', 'matched_gate',
-           'rog_arm_model', 'arm_comparison']
+           'rog_arm_model', 'arm_comparison', 'RelationPriorModel', 'untrained_control', 'random_control', 'AtBudget',
+           'sparsest_budget', 'at_budget', 'paired_differences', 'recall_vs_em_by_type', 'plot_fig13']
 
 # %% ../nbs/25_benchmark.ipynb #c006
 from .dataset import QUESTION_FIELDS, question_view  # the one view of a record, shared with the retriever study
@@ -236,9 +238,10 @@ def gcr_model(setup: BenchmarkSetup):
     return GCR.from_rog(fitted_path_model(setup, own if own.get('generator') else None, paths), paths=paths, **b)
 
 # %% ../nbs/25_benchmark.ipynb #c039
-def llm_only_model(setup: BenchmarkSetup) -> LLMOnlyModel:
-    "The LLM-only baseline (needs nothing from the setup)."
-    return LLMOnlyModel()
+def llm_only_model(setup: BenchmarkSetup):
+    "The LLM-only baseline: offline with training questions, the labelled `RelationPriorModel` stand-in; else (or `llm['llm_only']='reader'`) the reader on an empty subgraph."
+    if setup.llm.get('llm_only', 'stand-in') == 'reader' or not setup.train: return LLMOnlyModel()
+    return RelationPriorModel(**setup.budgets.get('llm-only', {})).fit(setup.train, setup.kg)
 
 MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'sr': sr_model, 'gcr': gcr_model, 'rog': rog_model,
                    'subgraphrag': subgraphrag_model}  # name -> factory(setup)
@@ -473,7 +476,8 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                  models, records: list, kg: KnowledgeGraph, graphs: list,  # the model names to gate; the test records and their graphs
                  encoder: TextEncoder, root=None,  # the embedding reference's encoder; embedding-store folder
                  references=('ppr', 'embedding'),
-                 cache: dict | None = None) -> pd.DataFrame:  # question ID -> its references' scores: pass one dict to gate more models on the same questions
+                 cache: dict | None = None,  # question ID -> its references' scores: pass one dict to gate more models on the same questions
+                 controls=('untrained', 'random')) -> pd.DataFrame:  # suffixes of control models ('<model>-untrained') whose rows, when present, the model must beat too
     "Per model: mean GT-triple recall beside each reference keeping, per question, as many top triples as the model did; passes."
     from kgqa_nb.retriever_study import UNDER_TRAINED
     recs = {str(r['id']): r for r in records}; gi = {str(r['id']): g for r, g in zip(records, graphs)}; rows = []
@@ -492,15 +496,21 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
         row = dict(model=m, n_questions=len(d), n_scored=int(d.gt_recall.notna().sum()), n_retrieving=int((d.n_triples > 0).sum()),
                    gt_recall=float(d.gt_recall.mean()), mean_triples=float(d.n_triples.mean()),
                    **{f'{x}_gt_recall': float(np.nanmean(v)) for x, v in ref.items()})
-        row['passes'] = bool(all(row['gt_recall'] > row[f'{x}_gt_recall'] for x in references))
+        for c in controls:  # the same questions, each control with its own triples
+            cd = per_question[(per_question.model == f'{m}-{c}') & per_question.id.isin(d.id)]
+            row[f'{c}_gt_recall'], row[f'{c}_mean_triples'] = (float(cd.gt_recall.mean()), float(cd.n_triples.mean())) if len(cd) else (np.nan, np.nan)
+        beats = [row[f'{x}_gt_recall'] for x in references] + [row[f'{c}_gt_recall'] for c in controls if np.isfinite(row[f'{c}_gt_recall'])]
+        row['passes'] = bool(all(row['gt_recall'] > b for b in beats))
         rows.append(row)
-    cols = ['model', 'n_questions', 'n_scored', 'n_retrieving', 'gt_recall', 'mean_triples', *[f'{x}_gt_recall' for x in references], 'passes', 'verdict']
+    cols = ['model', 'n_questions', 'n_scored', 'n_retrieving', 'gt_recall', 'mean_triples', *[f'{x}_gt_recall' for x in references],
+            *[f'{c}_{k}' for c in controls for k in ('gt_recall', 'mean_triples')], 'passes', 'verdict']
     out = pd.DataFrame(rows, columns=cols[:-1])
     refs = ' and '.join(references)
     cover = lambda r: f'retrieves on {r.n_retrieving} of {r.n_questions} questions'
-    out['verdict'] = [f'trained: GT-triple recall {r.gt_recall:.3f} above {refs} at matched budgets ({cover(r)})' if r.passes else
-                      f'{UNDER_TRAINED} (GT-triple recall {r.gt_recall:.3f} not above {refs} at matched budgets: ' +
-                      ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + f'; {cover(r)})' for r in out.itertuples()]
+    ctl = lambda r: ''.join(f"; {c} control {getattr(r, f'{c}_gt_recall'):.3f}" for c in controls if np.isfinite(getattr(r, f'{c}_gt_recall')))
+    out['verdict'] = [f'trained: GT-triple recall {r.gt_recall:.3f} above {refs} at matched budgets and its controls ({cover(r)}{ctl(r)})' if r.passes else
+                      f'{UNDER_TRAINED} (GT-triple recall {r.gt_recall:.3f} not above {refs} at matched budgets and its controls: ' +
+                      ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + f'{ctl(r)}; {cover(r)})' for r in out.itertuples()]
     return out[cols]
 
 # %% ../nbs/25_benchmark.ipynb #c076
@@ -537,3 +547,125 @@ def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding b
                              pct_variation=100 * (ga - sb) / sb if sb else float('nan'), diff=ga - sb if ok.any() else float('nan'),
                              ci_low=lo, ci_high=hi, **paired_tests(A, B)))
     return pd.DataFrame(rows).assign(label_gt=piv[gt_model].label.iloc[0], label_sp=piv[sp_model].label.iloc[0])
+
+# %% ../nbs/25_benchmark.ipynb #c080
+@dataclass
+class RelationPriorModel:
+    "LLM-only stand-in (not an LLM): the most frequent training answer of the relation the nearest training questions end on."
+    encoder: object = None  # a `text.TextEncoder` (None: MiniLM)
+    k: int = 5  # nearest training questions that vote for the answer relation
+    name = 'llm-only'
+
+    def fit(self, train: list, kg: KnowledgeGraph) -> RelationPriorModel:
+        "Per training question, the (relation, direction) reaching its answers; per such relation, its answers' counts."
+        from collections import Counter
+        self.kg, self.enc, keys, qs, self.counts, self.n_skipped = kg, self.encoder or TextEncoder(), [], [], {}, 0
+        for rec in train:
+            try: g = gold_side(kg, rec)
+            except (ValueError, KeyError): self.n_skipped += 1; continue  # a training record without a usable ground truth teaches nothing
+            ans = set(g['answers'])
+            hits = [((int(r), t in ans), t if t in ans else h) for h, r, t in np.asarray(g['gt_triples'], np.int64).reshape(-1, 3).tolist() if t in ans or h in ans]
+            if not hits: continue
+            keys.append(hits[0][0]); qs.append(str(rec['question']))
+            for key, a in hits: self.counts.setdefault(key, Counter())[a] += 1
+        if not qs: raise UsageError('the LLM-only stand-in needs training questions whose ground truth reaches an answer')
+        self.keys, self.vecs = keys, np.asarray(self.enc.encode(qs), np.float32)
+        return self
+
+    def retrieve(self, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray: return np.zeros((0, 3), np.int64)
+    def describe(self) -> str: return f'LLM-only stand-in (not an LLM): most frequent training answer of the relation its {self.k} nearest training questions end on'
+    def reader_label(self) -> str: return 'none (the stand-in answers from the question alone)'
+
+# %% ../nbs/25_benchmark.ipynb #c081
+@patch
+def answer_many(self: RelationPriorModel, views: list) -> list:
+    "One answer ID per question view (its question text only)."
+    q = np.asarray(self.enc.encode([str(v['question']) for v in views]), np.float32)
+    out = []
+    for sims in q @ self.vecs.T:
+        votes = {}
+        for i in np.argsort(-sims, kind='stable')[:self.k]: votes[self.keys[i]] = votes.get(self.keys[i], 0.0) + float(sims[i])
+        key = max(votes, key=votes.get)
+        out.append([self.kg.entity_ids[self.counts[key].most_common(1)[0][0]]])
+    return out
+
+# %% ../nbs/25_benchmark.ipynb #c084
+def untrained_control(model, seed: int = 0):
+    "The path model with a randomly initialised generator of its generator's architecture and tokenizer, never fine-tuned."
+    import copy
+    from transformers import AutoModelForCausalLM
+    from kgqa_nb.pathgen import PathGenerator
+    torch.manual_seed(seed)
+    gen = PathGenerator(AutoModelForCausalLM.from_config(model.gen.model.config).to(model.gen.device), model.gen.tok, f'{model.gen.label}, random init')
+    gen.max_target = model.gen.max_target
+    m = copy.copy(model); m.gen, m.labels, m.name = gen, None, f'{model.name}-untrained'
+    for a in ('trie_seconds', 'trie_sizes', 'walk_counts'):
+        if hasattr(m, a): setattr(m, a, [])
+    return m
+
+def random_control(gcr):
+    "GCR drawing its paths at random from the same KG-Trie (no generator asked)."
+    from kgqa_nb.pathgen import GCR
+    m = GCR.from_rog(gcr, paths=gcr.paths, n_paths=gcr.n_paths, max_hops=gcr.max_hops, max_walks=gcr.max_walks, decode='random')
+    m.name = f'{gcr.name}-random'
+    return m
+
+# %% ../nbs/25_benchmark.ipynb #c087
+@dataclass
+class AtBudget:
+    "A model's kept subgraphs (`run_benchmark(keep=...)`) cut to their first `budget` triples, as a benchmark model."
+    name: str
+    label: str
+    subgraphs: dict  # question ID -> (n, 3) triples, best first
+    budget: int
+    def describe(self) -> str: return f'{self.label} [first {self.budget} triples]'
+    def retrieve(self, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray: return self.subgraphs[str(rec['id'])][:self.budget]
+
+def sparsest_budget(per_question: pd.DataFrame) -> tuple:
+    "(model, its mean triples rounded up, at least 1) of the retrieving model that keeps the fewest triples on average."
+    m = per_question[per_question.n_triples > 0].groupby('model').n_triples.mean()
+    return m.idxmin(), max(1, int(np.ceil(m.min())))
+
+def at_budget(per_question: pd.DataFrame, kept: dict, records: list, budget: int) -> list:
+    "An `AtBudget` for every model with kept subgraphs that retrieves something."
+    ids = [str(r['id']) for r in records]
+    labels = per_question.drop_duplicates('model').set_index('model').label
+    return [AtBudget(m, labels[m], dict(zip(ids, subs)), budget) for m, subs in kept.items() if sum(map(len, subs))]
+
+# %% ../nbs/25_benchmark.ipynb #c090
+def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', models=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    "Every pair of models (higher mean first): mean difference of `metric` on their shared questions, bootstrap CI, paired p-values."
+    from itertools import combinations
+    from kgqa_nb.retriever_study import hierarchical_bootstrap, paired_tests
+    piv = per_question.pivot_table(index='id', columns='model', values=metric, aggfunc='first')
+    names = [m for m in (models or piv.columns) if m in piv.columns]
+    rows = []
+    for a, b in combinations(names, 2):
+        d = piv[[a, b]].dropna()
+        if len(d) < 2: continue
+        if d[b].mean() > d[a].mean(): a, b = b, a
+        A, B = d[a].to_numpy(float)[None], d[b].to_numpy(float)[None]
+        lo, hi = hierarchical_bootstrap(A, B, n_boot, seed)
+        rows.append(dict(metric=metric, higher=a, lower=b, n_questions=len(d), mean_higher=float(A.mean()), mean_lower=float(B.mean()),
+                         diff=float(A.mean() - B.mean()), ci_low=lo, ci_high=hi, **paired_tests(A, B), ci_excludes_0=bool(lo > 0)))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/25_benchmark.ipynb #c093
+def recall_vs_em_by_type(pts: pd.DataFrame, by: str = 'graph_isomorphism') -> tuple:
+    "(points, stats) per group: the (model, group) means of `recall_vs_em` averaged over models, with Pearson r and p."
+    t = pts.groupby(by)[['gt_recall', 'answer_recall', 'em_hit']].mean().join(pts.groupby(by).model.nunique().rename('n_models')).reset_index()
+    st = {c: pearson(t[c], t.em_hit) if len(t) >= 3 and t[c].std() > 0 and t.em_hit.std() > 0 else (np.nan, np.nan) for c in ('gt_recall', 'answer_recall')}
+    return t, st
+
+def plot_fig13(by_type: pd.DataFrame, st_type: dict, pts: pd.DataFrame, st: dict, reader: str, by: str = 'graph_isomorphism'):
+    "Figure 13: top, one point per type averaged over models (the paper's unit); bottom, one point per (model, type)."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(9, 7), sharey='row')
+    for row, (d, s, unit) in enumerate(((by_type, st_type, 'per type, averaged over models'), (pts, st, 'per (model, type)'))):
+        for ax, (c, name) in zip(axes[row], (('gt_recall', 'GT-triple recall (%)'), ('answer_recall', 'Answer-node recall (%)'))):
+            for m, x in (d.groupby('model') if 'model' in d else [('types', d)]): ax.scatter(x[c], x.em_hit, s=14, label=m)
+            r, p = s[c]; ax.set_xlabel(name); ax.set_title(f'{unit}: r = {r:.2f}, p = {p:.2g}', fontsize=8)
+        axes[row][0].set_ylabel('EM Hits (%)')
+    axes[1][0].legend(fontsize=6); fig.suptitle(f'Figure 13: recall vs EM (reader: {reader})', fontsize=9)
+    fig.tight_layout()
+    return fig
