@@ -1363,6 +1363,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'kgqa_nb.plan.prompt_size': ('plan.html#prompt_size', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.question_count': ('plan.html#question_count', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.retriever_study_calls': ('plan.html#retriever_study_calls', 'kgqa_nb/plan.py'),
+                              'kgqa_nb.plan.scale_questions': ('plan.html#scale_questions', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.sp_reader_calls': ('plan.html#sp_reader_calls', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.spent_since': ('plan.html#spent_since', 'kgqa_nb/plan.py'),
                               'kgqa_nb.plan.synthkgqa_dataset_calls': ('plan.html#synthkgqa_dataset_calls', 'kgqa_nb/plan.py'),

@@ -23,9 +23,9 @@ __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_
            'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls',
            'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds',
            'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits',
-           'interactive_seconds', 'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact', 'BudgetError',
-           'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget',
-           'SpendGuard']
+           'interactive_seconds', 'scale_questions', 'estimate_seconds', 'unknown_cost_fix', 'plan_group',
+           'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since',
+           'check_max_cost', 'check_budget', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -412,10 +412,18 @@ def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict) -
     secs = max(calls / rate, calls * spc / inflight)
     return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight'
 
-# %% ../nbs/40a_plan.ipynb #c043
+# %% ../nbs/40a_plan.ipynb #c044
+def scale_questions(p: dict, plan: dict) -> int:
+    "Questions an artifact works through: those it reads itself, or, for one that reads a study (the benchmark), the study's test questions under the artifact's own cap."
+    if not (p.get('study') and p.get('study_profile')): return question_count(p, plan)
+    study = full_params(load_manifest()[p['study']], check_profile(p['study_profile'])[p['study']])
+    n = test_questions(study, plan)
+    return min(n, int(p['n_questions'])) if p.get('n_questions') else n
+
+# %% ../nbs/40a_plan.ipynb #c046
 def _scale(p: dict, plan: dict) -> float:
     seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
-    return max(question_count(p, plan), 1) * max(int(seeds), 1)
+    return max(scale_questions(p, plan), 1) * max(int(seeds), 1)
 
 def estimate_seconds(art: Artifact, params: dict, plan: dict, prior: list,
                      profile: str | None = None):  # the profile's name: its own latest run is preferred to a newer one of another
@@ -485,7 +493,7 @@ def plan_artifact(art: Artifact,  # the artifact
                 seconds=None if timed is None else round(timed + llm_s, 1), batch_seconds=None if timed is None else round(timed + batch_s, 1),
                 seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c044
+# %% ../nbs/40a_plan.ipynb #c047
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -534,7 +542,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c048
+# %% ../nbs/40a_plan.ipynb #c051
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -572,7 +580,7 @@ def format_plan(plan: dict) -> str:
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c051
+# %% ../nbs/40a_plan.ipynb #c054
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -601,7 +609,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c053
+# %% ../nbs/40a_plan.ipynb #c056
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -626,7 +634,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c055
+# %% ../nbs/40a_plan.ipynb #c058
 def check_max_cost(max_cost):  # USD, or None (no limit)
     "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
@@ -647,7 +655,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c057
+# %% ../nbs/40a_plan.ipynb #c060
 class SpendGuard:
     "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
     def __init__(self, max_cost: float | None,  # USD; None: no limit

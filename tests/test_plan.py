@@ -111,3 +111,15 @@ def test_kgqagen_table2_counts_every_trained_seed_and_the_offline_rows(machine):
     per_q = pl.PLAN_DEFAULTS['lasm_judged_per_question']
     rows = (2 + 7) * 100 + (1 + 7) * 100 * 2 + 10   # LLM-reader, offline-reader and oracle rows (generated), ULTRAG
     assert groups['LASM judge']['api_calls'] == -(-rows * per_q // 1)
+
+
+def test_the_benchmark_time_scales_by_the_test_questions_of_its_study():
+    "Issue 41, item 3: the benchmark's n_questions of 0 (all) read as no question scaled its measured time x973 (715 h in the paper plan)."
+    m = pr.load_manifest()
+    art, plan = m['gtsqa_benchmark'], pl.PLAN_DEFAULTS
+    companion = pr.read_params(art, pr.check_profile('companion')['gtsqa_benchmark'])
+    run = dict(artifact='gtsqa_benchmark', seconds=100., profile='companion', created='2026-12-01', params=pr.check_profile('companion')['gtsqa_benchmark'])
+    secs, how = pl.estimate_seconds(art, pr.check_profile('paper')['gtsqa_benchmark'], plan, [run], 'paper')
+    study = pr.full_params(m['retriever_study'], pr.check_profile('companion')['retriever_study'])
+    ratio = 1622 * 3 / (pl.test_questions(study, plan) * int(companion['n_seeds']))  # paper: 1,622 GTSQA test questions x 3 seeds
+    assert secs == pytest.approx(100 * ratio) and ratio < 20 and f'scaled x{ratio:.3g}' in how
