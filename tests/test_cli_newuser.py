@@ -104,7 +104,7 @@ def test_printed_query_has_no_placeholder_ids(home):
     (['ultrag', 'ask', '--query', 'Q1 -> P2', '--top', '-3'], 'argument --top: must be at least 1, got -3'),
     (['kgrag', 'ask', 'who directed [Inception]', '--hops', '0'], 'argument --hops: must be at least 1, got 0'),
     (['kgrag', 'ask', 'who directed [Inception]', '--top-k', '-2'], 'argument --top-k: must be at least 1, got -2'),
-    (['kgqagen', '--out', '{tmp}/never', '--n', '-1'], '--n must be an integer >= 1, got -1'),
+    (['kgqagen', '--out', '{tmp}/never', '--n', '-1'], '--n must be an integer >= 1 and at most 1,000,000 (KGQAGen-10k holds 10,787 questions), got -1'),
     (['kgqagen', '--out', '{tmp}/never', '--max-triples', '1'], '--max-triples must be an integer >= 2, got 1'),
     (['rerun', '--max-cost', '-1'], '--max-cost must be >= 0 USD, got -1'),
     (['rerun', '--only'], 'argument --only: expected at least one argument'),  # was read as every artifact
