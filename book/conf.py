@@ -24,6 +24,7 @@ nb_execution_mode = 'off'
 nb_merge_streams = True
 myst_enable_extensions = ['dollarmath', 'amsmath']
 myst_heading_anchors = 3
+myst_footnote_sort = False  # a card table's footnotes (kgqa_nb.cards) stay under the table, not at the page's end
 
 # MathJax 3 offline: the tex-chtml component and its fonts come from the pinned PyPI package sphinx-mathjax-offline
 # (its import name has hyphens, so it is found by file, not loaded as an extension); its static/ folder is copied into

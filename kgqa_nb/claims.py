@@ -14,9 +14,9 @@ from .core import project_dirs
 
 # %% auto #0
 __all__ = ['STAND_INS', 'RULES', 'VERDICTS', 'CLAIM_KEYS', 'README_START', 'README_END', 'ClaimError', 'expand_parts',
-           'check_claim', 'load_claims', 'safe_expr', 'results_dir', 'read_cell', 'measure_part', 'fmt_num',
-           'judge_sign', 'judge_trend', 'judge_equal', 'judge_range', 'judge_claim', 'claim_verdicts', 'ours_text',
-           'paper_text', 'claims_markdown', 'replace_block', 'claim_card']
+           'check_claim', 'load_claims', 'safe_expr', 'results_dir', 'select_rows', 'read_cell', 'measure_part',
+           'fmt_num', 'judge_sign', 'judge_trend', 'judge_equal', 'judge_range', 'judge_claim', 'claim_verdicts',
+           'ours_text', 'paper_text', 'claims_markdown', 'replace_block', 'claim_card']
 
 # %% ../nbs/40c_claims.ipynb #c005
 STAND_INS = {
@@ -123,6 +123,13 @@ def _match(v, want) -> bool:
         except (TypeError, ValueError): return False
     return str(v) == str(want)
 
+def select_rows(df: pd.DataFrame,  # a CSV
+                where: dict) -> pd.Series:  # column -> value (numbers compare as numbers, the rest as text)
+    "The mask of the rows of `df` matching every `where` value."
+    mask = pd.Series(True, index=df.index)
+    for k, want in (where or {}).items(): mask &= df[k].map(lambda v: _match(v, want))
+    return mask
+
 def read_cell(source,  # a DataFrame (a CSV) or a dict (a JSON record)
               where: dict,  # CSV: column -> value selecting exactly one row; JSON: ignored
               column: str,  # CSV: the column; JSON: a dotted key path
@@ -135,11 +142,9 @@ def read_cell(source,  # a DataFrame (a CSV) or a dict (a JSON record)
             v = v[k]
         return v
     if column not in source.columns: raise ClaimError(f'{what}: no column {column!r}')
-    mask = pd.Series(True, index=source.index)
-    for k, want in (where or {}).items():
-        if k not in source.columns: raise ClaimError(f'{what}: no column {k!r}')
-        mask &= source[k].map(lambda v: _match(v, want))
-    rows = source[mask]
+    missing = [k for k in (where or {}) if k not in source.columns]
+    if missing: raise ClaimError(f'{what}: no column {missing[0]!r}')
+    rows = source[select_rows(source, where)]
     if len(rows) != 1: raise ClaimError(f'{what}: {len(rows)} rows where {where}, expected one')
     v = rows[column].iloc[0]
     return None if pd.isna(v) else (v.item() if hasattr(v, 'item') else v)
@@ -314,13 +319,17 @@ def replace_block(text: str, block: str) -> str:
 
 # %% ../nbs/40c_claims.ipynb #c039
 def claim_card(v: dict) -> str:
-    "Markdown of one judged claim for the top of its artifact's page."
-    c = v['claim']; unit = f" {c['unit']}" if c['unit'] and c['unit'] not in ('r',) else ''
-    pv = lambda x: '–' if x is None else f'{x[0]}–{x[1]}' if isinstance(x, list) else f'{x:g}'
-    parts = '\n'.join(f"| {m['label'] or c['quantity']} | {pv(m['paper'])} | {fmt_num(m['value'])}{_ci(m)} |" for m in v['parts'])
-    return (f"**{c['paper']}, {c['where']}: {c['quantity']}**{' (' + c['unit'] + ')' if unit else ''}\n\n"
-            f"- Paper: {paper_text(c)}\n- Verdict: **{v['verdict']}**: {v['why']}\n"
-            f"- Rule: {c['rule']} ({RULES[c['rule']]}); statistic: {c['statistic']}\n"
-            f"- Stands in for the paper's model: {c['stand_in']} ({c.get('stand_in_is', STAND_INS[c['stand_in']])})\n"
-            f"- Read from: {', '.join(f'`{s}`' for s in v['sources'])}\n\n"
-            f"| part | paper | companion |\n|---|---|---|\n{parts}\n")
+    "Markdown (a MyST admonition) of one judged claim for the top of its artifact's page."
+    c = v['claim']
+    unit = f" ({c['unit']})" if c['unit'] and c['unit'] != 'r' else ''
+    pv = lambda x: '–' if x is None else f'{fmt_num(x[0], 4)}–{fmt_num(x[1], 4)}' if isinstance(x, list) else fmt_num(x, 4)
+    cell = lambda s: str(s).replace('|', '\\|')
+    parts = '\n'.join(f"| {cell(m['label'] or c['quantity'])} | {pv(m['paper'])} | {fmt_num(m['value'])}{_ci(m)} |" for m in v['parts'])
+    verdict = v['verdict'].split(':')[0].replace(' ', '-')
+    return (f"````{{admonition}} {c['paper']}, {c['where']}: {c['quantity']}{unit}\n:class: nbbook-claim verdict-{verdict}\n\n"
+            f"**Verdict: {v['verdict']}.** {v['why'].rstrip('.')}.\n\n"
+            f"| part | paper | companion [interval] |\n|---|---|---|\n{parts}\n\n"
+            f"```{{container}} nbbook-paper\nThe paper: {paper_text(c)}.\n```\n\n"
+            f"Rule: *{c['rule']}*, {RULES[c['rule']]}; statistic: {c['statistic']}. "
+            f"Stands in for the paper's model: *{c['stand_in']}*, {c.get('stand_in_is', STAND_INS[c['stand_in']])}. "
+            f"Read from {', '.join(f'`{s}`' for s in v['sources'])} by `kgqa_nb.claims`.\n````")

@@ -18,6 +18,11 @@ _spec.loader.exec_module(nbbook)
 
 @pytest.fixture(scope='module')
 def book(tmp_path_factory) -> Path:
+    "The book built into a temporary folder; KGQA_BOOK=<folder> reuses a build of the current tree there (`make book`: _build/book)."
+    if os.environ.get('KGQA_BOOK'):
+        out = Path(os.environ['KGQA_BOOK']).resolve()
+        assert (out / 'index.html').is_file(), f'KGQA_BOOK={out}: no built book there (make book)'
+        return out
     out = tmp_path_factory.mktemp('book')
     env = dict(os.environ, HF_HUB_OFFLINE='1')
     r = subprocess.run([sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-q', '-b', 'html', str(ROOT / 'book'), str(out)],
@@ -183,3 +188,110 @@ def test_browser_typesets_the_maths_offline(book, stem):
     nb = nbformat.read(ROOT / 'nbs' / f'{stem}.ipynb', as_version=4)
     line = first_output_line(nb)
     if line: assert _squash(html.escape(line, quote=False)) in _squash(dom)
+
+
+# --- artifact cards and chapter openings, in the browser ------------------------------------------------------------------
+
+PROBE_JS = r'''
+// Loads each page of PAGES in an iframe (same folder, file://) and reports what a reader sees; the report is a <pre>.
+const PAGES = %s;
+const text = el => { if (!el) return ''; const c = el.cloneNode(true); c.querySelectorAll('code, pre, script, style, .nbbook-paper').forEach(x => x.remove()); return c.textContent; };
+async function probe() {
+  const out = {};
+  for (const page of PAGES) {
+    out[page] = await new Promise(resolve => {
+      const f = document.createElement('iframe');
+      f.style.width = '1280px'; f.style.height = '900px';
+      f.onload = () => {
+        const doc = f.contentDocument, card = doc.querySelector('div.nbbook-card'), article = doc.querySelector('article');
+        const order = article ? [...article.querySelectorAll('div.cell, p')].filter(e => !e.closest('blockquote, div.cell') || e.matches('div.cell')) : [];
+        resolve({
+          card: !!card,
+          claims: card ? card.querySelectorAll('div.admonition.nbbook-claim').length : 0,
+          tables: card ? [...card.querySelectorAll('table')].filter(t => !t.closest('.nbbook-claim')).map(t => t.querySelectorAll('tbody tr').length) : [],
+          imgs: card ? [...card.querySelectorAll('img')].map(i => ({alt: i.getAttribute('alt'), w: i.naturalWidth, h: i.naturalHeight})) : [],
+          no_result: card ? card.textContent.includes('No committed result') : false,
+          text: text(card) + '\n' + text(doc.getElementById('committed-results')),
+          first: order.length ? (order[0].matches('div.cell') ? 'code' : 'prose') : 'none',
+          overflowing: [...doc.querySelectorAll('div.cell_input pre')].filter(p => p.scrollWidth > p.clientWidth + 1).length,
+        });
+        f.remove();
+      };
+      f.src = page;
+      document.body.appendChild(f);
+    });
+  }
+  const pre = document.createElement('pre'); pre.id = 'report'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}
+probe();
+'''
+
+
+@pytest.fixture(scope='module')
+def probed(book) -> dict:
+    "What headless Chromium shows of every notebook page: one browser run, each page in an iframe of a probe page."
+    chromium = _chromium()
+    pages = [f'{nb.stem}.html' for nb in NBS]
+    probe = book / 'nbs' / '_probe.html'
+    probe.write_text(f'<html><body><script>{PROBE_JS % json.dumps(pages)}</script></body></html>')
+    r = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--allow-file-access-from-files',
+                        '--virtual-time-budget=120000', '--dump-dom', probe.as_uri()], capture_output=True, text=True, timeout=600)
+    m = re.search(r'<pre id="report">(.*?)</pre>', r.stdout, re.S)
+    assert m, f'the probe page reported nothing: {r.stderr[-3000:]}'
+    return json.loads(html.unescape(m.group(1)))
+
+
+_NUMBER = re.compile(r'(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.]*\w)', re.I)  # 17,050 is one number, 1,2,3 three
+
+
+def significant_digits(token: str) -> int:
+    "Significant digits of a number as printed: '0.309' 3, '17,050' 4 (an integer's trailing zeros do not count), '1.23e+07' 3."
+    t = token.lstrip('+-−').lower().split('e')[0].replace(',', '')
+    whole, _, frac = t.partition('.')
+    digits = (whole + frac).lstrip('0')
+    return len(digits if frac else digits.rstrip('0'))
+
+
+def long_numbers(text: str) -> list[str]:
+    "Numbers in `text` printed with more than 4 significant digits."
+    return [m.group() for m in _NUMBER.finditer(text) if significant_digits(m.group()) > 4]
+
+
+def test_long_numbers_are_found():
+    assert long_numbers('0.30915371329879104 and 0.309 [0.2, 0.4], 17,050 rows, 206,205 triples, 1.23e+07, p 3.2e-09') == \
+        ['0.30915371329879104', '206,205']
+    assert long_numbers('fig14 Q12345 2026-12-05 09:28 commit 27e467f x86_64 1,2,3,4,5,6 12345.6') == ['12345.6']
+
+
+def test_every_artifact_page_shows_its_card_table_and_figure(probed):
+    """Each artifact page opens with its claim cards, figures and main table (or why nothing is committed); no number the
+    card or the committed results print has over 4 significant digits (the paper's own words, quoted, and code aside)."""
+    from kgqa_nb import cards, claims
+    manifest = cards.load_manifest()
+    n_claims = {}
+    for c in claims.load_claims(): n_claims[c['artifact']] = n_claims.get(c['artifact'], 0) + 1
+    profiles = cards.published_profiles()
+    problems = []
+    for name, art in manifest.items():
+        page = probed[f'{art.notebook.stem}.html']
+        say = lambda msg: problems.append(f'{art.notebook.stem}: {msg}')
+        if not page['card']: say('no card'); continue
+        if page['claims'] != n_claims.get(name, 0): say(f"{page['claims']} claim cards, {n_claims.get(name, 0)} claims")
+        files = next((fs for d in profiles.values() if (fs := cards.published_files(name, d, manifest=manifest))), [])
+        if not files:
+            if not page['no_result'] or 'needs' not in page['text']: say('nothing committed and the card does not say which need is missing')
+            continue
+        if any(f.suffix == '.csv' for f in files) and not (page['tables'] and page['tables'][0] > 0): say('no main table')
+        loaded = {i['alt'] for i in page['imgs'] if i['w'] > 0}
+        for f in files:
+            if f.suffix == '.png' and f.relative_to(ROOT).as_posix() not in loaded: say(f'figure {f.name} not shown')
+        if (bad := long_numbers(page['text'])): say(f'numbers with more than 4 significant digits: {bad[:5]}')
+    assert not problems, '\n'.join(problems)
+
+
+def test_chapter_pages_open_with_prose_and_code_stays_within_the_page(probed):
+    "A library chapter's page opens with what it teaches (its imports collapsed below), and no code line runs past the page."
+    opens = {nb.stem: probed[f'{nb.stem}.html']['first'] for nb in NBS if int(nb.stem[:2]) < 50}
+    assert {s: f for s, f in opens.items() if f != 'prose'} == {}
+    assert {nb.stem: p['overflowing'] for nb in NBS if (p := probed[f'{nb.stem}.html'])['overflowing']} == {}

@@ -7,9 +7,14 @@ API index from them.
   input / the output (myst-nb's `remove-input` / `remove-output` tags); a cell flagged with a test flag (`#| slow`,
   `#| data`, …) gets the tag `needs-<flag>`, which `book.css` labels. Markdown headings ending in ` -` are dropped (nbdev
   does the same). Before each exported cell a MyST target `(kgqa_nb.<module>.<name>)=` is inserted for every public name
-  it defines, so the API index can link to the cell. An artifact notebook (committed without outputs) gets a last
-  section, "Committed results": the figures and small tables its manifest outputs (`params/manifest.yaml`) have under
-  each published profile's `figures/…` and `results/…` folders, and where its executed copy is.
+  it defines, so the API index can link to the cell. A library chapter's import cells (the code cells between its title
+  and its first prose) are moved under that prose and collapsed, so the page opens with what the chapter teaches.
+  An artifact notebook (committed without outputs) opens, under its title and first paragraph, with a section "Result"
+  that `kgqa_nb.cards.artifact_card` writes from the committed files: the claim cards of `params/claims.yaml` (verdicts
+  computed by `kgqa_nb.claims`), the figures, the main table of `params/cards.yaml` rounded to 3 significant digits, and
+  the provenance (or, when nothing is committed, which need is missing). A last section, "Committed results", shows the
+  other files its manifest outputs (`params/manifest.yaml`) have under each published profile's `figures/…` and
+  `results/…` folders, rounded the same way, and where its executed copy is.
 - `nbbook-api` directive: one section per module (chapter order), each public name of the module's `__all__` with its
   signature and the first line of its docstring (or the comment beside a constant), linked to its cell. It reads the
   notebooks and the modules' `__all__` with `ast`: nothing is imported, so it needs no data, network or GPU.
@@ -17,7 +22,6 @@ API index from them.
 from __future__ import annotations
 
 import ast
-import csv
 import io
 import json
 import re
@@ -25,6 +29,7 @@ import tokenize
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import yaml
 from docutils import nodes
 from sphinx import addnodes
@@ -155,56 +160,86 @@ def notebook_definitions(nb) -> list[tuple[int, dict]]:
     return out
 
 
-MAX_TABLE_ROWS, MAX_TABLE_COLS = 40, 14  # a committed CSV up to this size is shown as a table, a larger one is named
+MAX_TABLE_ROWS = 40  # a committed CSV under the page's main table with up to this many rows is shown, a longer one is named
 
 
-def _csv_shape(path: Path) -> tuple[int, int] | None:
-    "(data rows, columns) of a rectangular CSV with a header, else None."
-    try: rows = list(csv.reader(path.read_text().splitlines()))
-    except (OSError, UnicodeDecodeError, csv.Error): return None
-    if not rows or len({len(r) for r in rows}) != 1: return None
-    return len(rows) - 1, len(rows[0])
+def _cards():
+    "kgqa_nb.cards, imported on first use (the API index and the notebook rules need no library)."
+    from kgqa_nb import cards
+    return cards
 
 
-def committed_results(name: str, root: Path) -> str:
-    """Markdown showing what the artifact notebook `name` wrote when a published profile last ran it: the figures and small
-    tables of its manifest outputs under `figures/`, `results/` (paper profile) and `figures/<dir>/`, `results/<dir>/`
-    (a profile's publish_dir), and the executed copy of the notebook. Empty when there is none."""
+_VERDICTS: dict[str, list] = {}
+
+
+def _verdicts(root: Path) -> list:
+    "Every claim judged from the committed files, once per build."
+    if str(root) not in _VERDICTS: _VERDICTS[str(root)] = _cards().claim_verdicts(root=root)
+    return _VERDICTS[str(root)]
+
+
+def _link(rel: str) -> str: return '/../' + rel  # Sphinx reads '/x' from the book's source dir, and the repository is its parent
+
+
+def artifact_name(name: str, root: Path) -> str | None:
+    "The manifest artifact whose notebook is `name`, or None."
     try: manifest = yaml.safe_load((root / 'params' / 'manifest.yaml').read_text()) or {}
-    except (OSError, yaml.YAMLError): return ''
-    artifact, entry = next(((k, v) for k, v in manifest.items() if isinstance(v, dict)
-                            and Path(str(v.get('notebook', ''))).name == name), (None, None))
-    if not artifact: return ''
-    dirs = set()  # where the published profiles write: '' for results/ and figures/, else their publish_dir
-    for prof in (root / 'params').glob('*.yaml'):
-        try: conf = yaml.safe_load(prof.read_text()) or {}
-        except (OSError, yaml.YAMLError): continue
-        if isinstance(conf, dict) and conf.get('publish') is True: dirs.add(str(conf.get('publish_dir') or ''))
-    parts = []
-    for d in sorted(dirs):
-        found = []
-        for out in entry.get('outputs') or []:
-            top, _, rest = str(out).partition('/')
-            f = root / top / d / rest
-            if not f.is_file(): continue
-            shown = f.relative_to(root).as_posix()
-            rel = '/../' + shown  # Sphinx reads '/x' from the book's source dir, and the repository is its parent
-            shape = _csv_shape(f) if f.suffix == '.csv' else None
-            if f.suffix == '.png': found.append(f'![{shown}]({rel})\n\n`{shown}`')
-            elif shape and shape[0] == 0: found.append(f'`{shown}`: no rows, only the header (its provenance record says why)')
-            elif shape and shape[0] <= MAX_TABLE_ROWS and shape[1] <= MAX_TABLE_COLS:
-                found.append(f'`{shown}`:\n\n```{{csv-table}}\n:file: {rel}\n:header-rows: 1\n```')
-            elif shape: found.append(f'`{shown}`: {shape[0]:,} rows, {shape[1]} columns (not shown)')
-            else: found.append(f'`{shown}`')
+    except (OSError, yaml.YAMLError): return None
+    return next((k for k, v in manifest.items() if isinstance(v, dict) and Path(str(v.get('notebook', ''))).name == name), None)
+
+
+def result_card(artifact: str, root: Path) -> str:
+    """Markdown opening an artifact page: `kgqa_nb.cards.artifact_card` (claim cards, figures, the main table rounded,
+    provenance, or why nothing is committed) in a container the style sheet and the browser test find."""
+    card = _cards().artifact_card(artifact, root, link=_link, verdicts=_verdicts(root))
+    return f'## Result\n\n`````{{container}} nbbook-card\n{card}\n`````'
+
+
+def committed_results(artifact: str, root: Path) -> str:
+    """Markdown closing an artifact page: every file its published profiles committed that the card at the top does not
+    show (the other tables rounded by `kgqa_nb.cards.card_table`, long ones named), and where its executed copy is."""
+    cards = _cards()
+    manifest = cards.load_manifest(root / 'params' / 'manifest.yaml')
+    entry = cards.load_cards(root / 'params' / 'cards.yaml', manifest).get(artifact, {})
+    parts, top, n = [], True, 0
+    for profile, d in cards.published_profiles(root).items():
+        files = cards.published_files(artifact, d, root, manifest)
         executed = root / 'results' / d / 'executed' / f'{artifact}.ipynb'
+        if not files and not executed.is_file(): continue
+        main, _ = cards.main_table(artifact, files, {artifact: entry}) if files and top else (None, '')
+        found = []
+        for f in files:
+            shown = f.relative_to(root).as_posix()
+            if top and (f == main or f.suffix == '.png'): found.append(f'`{shown}`: shown under *Result* at the top of the page.'); continue
+            if f.suffix == '.png': found.append(f'![{shown}]({_link(shown)})\n\n`{shown}`'); continue
+            if f.suffix != '.csv': found.append(f'`{shown}`'); continue
+            df = pd.read_csv(f)
+            if df.empty: found.append(f'`{shown}`: no rows, only the header (its provenance record says why)')
+            elif len(df) <= MAX_TABLE_ROWS:
+                n += 1
+                found.append(f'`{shown}`:\n\n' + cards.card_table(df, key=f't{n}-', what=f.name))
+            else: found.append(f'`{shown}`: {len(df):,} rows, {df.shape[1]} columns (not shown)')
+        top = top and not files
         if executed.is_file(): found.append(f'The executed notebook, with its outputs: `{executed.relative_to(root).as_posix()}`.')
-        if found:
-            head = ('### Paper profile\n\nWritten by `make figures` to `results/` and `figures/`.' if not d else
-                    f'### Profile `{d}`\n\nWritten by `kgqa rerun --profile {d}` to `results/{d}/` and `figures/{d}/`.')
-            parts.append(head + '\n\n' + '\n\n'.join(found))
+        head = ('### Paper profile\n\nWritten by `make figures` to `results/` and `figures/`.' if not d else
+                f'### Profile `{profile}`\n\nWritten by `kgqa rerun --profile {profile}` to `results/{d}/` and `figures/{d}/`.')
+        parts.append(head + '\n\n' + '\n\n'.join(found))
     if not parts: return ''
     return ('## Committed results\n\nArtifact notebooks are committed without outputs; these are the files its last run with '
-            'a published profile wrote, as committed in the repository.\n\n' + '\n\n'.join(parts))
+            'a published profile wrote, as committed in the repository. Numbers are rounded to 3 significant digits; the '
+            'CSV files hold them in full.\n\n' + '\n\n'.join(parts))
+
+
+def imports_after_intro(cells: list) -> list:
+    """A library chapter's cells with its leading code cells (the imports between the title and the first prose) moved
+    under the first prose cell and collapsed (myst-nb's `hide-input`), so the page opens with what the chapter teaches."""
+    if not cells or cells[0].cell_type != 'markdown': return cells
+    k = 1  # the code cells (and the API targets before them) up to the first prose
+    while k < len(cells) and (cells[k].cell_type == 'code' or cells[k].metadata.get('nbbook_target')): k += 1
+    if k == 1 or k == len(cells): return cells
+    for c in cells[1:k]:
+        if c.cell_type == 'code': c.metadata['tags'] = [*c.metadata.get('tags', []), 'hide-input']
+    return [cells[0], cells[k], *cells[1:k], *cells[k + 1:]]
 
 
 def prepare_notebook(text: str, name: str = '', root: Path | None = None) -> str:
@@ -234,11 +269,16 @@ def prepare_notebook(text: str, name: str = '', root: Path | None = None) -> str
         if tags: c.metadata['tags'] = tags
         c.source = code
         if i in anchors:
-            cells.append(nbformat.v4.new_markdown_cell('\n'.join(f'({a})=' for a in anchors[i])))
+            cells.append(nbformat.v4.new_markdown_cell('\n'.join(f'({a})=' for a in anchors[i]), metadata={'nbbook_target': True}))
         cells.append(c)
+    if module: cells = imports_after_intro(cells)
+    artifact = artifact_name(name, root) if name and root and not module else None
+    if artifact:
+        at = next((i + 1 for i, c in enumerate(cells) if c.cell_type == 'markdown'), 0)  # under the title and its paragraph
+        cells.insert(at, nbformat.v4.new_markdown_cell(result_card(artifact, root)))
+        results = committed_results(artifact, root)
+        if results: cells.append(nbformat.v4.new_markdown_cell(results))
     nb.cells = cells
-    results = committed_results(name, root) if name and root and not module else ''
-    if results: nb.cells.append(nbformat.v4.new_markdown_cell(results))
     for c in nb.cells: c.pop('id', None)  # inserted cells have none; ids are not needed to render
     nb.nbformat_minor = min(nb.nbformat_minor, 4)
     return json.dumps(nb)
@@ -249,6 +289,9 @@ def on_source_read(app, docname: str, source: list[str]):
     if path.suffix == '.ipynb':
         root = (Path(app.srcdir) / NBS).resolve().parent
         app.env.note_dependency(str(root / 'params' / 'manifest.yaml'))
+        if artifact_name(path.name, root):  # its card reads the claims, the card choices and the published files
+            for f in [*(root / 'params').glob('*.yaml'), *(root / 'results').rglob('*.csv'), *(root / 'figures').rglob('*.png')]:
+                if not {'executed', 'runs'} & set(f.relative_to(root).parts): app.env.note_dependency(str(f))
         source[0] = prepare_notebook(source[0], path.name, root)
 
 
