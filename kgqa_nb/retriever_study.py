@@ -36,10 +36,10 @@ __all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TES
            'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code',
            'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap',
            'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
-           'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy',
-           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
-           'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file', 'retrieval_vs_references',
-           'train_retriever_cli', 'retrieve_cli']
+           'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset',
+           'study_step', 'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows',
+           'FloorRows', 'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file',
+           'retrieval_vs_references', 'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -459,6 +459,33 @@ class RetrieverStudy:
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
 # %% ../nbs/15c_retriever_study.ipynb #c054
+def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
+                  answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
+                  **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
+    "(context, cache folder) of a study's questions: the dataset it reads (the filtered survivors when a filter is named) and where its graphs and runs are cached."
+    graph = resolve_kg(kg)
+    gen = dict(n_target=n_questions, backend=backend, model=model, base_url=base_url) if source == 'generated' else {}
+    filt = {k: v for k, v in dict(answerability=answerability, newer_kg=newer_kg).items() if v}  # read the filtered dataset's survivors
+    ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True, make_filters=make_filters, **filt,
+                        n_questions=n_questions, cache_dir=cache_dir, graphs=graphs, **recorded, **gen)
+    cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
+    if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
+    return ctx, cache
+
+#| export
+def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
+               val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
+    "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
+    for n, v in dict(neg_sample=neg_sample, val_subset=val_subset).items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0: raise ValueError(f'{n} must be 0 (off) or a positive whole number, not {v!r}')
+    if isinstance(questions_per_step, bool) or not isinstance(questions_per_step, int) or questions_per_step < 1:
+        raise ValueError(f'questions_per_step must be a positive whole number, not {questions_per_step!r}')
+    sub = dict(neg_sample=neg_sample or None, questions_per_step=questions_per_step, bf16=bool(bf16), compile=bool(compile_step), val_subset=val_subset or None)
+    srs = dict(cache_frozen=bool(sr_cache_frozen), val_subset=val_subset or None)
+    nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
+    return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
+
+#| export
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -472,6 +499,8 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          retrievers=('subgraphrag', 'sr'),  # trained retrievers (`TRAINED_RETRIEVERS`)
                          sr_tune: str = 'head', sr_encoder: str = '',  # SR: 'head' or 'encoder' fine-tuning; its encoder ('': `encoder`)
                          sr_epochs: int = 3, sr_max_hop: int = 3, sr_beam: int = 10,  # SR training epochs and search
+                         neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,  # SubgraphRAG's step (`study_step`; 0, 1, False, False: the reference step)
+                         val_subset: int = 0, sr_cache_frozen: bool = False,  # validation questions per epoch (0: all), both retrievers; SR's frozen-part cache
                          graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
                          second_reader: str = '',  # the `make_reader` kind of `extra_readers['hits_nonoracle']` ('': none), recorded
                          answerability: str = '', newer_kg: str = '',  # the dataset's last filters ('': none), as its generation notebook sets them
@@ -480,22 +509,20 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
-    graph = resolve_kg(kg)
-    gen = dict(n_target=n_questions, backend=backend, model=model, base_url=base_url) if source == 'generated' else {}
-    filt = {k: v for k, v in dict(answerability=answerability, newer_kg=newer_kg).items() if v}  # read the filtered dataset's survivors
-    ctx = open_artifact(artifact, source, graph, seed, out_dir, 'all', n_questions if source == 'gtsqa' else 0, need_kg=True, make_filters=make_filters, **filt,
-                        n_questions=n_questions, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
-                        n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
-                        reader_ks=list(reader_ks), cache_dir=cache_dir, retrievers=list(retrievers), sr_tune=sr_tune,
-                        sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, graphs=graphs, second_reader=second_reader,
-                        **gen, **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
-    cache = Path(cache_dir) if cache_dir else ctx.results_dir / 'cache'
-    if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
+    ctx, cache = study_dataset(artifact, source, kg, n_questions, seed, backend, model, base_url, answerability, newer_kg, make_filters, out_dir, cache_dir,
+                               graphs, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
+                               n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
+                               reader_ks=list(reader_ks), retrievers=list(retrievers), sr_tune=sr_tune,
+                               sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, second_reader=second_reader,
+                               neg_sample=neg_sample, questions_per_step=questions_per_step, bf16=bf16, compile_step=compile_step,
+                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen,
+                               **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
     qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
-    sr_cfg = dict(tune=sr_tune, text_encoder=sr_encoder, epochs=sr_epochs, patience=patience, max_hop=sr_max_hop, beam=sr_beam,
+    step, sr_step = study_step(neg_sample, questions_per_step, bf16, compile_step, val_subset, sr_cache_frozen)
+    sr_cfg = dict(tune=sr_tune, text_encoder=sr_encoder, epochs=sr_epochs, patience=patience, max_hop=sr_max_hop, beam=sr_beam, **sr_step,
                   val_metric=val_metric)
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
-                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric), retrievers=retrievers,
+                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric, **step), retrievers=retrievers,
                             retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device,
                             listing=listing)
     extra = {f'reader_{p}': r.describe() for p, r in (extra_readers or {}).items()}  # e.g. reader_hits_nonoracle: who gave that column
@@ -513,7 +540,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c056
+# %% ../nbs/15c_retriever_study.ipynb #c058
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -526,7 +553,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
                                 **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c060
+# %% ../nbs/15c_retriever_study.ipynb #c062
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -545,7 +572,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c062
+# %% ../nbs/15c_retriever_study.ipynb #c064
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -567,7 +594,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c065
+# %% ../nbs/15c_retriever_study.ipynb #c067
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -608,7 +635,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c069
+# %% ../nbs/15c_retriever_study.ipynb #c071
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -653,7 +680,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c070
+# %% ../nbs/15c_retriever_study.ipynb #c072
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -665,11 +692,14 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
                                       'validation questions': (len(val), MIN_QUESTIONS['validation'] if a.val_fraction else 0)},
                   'generate more (kgqa generate --n 200)' if a.dataset else 'raise --n-questions')
     cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric if len(val) else None)
-    _, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
+    model, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
     print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
+    if len(val):  # the study's gate on this one run: the trained retriever against the training-free PPR, same questions
+        mine, ppr = validation_recall(model, val, feats), validation_recall('ppr', val, feats)
+        print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c071
+# %% ../nbs/15c_retriever_study.ipynb #c073
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
