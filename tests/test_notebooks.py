@@ -33,7 +33,7 @@ def test_artifact_has_one_typed_documented_parameters_cell(nb):
     for p in params: assert inferred[p.name]['help'], f'papermill could not read the help of {p.name}'
 
 
-NOT_PROFILES = {'manifest', 'claims', 'reproduce'}  # params/ also holds the artifact manifest, the paper claims and the reproduce tolerances
+NOT_PROFILES = {'manifest', 'claims', 'reproduce', 'cards'}  # params/ also holds the artifact manifest, the paper claims, the reproduce tolerances and the book's result cards
 PROFILES = sorted(p.stem for p in project_dirs.params.glob('*.yaml') if p.stem not in NOT_PROFILES)
 
 
