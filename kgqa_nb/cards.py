@@ -93,7 +93,8 @@ def card_table(df: pd.DataFrame,  # the committed CSV
         if not cis.get(c) or pd.isna(r[c]): return cell(r[c])
         lo, hi = (r[x] for x in cis[c])
         return f'{cell(r[c])} [{fmt_cell(lo)}, {fmt_cell(hi)}]' if not (pd.isna(lo) or pd.isna(hi)) else cell(r[c])
-    lines = ['| ' + ' | '.join(md_escape(c) for c in cols) + ' |', '|' + '---|' * len(cols)]
+    head = lambda c: re.sub(r'([_@])', '\\1\u200b', md_escape(c))  # a long column name may wrap after _ or @
+    lines = ['| ' + ' | '.join(head(c) for c in cols) + ' |', '|' + '---|' * len(cols)]
     lines += ['| ' + ' | '.join(value(r, c) for c in cols) + ' |' for _, r in rows.iterrows()]
     said = []
     if same: said.append('In every row: ' + '; '.join(f'{md_escape(c)} = {md_escape(fmt_cell(v)) or "(empty)"}' for c, v in same.items()) + '.')
