@@ -98,8 +98,8 @@ def retriever_parser(command: str = 'train-retriever'):  # 'train-retriever' or 
     if command == 'train-retriever':
         ap.add_argument('--labels', default='gt', help="'gt', 'sp' or 'sp:<convention>'")
         ap.add_argument('--run-seed', type=int, default=0, help='training seed')
-        ap.add_argument('--epochs', type=int, default=4, help='most training epochs (at least 1)')
-        ap.add_argument('--patience', type=int, default=2, help='epochs without improvement before stopping (at least 1)')
+        ap.add_argument('--epochs', type=int, default=10, help='most training epochs (at least 1)')
+        ap.add_argument('--patience', type=int, default=3, help='epochs without improvement before stopping (at least 1)')
         ap.add_argument('--val-metric', default='label_recall@100', help="early stopping: label_recall@K (the run's own labels) or a retrieval metric")
         ap.add_argument('--val-fraction', type=float, default=0.2, help='share of the training questions held out for validation, in [0, 1)')
         ap.add_argument('--out', required=True, help='checkpoint folder (last.pt, best.pt); a rerun resumes')

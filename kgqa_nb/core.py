@@ -379,7 +379,9 @@ def check_write_target(path,  # the file (or folder) a command will write
     if loop := link_loop(p): raise UsageError(f'{flag} {path}: {loop} is a symbolic link loop')
     if not folder and p.exists() and not p.is_dir() and not p.is_file(): raise UsageError(f'{flag} {path} is {file_kind(p)}; give a regular file name')
     d = p if folder else p.parent
-    if (kind := run_folder_kind(d)) and kind != own: raise UsageError(f'{flag} {path}: {d} is {RUN_FOLDERS[kind][1]}; write outside it')
+    kind = run_folder_kind(d)
+    if kind and kind != own and (folder or kind == 'generation' or p.name in RUN_FOLDERS[kind][0]):  # beside a checkpoint, a new file harms nothing
+        raise UsageError(f'{flag} {path}: {d} is {RUN_FOLDERS[kind][1]}; write outside it')
 
 def check_output_file(path,  # the file a command will write at its end
                       flag: str = '--out'):  # the flag that named it, for the message
@@ -406,10 +408,18 @@ def write_table(df,  # a pandas DataFrame
                 path,  # CSV path; the provenance goes beside it as `<name>.provenance.json`
                 **prov):  # passed to `provenance`
     "Write a result table as CSV with its provenance record beside it."
-    path = Path(path)
+    path = Path(path); old = _file_bytes(path)
     with atomic_path(path) as tmp: df.to_csv(tmp, index=False)  # a full disk or a kill leaves the old file (or none), never half a table
-    write_provenance(path, **prov)
+    _record_if_changed(path, [(path, old)], prov)
     return path
+
+def _file_bytes(path) -> bytes | None: return Path(path).read_bytes() if Path(path).is_file() else None
+
+def _record_if_changed(path, before: list, prov: dict):
+    "Write the provenance of `path` unless every file in `before` ((file, its bytes before the write)) is unchanged and a record exists: the old record already names a run that made exactly these bytes."
+    rec = Path(path).with_name(Path(path).stem + '.provenance.json')
+    if rec.is_file() and all(b is not None and _file_bytes(f) == b for f, b in before): return rec
+    return write_provenance(path, **prov)
 
 def write_provenance(path, **prov):
     "Write `<path>.provenance.json` (name without suffix) for a result or figure file."
@@ -422,10 +432,11 @@ def save_figure(fig,  # a matplotlib Figure
                 **prov):  # passed to `provenance`
     "Save a figure as PNG and PDF, with a provenance record."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    before = [(p, _file_bytes(p)) for p in (path, path.with_suffix('.pdf'))]
     with atomic_path(path) as tmp: fig.savefig(tmp, format='png', dpi=150, bbox_inches='tight')
     with atomic_path(path.with_suffix('.pdf')) as tmp:  # no creation date: the same figure gives the same bytes
         fig.savefig(tmp, format='pdf', bbox_inches='tight', metadata={'CreationDate': None})
-    write_provenance(path, **prov)
+    _record_if_changed(path, before, prov)
     return path
 
 # %% ../nbs/00_core.ipynb #c058

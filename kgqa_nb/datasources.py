@@ -299,13 +299,13 @@ def _gtsqa_files_in(folder: Path) -> dict | None:
     return None
 
 # %% ../nbs/10b_datasources.ipynb #c044
-DATASET_FIELDS = ('id', 'question', 'seed_entities', 'answer_subgraph', 'sparql_query', 'all_answers_wikidata')  # what every --dataset consumer reads
+DATASET_FIELDS = ('id', 'question', 'seed_entities', 'answer_subgraph', 'all_answers_wikidata')  # what every --dataset consumer reads
 
 def dataset_records(path) -> pd.DataFrame:  # a JSON-lines file of GTSQA records
     "The records of a dataset file, or one `ValueError` naming the file, the first record (by line) that lacks a field every command reads, and the field."
     recs = read_records(path)
     for f in DATASET_FIELDS:
-        gone = recs[f].isna() if f in recs and len(recs) else pd.Series(True, index=recs.index)
+        gone = recs[f].map(lambda v: isinstance(v, float) and v != v) if f in recs else pd.Series(True, index=recs.index)  # absent (NaN), not null
         if len(recs) and gone.any():
             i = int(gone.to_numpy().argmax())
             raise ValueError(f'--dataset: {path}: record {i + 1} (of {len(recs)}) has no {f!r} field, which every command reads '

@@ -55,7 +55,7 @@ def world(tmp_path_factory) -> dict:
     recs = [json.loads(l) for l in (d / 'gen' / 'records.jsonl').read_text().splitlines()]
     bad = d / 'badsplit'; bad.mkdir()
     (bad / 'train.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in recs[:10]))
-    (bad / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'sparql_query'}) + '\n' for r in recs[10:]))
+    (bad / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'answer_subgraph'}) + '\n' for r in recs[10:]))
     w['badsplit'] = bad
     return w
 
@@ -82,7 +82,7 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('checkpoint-folder-without-best', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{nockpt}', '--out', '{tmp}/t.jsonl'], 'line', ['a folder without best.pt']),
     ('split-with-fifo', ['ultra-eval', '--split', '{fifosplit}', '--ckpt', 'ultra_3g'], 'line', ['train.txt: a FIFO (named pipe), not a regular file']),
     ('split-sparse-1gb', ['ultra-eval', '--split', '{sparse}', '--ckpt', 'ultra_3g'], 'line', ['train.txt:1: binary data (a NUL byte at byte 0 of 1,073,741,824)']),
-    ('dataset-missing-field', ['ultrag', 'batch', '--dataset', '{badsplit}', '--kg', 'toyworld'], 'line', ["test.jsonl: record 1 (of", "has no 'sparql_query' field"]),
+    ('dataset-missing-field', ['ultrag', 'batch', '--dataset', '{badsplit}', '--kg', 'toyworld'], 'line', ["test.jsonl: record 1 (of", "has no 'answer_subgraph' field"]),
     # the LLM backend, in the command line's words
     ('openai-without-model', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--out', '{tmp}/never'], 'line', ['--backend openai needs --model NAME']),
     ('openai-without-key', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line',

@@ -151,7 +151,7 @@ def test_generate_with_a_model_reader_records_its_tries(tmp_path, kind, label):
     (['--answerability', 'offline-text', '--answer-tries', '-2'], '--answer-tries must be an integer >= 1, got -2'),
     (['--replace-stale'], '--replace-stale needs --newer-kg'),
     (['--reader-model', 'm'], '--reader-model needs --answerability llm or few-shot'),
-    (['--n', '0'], '--n must be an integer >= 1, got 0'),
+    (['--n', '0'], '--n must be an integer >= 1 and at most 1,000,000 (GTSQA holds 32,099 questions), got 0'),
     (['--max-candidates', '-5'], '--max-candidates must be'),
     (['--timeout', '0'], '--timeout must be a number of seconds > 0'),
     (['--max-nodes', '0'], '--max-nodes must be an integer >= 2, got 0'),
@@ -171,7 +171,7 @@ def test_generate_refuses_each_bad_numeric_flag_in_one_line_before_any_work(tmp_
 
 def test_a_bad_n_is_reported_alone(tmp_path):
     with pytest.raises(UsageError) as e: generate_cli(['--out', str(tmp_path / 'never'), '--n', '-3'])
-    assert str(e.value) == '--n must be an integer >= 1, got -3'  # not also the candidate budget derived from it
+    assert str(e.value) == '--n must be an integer >= 1 and at most 1,000,000 (GTSQA holds 32,099 questions), got -3'  # not also the candidate budget derived from it
 
 
 def test_kgqa_generate_prints_one_line_and_exits_2(tmp_path, capsys):
@@ -179,4 +179,4 @@ def test_kgqa_generate_prints_one_line_and_exits_2(tmp_path, capsys):
     out = tmp_path / 'never'
     assert main(['generate', '--out', str(out), '--n', '0', '--timeout', '-1']) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith('kgqa generate: --n must be an integer >= 1, got 0') and len(err.splitlines()) == 1 and not out.exists()
+    assert err.startswith('kgqa generate: --n must be an integer >= 1 and at most 1,000,000 (GTSQA holds 32,099 questions), got 0') and len(err.splitlines()) == 1 and not out.exists()

@@ -282,7 +282,7 @@ def test_folder_of_another_run_is_refused(reference):
 
 
 @pytest.mark.parametrize('args, error, message', [(['--n', '0'], UsageError, '--n must be an integer >= 1'),
-                                                  (['--n', '-3'], UsageError, '--n must be an integer >= 1, got -3'),
+                                                  (['--n', '-3'], UsageError, '--n must be an integer >= 1 and at most 1,000,000 (KGQAGen-10k holds 10,787 questions), got -3'),
                                                   (['--concurrency', '-1'], UsageError, '--concurrency must be an integer >= 1'),
                                                   (['--timeout', '-5'], UsageError, '--timeout must be a number of seconds > 0'),
                                                   (['--timeout', 'nan'], UsageError, '--timeout must be a number of seconds > 0'),
