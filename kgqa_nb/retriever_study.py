@@ -472,7 +472,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-#| export
+# %% ../nbs/15c_retriever_study.ipynb #c055
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -485,7 +485,7 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-#| export
+# %% ../nbs/15c_retriever_study.ipynb #c056
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -540,7 +540,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c058
+# %% ../nbs/15c_retriever_study.ipynb #c060
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -553,7 +553,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
                                 **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c062
+# %% ../nbs/15c_retriever_study.ipynb #c064
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -572,7 +572,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c064
+# %% ../nbs/15c_retriever_study.ipynb #c066
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -594,7 +594,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c069
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -635,7 +635,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c071
+# %% ../nbs/15c_retriever_study.ipynb #c073
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -680,7 +680,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c072
+# %% ../nbs/15c_retriever_study.ipynb #c074
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -699,7 +699,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
         print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c073
+# %% ../nbs/15c_retriever_study.ipynb #c075
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
