@@ -12,7 +12,7 @@ import pandas as pd
 
 from .core import code_fingerprint, keyed_folder, mark_built, progress, write_text_atomic
 from .qgraphs import build_question_graphs
-from .retriever_study import bootstrap_means, is_validation, study_dataset, study_step
+from .retriever_study import bootstrap_means, is_validation, paired_matrices, study_dataset, study_step
 from .subgraphrag import (CHEAPER_STEP, ExampleSet, TextFeatures, TrainConfig, config_record, example_metrics, fixed_subset,
                                  label_key, label_recall, prepare_examples, score_example, text_features, train_retriever)
 from .text import TextEncoder
@@ -97,17 +97,12 @@ def fidelity_summary(runs: pd.DataFrame, metrics=('label_recall@100', 'gt_recall
     "Per (labels, metric): both procedures' means with bootstrap intervals, their difference, and whether they agree."
     q, rows = [(1 - level) / 2, (1 + level) / 2], []
     for (lab, m) in [(l, m) for l in runs.labels.unique() for m in metrics]:
-        d = runs[runs.labels == lab]
-        piv = lambda p: d[d.procedure == p].pivot_table(index='seed', columns='id', values=m, aggfunc='mean', dropna=False)
-        C, R = piv('cheaper'), piv('reference')
-        ids = [i for i in R.columns if i in C.columns]
-        C, R = C[ids].to_numpy(float), R[ids].to_numpy(float)
-        ok = np.isfinite(C).all(0) & np.isfinite(R).all(0)  # questions without a positive label have no label recall
-        C, R = C[:, ok], R[:, ok]
+        # questions without a positive label have no label recall: paired_matrices keeps the questions finite in both
+        C, R = paired_matrices(runs[runs.labels == lab], None, 'cheaper', 'reference', m, arm='procedure')
         c, r = bootstrap_means(C, R, n_boot, seed)
         (clo, chi), (rlo, rhi), (dlo, dhi) = np.quantile(c, q), np.quantile(r, q), np.quantile(c - r, q)
         cm, rm = float(C.mean()), float(R.mean())
-        rows.append(dict(labels=lab, metric=m, n_questions=int(ok.sum()), n_seeds_reference=len(R), n_seeds_cheaper=len(C),
+        rows.append(dict(labels=lab, metric=m, n_questions=C.shape[1], n_seeds_reference=len(R), n_seeds_cheaper=len(C),
                          reference_mean=rm, reference_ci_low=rlo, reference_ci_high=rhi,
                          cheaper_mean=cm, cheaper_ci_low=clo, cheaper_ci_high=chi,
                          diff=cm - rm, diff_ci_low=dlo, diff_ci_high=dhi,

@@ -282,10 +282,11 @@ STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and 
                       "(each question counted once per seed as if independent), so its p-value is too small",
     'ci_low/ci_high': 'hierarchical bootstrap 95% CI of GT - SP: test questions resampled, then each arm\'s seeds'}
 
-def paired_matrices(study: pd.DataFrame, retriever: str, gt: str, sp: str, metric: str) -> tuple:
-    "(seeds × questions) score matrices of the GT and SP arms on the questions both have for every seed (same column order)."
-    d = study[study.retriever == retriever]
-    piv = lambda lab: d[d.labels == lab].pivot_table(index='seed', columns='id', values=metric, aggfunc='mean', dropna=False)
+def paired_matrices(study: pd.DataFrame, retriever: str | None, gt: str, sp: str, metric: str,
+                    arm: str = 'labels') -> tuple:  # the column naming the arms (e.g. 'procedure' in chapter 15d)
+    "(seeds × questions) score matrices of the GT and SP arms on the questions both have for every seed (same column order); retriever None: every row."
+    d = study if retriever is None else study[study.retriever == retriever]
+    piv = lambda lab: d[d[arm] == lab].pivot_table(index='seed', columns='id', values=metric, aggfunc='mean', dropna=False)
     A, B = piv(gt), piv(sp)
     ids = [i for i in A.columns if i in B.columns]
     A, B = A[ids].to_numpy(float), B[ids].to_numpy(float)
