@@ -360,7 +360,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     with atomic_path(path) as tmp: tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
     return Path(path)
 
-# %% ../nbs/00_core.ipynb #c052
+# %% ../nbs/00_core.ipynb #c053
 RUN_FOLDERS = {  # kind of run folder -> (files that mark it, what it is in a user's words)
     'generation': (('manifest.json',), 'the run folder of a kgqa generate or kgqa kgqagen run'),
     'checkpoints': (('last.pt', 'best.pt'), 'the checkpoint folder of a kgqa train-retriever run'),
@@ -396,7 +396,7 @@ def check_output_file(path,  # the file a command will write at its end
         fd, probe = tempfile.mkstemp(dir=p.parent, prefix=f'.{p.name}.', suffix='.probe'); os.close(fd); os.unlink(probe)
     except OSError as e: raise UsageError(f'{flag} {path}: cannot write in {p.parent} ({e.strerror or e})') from None
 
-# %% ../nbs/00_core.ipynb #c055
+# %% ../nbs/00_core.ipynb #c056
 def artifact_dirs(out_dir: str = ''):  # '' = scratch folder; else a folder that gets results/ and figures/
     "The (results, figures) folders an artifact notebook writes to, created if missing."
     base = Path(out_dir) if out_dir else project_dirs.scratch
@@ -439,7 +439,7 @@ def save_figure(fig,  # a matplotlib Figure
     _record_if_changed(path, before, prov)
     return path
 
-# %% ../nbs/00_core.ipynb #c058
+# %% ../nbs/00_core.ipynb #c061
 try: import fcntl  # advisory file locks (POSIX); elsewhere appends rely on O_APPEND alone
 except ImportError: fcntl = None
 
@@ -490,7 +490,7 @@ class JsonlCache:
             finally: os.close(fd)
             self._entries[record['key']] = self.slim(record)
 
-# %% ../nbs/00_core.ipynb #c061
+# %% ../nbs/00_core.ipynb #c064
 class CacheMissError(LookupError):
     "A request is not in a replay-only cache (`mode='replay'` never calls the model or the endpoint)."
 
@@ -522,7 +522,7 @@ class ReplayCache(JsonlCache):
         "Store a fresh answer (a dict with a 'key'), unless the cache is off."
         if self.mode != 'off': self.put(record)
 
-# %% ../nbs/00_core.ipynb #c064
+# %% ../nbs/00_core.ipynb #c067
 class MalformedFileError(ReasonError):
     "A data or log file that cannot be read: `.path` and `.line` say where (line numbers start at 1)."
     def __init__(self, path, line: int | None, detail: str):
@@ -561,7 +561,7 @@ def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
         out.append(rec)
     return out
 
-# %% ../nbs/00_core.ipynb #c067
+# %% ../nbs/00_core.ipynb #c070
 def params_key(params: dict,  # JSON-serialisable parameters
                n: int = 12) -> str:  # hex digits kept
     "A short, order-independent hash of a parameter dict."
@@ -580,14 +580,25 @@ def keyed_folder(base,  # parent folder
     if not pj.exists(): write_text_atomic(pj, json.dumps(jsonable(params), sort_keys=True, indent=1) + '\n')
     return folder
 
-# %% ../nbs/00_core.ipynb #c070
-def code_fingerprint(*modules: str) -> str:  # library module names, e.g. 'sampling', 'generate'
-    "sha256 (12 hex digits) over the source of the named `kgqa_nb` modules, for cache keys that must follow the code."
+# %% ../nbs/00_core.ipynb #c073
+def code_fingerprint(*parts: str) -> str:  # library module names ('sampling', 'generate') or 'module:function'
+    """sha256 (12 hex digits) over the source of the named `kgqa_nb` modules, or of single top-level functions of one
+    ('retriever_fidelity:fidelity_runs'), for cache keys that must follow the code. A function stands for its own source
+    only: a key built from the functions that compute a cached result does not move when another function of the same
+    module (a summary, a plot) is edited."""
+    import ast
     h = hashlib.sha256()
-    for m in sorted(set(modules)):
+    for p in sorted(set(parts)):
+        m, _, fn = p.partition(':')
         f = PKG_DIR / f'{m}.py'
         if not f.exists(): raise ValueError(f'no library module kgqa_nb.{m} (looked for {f.name})')
-        h.update(m.encode() + b'\x1e' + f.read_bytes() + b'\x1e')
+        src = f.read_bytes()
+        if fn:
+            text = src.decode()
+            defs = [d for d in ast.parse(text).body if isinstance(d, (ast.FunctionDef, ast.ClassDef)) and d.name == fn]
+            if not defs: raise ValueError(f'no top-level function or class {fn} in kgqa_nb.{m}')
+            src = ast.get_source_segment(text, defs[0]).encode()
+        h.update(p.encode() + b'\x1e' + src + b'\x1e')
     return h.hexdigest()[:12]
 
 def mark_built(folder) -> Path:  # a cached folder whose build just finished

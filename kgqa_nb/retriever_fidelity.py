@@ -18,13 +18,16 @@ from .subgraphrag import (CHEAPER_STEP, ExampleSet, TextFeatures, TrainConfig, c
 from .text import TextEncoder
 
 # %% auto #0
-__all__ = ['PROCEDURES', 'SAME', 'STEP_PARAMS', 'validation_scores', 'stopped_early', 'check_cheaper', 'fidelity_runs',
-           'fidelity_summary', 'fidelity_verdict', 'fidelity_costs', 'fidelity_inputs', 'fidelity_histories',
-           'open_fidelity']
+__all__ = ['PROCEDURES', 'SAME', 'RUN_CODE', 'STEP_PARAMS', 'validation_scores', 'stopped_early', 'check_cheaper',
+           'fidelity_runs', 'fidelity_summary', 'fidelity_verdict', 'fidelity_costs', 'fidelity_inputs',
+           'fidelity_histories', 'open_fidelity']
 
 # %% ../nbs/15d_retriever_fidelity.ipynb #c006
 PROCEDURES = ('reference', 'cheaper')  # SubgraphRAG's own step, and the cheaper one (chapter 15's levers)
 SAME = 'same convergence'
+# the code that computes a run: its cache key follows these, not the summaries and figures below them
+RUN_CODE = ('subgraphrag', 'retriever_fidelity:validation_scores', 'retriever_fidelity:stopped_early',
+            'retriever_fidelity:check_cheaper', 'retriever_fidelity:fidelity_runs')
 
 def validation_scores(model, examples, feats: TextFeatures, labels: str,  # the labels the run trained on
                       k: int = 100) -> pd.DataFrame:
@@ -66,7 +69,7 @@ def fidelity_runs(train, val,  # training and validation examples (`subgraphrag.
     cheaper = check_cheaper(cheaper)
     ids = lambda xs: xs.ids if isinstance(xs, ExampleSet) else [e.id for e in xs]
     params = dict(train=ids(train), val=ids(val), encoder=feats.encoder, cheaper=cheaper, epochs=epochs, patience=patience,
-                  val_metric=val_metric, k=k, code=code_fingerprint('subgraphrag', 'retriever_fidelity'), format=1)
+                  val_metric=val_metric, k=k, code=code_fingerprint(*RUN_CODE), format=1)
     folder = keyed_folder(cache_dir, 'fidelity', params)
     val, frames = list(val), []
     for proc, arm, seed in progress([(p, a, s) for p in PROCEDURES if p in procedures for a in labels for s in seeds], desc='fidelity runs'):
