@@ -21,7 +21,7 @@ Skipped, with the reason, where `make llm-local` has not installed the server an
 import os, re, time
 from collections import Counter
 
-from kgqa_nb.llm import OfflineChatServer
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.llm_local import REGISTRY_MODEL, LocalLLMServer, local_llm_missing
 
 THREADS = 1  # llama.cpp threads of the server (see above)

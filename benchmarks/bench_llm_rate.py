@@ -13,7 +13,9 @@ import json, tempfile, time
 from datetime import datetime
 from pathlib import Path
 
-from kgqa_nb.llm import LLMClient, OfflineChatServer, read_ledger, triples_lookup_messages
+from kgqa_nb.llm import LLMClient, triples_lookup_messages
+from kgqa_nb.llm_spend import read_ledger
+from kgqa_nb.llm_server import OfflineChatServer
 
 RPM, LATENCY_S = 600, 1.0
 

@@ -226,7 +226,7 @@ def serve_offline_cli(argv=None) -> int:
     "Run the offline models as an OpenAI-compatible server until interrupted."
     from kgqa_nb.core import CLIParser
     ap = CLIParser(prog='kgqa serve-offline', description=serve_offline_cli.__doc__)
-    from kgqa_nb.llm import OfflineChatServer, add_server_options, server_options
+    from kgqa_nb.llm_server import OfflineChatServer, add_server_options, server_options
     ap.add_argument('--port', type=port_number, default=8000, help='port on 127.0.0.1 (0 = any free port)')
     add_server_options(ap)  # --rpm, --tpm, --latency: a rate-limited stand-in
     a = ap.parse_args(argv)

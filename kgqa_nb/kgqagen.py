@@ -17,7 +17,7 @@ from .core import CLIParser, ReasonError, UsageError, check_api_key, check_model
 from .kg import KnowledgeGraph, names_an_id, normalize_label, parse_item, read_text_file
 from .loaders import load_kg
 from .sparql import OxigraphStore, QueryKindError, QueryTimeout, SparqlError, UnsafeQueryError, check_read_only, term_id
-from .llm import LLMClient, LLMError, read_ledger, register_offline_model
+from .llm import LLMClient, LLMError, register_offline_model
 from .validate import QueryShapeError, canonical_query, construct_query, read_query
 from .isomorphism import classify_answer_subgraph
 from .minimality import minimality
@@ -854,7 +854,7 @@ def run_kgqagen(out_dir,  # the run folder (created, or resumed when it holds th
         resume_run(log, pending_batches(log.done, len(seeds), cfg.batch_size), partial(process_batch, run),
                    lambda done: select_kgqagen(done, cfg.n_target, cfg.pattern_share, cfg.type_share), cfg.n_target,
                    status=StatusLine(status_every, lambda done, sel: f"kgqa kgqagen: {len(done)} candidates done, {len(sel.records)} records, "
-                                     f"{sum(sel.funnel['discarded'].values())} discarded, {read_ledger(gen.ledger)['calls']} model calls"))
+                                     f"{sum(sel.funnel['discarded'].values())} discarded, {ledger_totals(gen.ledger)['llm_calls']} model calls"))
         done = dict(log.done)
     summary = finalize_kgqagen(out, cfg, kg, gen, rev, done, time.perf_counter() - t0, len(done) - n_before)
     if verbose: print(f"{summary['records']} records from {summary['funnel']['candidates']} candidates in {out}")

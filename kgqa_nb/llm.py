@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_llm.ipynb #c002
 from __future__ import annotations
-import hashlib, http.server, inspect, json, math, os, random, re, sys, threading, time
+import hashlib, inspect, json, math, os, random, re, threading, time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,20 +14,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fastcore.basics import patch
 
-from .core import CACHE_MODES, ReplayCache, progress, read_jsonl, user_cache_dir, write_text_atomic
-from .sparql import bind_http_server, check_port, transient_status, unreachable_reason
-
-try: import fcntl  # advisory locks, so that ledger lines from several processes never interleave (POSIX)
-except ImportError: fcntl = None
+from .core import CACHE_MODES, ReplayCache, progress, user_cache_dir
+from .llm_rate import RateGate, retry_after, stderr_line
+from .llm_spend import (ASSUMED_MAX_TOKENS, BATCH_DISCOUNT, SPEND_FILE_ENV, SpendBudget, SpendLimitError, api_cost,
+                               append_durably, model_price)
+from .sparql import transient_status, unreachable_reason
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'TRIPLES_LOOKUP_MARKER', 'RETRY_LINE_EVERY', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'BATCH_DISCOUNT',
-           'BATCH_TERMINAL', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages', 'canonical_json',
-           'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'model_price', 'api_cost', 'OfflineModel',
-           'register_offline_model', 'offline_model_for', 'offline_reply', 'triples_lookup_messages', 'ResponseCache',
-           'parse_reset', 'rate_limit_info', 'TokenBucket', 'RateGate', 'chat_completion', 'text_completion',
-           'OfflineChatServer', 'add_server_options', 'server_options', 'LLMClient', 'read_ledger', 'SpendLimitError',
-           'SpendBudget']
+__all__ = ['TRIPLES_LOOKUP_MARKER', 'RETRY_LINE_EVERY', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
+           'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'OfflineModel',
+           'register_offline_model', 'offline_model_for', 'offline_model_names', 'offline_reply',
+           'triples_lookup_messages', 'ResponseCache', 'LLMClient', 'parse_completion']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
@@ -83,33 +80,6 @@ def estimate_prompt_tokens(messages: list[dict]) -> int:
     return sum(estimate_tokens(m['content']) + 4 for m in messages) + 3
 
 # %% ../nbs/04_llm.ipynb #c017
-# USD per million tokens: (input, output, cached input). OpenAI list prices as published in 2025; prices change,
-# so pass `price_per_mtok` to `LLMClient` for anything you report.
-MODEL_PRICES = {
-    'gpt-5': (1.25, 10.0, 0.125), 'gpt-5-mini': (0.25, 2.0, 0.025), 'gpt-5-nano': (0.05, 0.40, 0.005),
-    'gpt-4.1': (2.0, 8.0, 0.50), 'gpt-4.1-mini': (0.40, 1.60, 0.10), 'gpt-4.1-nano': (0.10, 0.40, 0.025),
-    'gpt-4o': (2.50, 10.0, 1.25), 'gpt-4o-mini': (0.15, 0.60, 0.075),
-}
-
-def model_price(model: str):
-    "Price triple of a model from `MODEL_PRICES`: the longest known prefix ('gpt-5-mini-2025-08-07'), also after a router's 'openai/'; None if unknown."
-    for name in dict.fromkeys((model, model.rsplit('/', 1)[-1])):
-        best = max((k for k in MODEL_PRICES if name == k or name.startswith(k + '-')), key=len, default=None)
-        if best: return MODEL_PRICES[best]
-    return None
-
-def api_cost(prompt_tokens: int,  # all prompt tokens, cached ones included
-             completion_tokens: int,  # generated tokens (reasoning tokens included, as providers bill them)
-             price,  # (input, output) or (input, output, cached input), USD per million tokens
-             cached_prompt_tokens: int = 0):  # prompt tokens served from the provider's prefix cache
-    "API cost in USD of the given token counts."
-    if not isinstance(price, (tuple, list)) or len(price) not in (2, 3):
-        raise ValueError(f"price must be (input, output) or (input, output, cached_input) USD per million tokens, got {price!r}")
-    p_in, p_out, p_cached = (*price, price[0])[:3]
-    cached = min(cached_prompt_tokens, prompt_tokens)
-    return ((prompt_tokens - cached) * p_in + cached * p_cached + completion_tokens * p_out) / 1e6
-
-# %% ../nbs/04_llm.ipynb #c022
 @dataclass(frozen=True)
 class OfflineModel:
     "A registered deterministic offline model."
@@ -143,6 +113,10 @@ def offline_model_for(messages) -> OfflineModel:
                                 f"make their `matches` predicates exclusive")
     return hits[0]
 
+def offline_model_names() -> list:
+    "Names of the registered offline models (what the stand-in server lists at `GET /v1/models`)."
+    return sorted(_OFFLINE_MODELS)
+
 def offline_reply(messages) -> str:
     "Reply of the registered offline model that matches the messages."
     model, msgs = offline_model_for(messages), check_messages(messages)
@@ -150,7 +124,7 @@ def offline_reply(messages) -> str:
     if not isinstance(out, str): raise OfflineModelError(f"offline model {model.name!r} returned {type(out).__name__}, not str")
     return out
 
-# %% ../nbs/04_llm.ipynb #c024
+# %% ../nbs/04_llm.ipynb #c019
 TRIPLES_LOOKUP_MARKER = '[kgqa-demo:triples-lookup]'
 
 def triples_lookup_messages(triples,  # (head, relation, tail) strings
@@ -177,7 +151,7 @@ def _triples_lookup(messages: list[dict]) -> str:
     hits = {t[i] for t in triples if all(t[j].casefold() == query[j].casefold() for j in range(3) if j != i)}
     return '; '.join(sorted(hits)) or 'unknown'
 
-# %% ../nbs/04_llm.ipynb #c029
+# %% ../nbs/04_llm.ipynb #c024
 def _slim(rec: dict) -> dict:
     "What a lookup needs from a record; the request (prompts can be ~100k tokens) stays in the file only."
     return {k: rec[k] for k in ('key', 'response', 'usage', 'model', 'created') if k in rec}
@@ -188,471 +162,7 @@ class ResponseCache(ReplayCache):
                  mode: str = 'readwrite'):  # 'readwrite' | 'replay' | 'off'
         super().__init__(path, mode, slim=_slim)
 
-# %% ../nbs/04_llm.ipynb #c032
-_DURATION = re.compile(r'(\d+(?:\.\d+)?)(ms|h|m|s)')
-
-def parse_reset(value) -> float | None:
-    "Seconds in a rate-limit reset header: '1s', '6m0s', '20ms', a number of seconds, or an RFC 3339 time; None if unreadable."
-    if value is None: return None
-    v = str(value).strip()
-    try: return max(0.0, float(v))
-    except ValueError: pass
-    parts = _DURATION.findall(v)
-    if parts and ''.join(a + u for a, u in parts) == v: return sum(float(a) * {'ms': 1e-3, 's': 1, 'm': 60, 'h': 3600}[u] for a, u in parts)
-    try: return max(0.0, (datetime.fromisoformat(v.replace('Z', '+00:00')) - datetime.now(timezone.utc)).total_seconds())
-    except ValueError: return None
-
-def rate_limit_info(headers) -> dict:
-    "The limits a reply's headers state: `{limit,remaining,reset}_{requests,tokens}` (OpenAI or Anthropic names); {} when none."
-    out = {}
-    for what in ('requests', 'tokens'):
-        for field in ('limit', 'remaining', 'reset'):
-            v = headers.get(f'x-ratelimit-{field}-{what}') or headers.get(f'anthropic-ratelimit-{what}-{field}')
-            if v is None: continue
-            if field == 'reset': val = parse_reset(v)
-            else:
-                try: val = int(float(v))
-                except ValueError: val = None
-            if val is not None: out[f'{field}_{what}'] = val
-    return out
-
-# %% ../nbs/04_llm.ipynb #c036
-class TokenBucket:
-    "A limit of `per_minute` units, refilled continuously, holding at most `burst_s` seconds' worth (at least one unit)."
-    def __init__(self, per_minute: float,  # the stated limit
-                 burst_s: float = 1.0,  # seconds of the limit the bucket holds: how large a burst may be
-                 clock: Callable = time.monotonic):  # the time source (a fake one in examples)
-        if per_minute <= 0 or burst_s <= 0: raise ValueError(f'a rate limit needs per_minute > 0 and burst_s > 0, got {per_minute}, {burst_s}')
-        self.per_minute, self.rate, self.clock = per_minute, per_minute / 60, clock
-        self.capacity = max(1.0, self.rate * burst_s); self.level, self.t = self.capacity, clock()
-
-    def take(self, n: float = 1.0) -> float:
-        "Take `n` units: 0.0 when they were there, else (taking nothing) the seconds until they will be."
-        now = self.clock(); self.level = min(self.capacity, self.level + (now - self.t) * self.rate); self.t = now
-        n = min(n, self.capacity)  # a request larger than the bucket waits for a full one
-        if self.level >= n: self.level -= n; return 0.0
-        return (n - self.level) / self.rate
-
-    def headers(self, what: str) -> list:  # 'requests' or 'tokens'
-        "The OpenAI rate-limit headers stating this bucket's limit, what remains and when it is full again."
-        reset = (self.capacity - self.level) / self.rate
-        return [(f'x-ratelimit-limit-{what}', str(int(self.per_minute))), (f'x-ratelimit-remaining-{what}', str(int(self.level))),
-                (f'x-ratelimit-reset-{what}', f'{reset:.3f}s')]
-
-# %% ../nbs/04_llm.ipynb #c039
-_SAY_LOCK = threading.Lock()
-
-def _stderr_line(msg: str):
-    "Print one line on stderr in one write, under a lock: lines from concurrent calls never glue together."
-    with _SAY_LOCK: sys.stderr.write(msg + '\n'); sys.stderr.flush()
-
-class RateGate:
-    "How many calls may be in flight and how soon the next may start, learned from the server's replies."
-    def __init__(self, concurrency: int = 8,  # calls in flight while the server states no limit
-                 max_concurrency: int = 512,  # the user's cap, whatever limit the server states
-                 say: Callable | None = None,  # one-line announcer of waits (default: stderr)
-                 announce_s: float = 1.0):  # pauses at least this long are announced one by one
-        self.base, self.cap, self.limit, self.announce_s = concurrency, max(max_concurrency, 1), concurrency, announce_s
-        self.say = say or _stderr_line
-        self.inflight = self.peak = self.throttled = self.waits = self._ok = 0
-        self.floor, self.changes = None, []  # the fastest reply seen; the AIMD steps ('up' | 'down', new limit)
-        self.next_start, self.held_s, self._held_to, self.rpm, self.tpm, self.latency, self.tokens = 0.0, 0.0, 0.0, None, None, None, None
-        self._cv = threading.Condition()
-
-    def interval(self) -> float:
-        "Seconds between starts that keep within the stated limits (0 while none is known)."
-        iv = 60 / self.rpm if self.rpm else 0.
-        if self.tpm and self.tokens: iv = max(iv, 60 * self.tokens / self.tpm)
-        return iv / 0.98  # 2 % below the limit: clocks and the network are not exact
-
-    def acquire(self) -> float:
-        "Wait for a free slot and the next start time; the seconds waited."
-        t0 = time.monotonic()
-        with self._cv:
-            while True:
-                now = time.monotonic()
-                if self.inflight < self.limit and now >= self.next_start: break
-                if self.inflight < self.limit:  # held by the rate, not by a slot: count the wall time once, whoever waits
-                    self.held_s += max(0., self.next_start - max(now, self._held_to)); self._held_to = max(self._held_to, self.next_start)
-                self._cv.wait(None if self.inflight >= self.limit else self.next_start - now)
-            self.inflight += 1; self.peak = max(self.peak, self.inflight)
-            self.next_start = max(self.next_start, now) + self.interval()
-            waited = now - t0; self.waits += waited > 1e-3
-        return waited
-
-    def pause(self, seconds: float, why: str, announce: bool = True):
-        "Hold every start for `seconds` (announced when long)."
-        with self._cv: self.next_start = max(self.next_start, time.monotonic() + seconds)
-        if announce and seconds >= self.announce_s: self.say(f'kgqa llm: waiting {seconds:.1f} s: {why}')
-
-    def stats(self) -> dict:
-        "Limits learned, calls in flight (now allowed, at most), 429s, starts that waited, and the wall time starts were held by the rate."
-        return dict(rpm=self.rpm, tpm=self.tpm, concurrency=self.limit, peak_inflight=self.peak, throttled=self.throttled,
-                    waits=self.waits, held_s=round(self.held_s, 3), increases=sum(k == 'up' for k, _ in self.changes),
-                    decreases=sum(k == 'down' for k, _ in self.changes))
-
-# %% ../nbs/04_llm.ipynb #c040
-@patch
-def release(self: RateGate, seconds: float | None = None,  # the answered call's latency (None: no answer)
-            tokens: int = 0,  # its prompt + completion tokens
-            headers=None,  # the reply's headers, if any
-            throttled: bool = False):  # the reply was a 429
-    "Free the slot and learn from the reply: stated limits, latency, tokens, a 429."
-    info, pause = (rate_limit_info(headers) if headers is not None else {}), None
-    with self._cv:
-        self.inflight -= 1
-        self.rpm = info.get('limit_requests') or self.rpm; self.tpm = info.get('limit_tokens') or self.tpm
-        if seconds is not None: self.latency = seconds if self.latency is None else 0.8 * self.latency + 0.2 * seconds
-        if tokens: self.tokens = tokens if self.tokens is None else 0.8 * self.tokens + 0.2 * tokens
-        if throttled:
-            self.throttled += 1
-            if not (self.rpm or self.tpm):  # no stated limit: multiplicative decrease
-                self.limit, self._ok = max(1, self.limit // 2), 0; self.changes.append(('down', self.limit))
-        elif seconds is not None:
-            if (self.rpm or self.tpm) and self.latency:  # Little's law at the stated limit
-                self.limit = min(self.cap, max(1, math.ceil(1.2 * self.latency / (self.interval() or 1e-9)) + 1))
-            else:  # additive increase, while the replies are not queued
-                self._ok += 1; self.floor = seconds if self.floor is None else min(self.floor, seconds)
-                if self._ok >= self.limit and self.limit < self.cap and self.latency <= 2 * self.floor:
-                    self.limit, self._ok = self.limit + 1, 0; self.changes.append(('up', self.limit))
-        if info.get('remaining_requests') == 0 and self.rpm: pause = (60 / self.rpm, f"the request limit ({self.rpm:,}/min) is used up")
-        elif self.tpm and self.tokens and info.get('remaining_tokens', self.tpm) < self.tokens:
-            pause = (min(info.get('reset_tokens') or 60., 60 * self.tokens / self.tpm), f"the token limit ({self.tpm:,}/min) is used up")
-        self._cv.notify_all()
-    if pause: self.pause(*pause)
-
-# %% ../nbs/04_llm.ipynb #c044
-_FAULT_RE = re.compile(r'^(ok|timeout|garbage|nochoices|drop|[45]\d\d(:\d+(\.\d+)?)?)$')
-
-def chat_completion(model: str, text: str, prompt_tokens: int, completion_tokens: int, finish_reason='stop') -> dict:
-    "An OpenAI chat-completion response body."
-    rid = 'chatcmpl-' + hashlib.sha256(f'{model}\n{text}'.encode()).hexdigest()[:24]
-    return dict(id=rid, object='chat.completion', created=int(time.time()), model=model, system_fingerprint='kgqa-offline',
-                choices=[dict(index=0, message=dict(role='assistant', content=text), logprobs=None, finish_reason=finish_reason)],
-                usage=dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                           total_tokens=prompt_tokens + completion_tokens))
-
-def text_completion(model: str, text: str, prompt_tokens: int, completion_tokens: int, finish_reason='stop') -> dict:
-    "An OpenAI text-completion response body (`POST /v1/completions`)."
-    rid = 'cmpl-' + hashlib.sha256(f'{model}\n{text}'.encode()).hexdigest()[:24]
-    return dict(id=rid, object='text_completion', created=int(time.time()), model=model,
-                choices=[dict(index=0, text=text, logprobs=None, finish_reason=finish_reason)],
-                usage=dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                           total_tokens=prompt_tokens + completion_tokens))
-
-def _stream_chunks(body: dict, completions: bool, include_usage: bool):
-    "The server-sent-event chunks of a reply body: one per word, a finish chunk, the usage chunk if asked."
-    text, rid, model = (body['choices'][0]['text'] if completions else body['choices'][0]['message']['content']), body['id'], body['model']
-    obj = 'text_completion' if completions else 'chat.completion.chunk'
-    def chunk(piece, finish=None, usage=None, choices=True):
-        c = dict(index=0, text=piece or '', finish_reason=finish) if completions else dict(index=0, delta={} if piece is None else dict(content=piece), finish_reason=finish)
-        return dict(id=rid, object=obj, created=body['created'], model=model, choices=[c] if choices else [], **({'usage': usage} if usage else {}))
-    out = [chunk(p) for p in re.findall(r'\S*\s*', text) if p] or [chunk('')]
-    out.append(chunk(None, body['choices'][0]['finish_reason']))
-    if include_usage: out.append(chunk(None, usage=body['usage'], choices=False))
-    return out
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    def log_message(self, *a): pass
-    def _send(self, status, body, headers=(), content_type='application/json'):
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header('Content-Type', content_type); self.send_header('Content-Length', str(len(data)))
-        for k, v in headers: self.send_header(k, v)
-        self.end_headers(); self.wfile.write(data)
-    def _send_events(self, chunks, headers=()):
-        "HTTP 200 with the chunks as server-sent events, then `[DONE]`; the connection closes at the end of the stream."
-        self.send_response(200)
-        self.send_header('Content-Type', 'text/event-stream'); self.send_header('Connection', 'close')
-        for k, v in headers: self.send_header(k, v)
-        self.end_headers()
-        for c in chunks: self.wfile.write(f'data: {json.dumps(c)}\n\n'.encode()); self.wfile.flush()
-        self.wfile.write(b'data: [DONE]\n\n'); self.wfile.flush(); self.close_connection = True
-    def do_GET(self):
-        if self.server.owner._handle_batch_api(self, 'GET'): return
-        if self.path.rstrip('/') != '/v1/models': return self._send(404, _error_body(f'no route {self.path}', 'not_found'))
-        names = ['kgqa-offline', *sorted(_OFFLINE_MODELS)]
-        self._send(200, dict(object='list', data=[dict(id=n, object='model', created=0, owned_by='kgqa_nb') for n in names]))
-    def do_POST(self):
-        if not self.server.owner._handle_batch_api(self, 'POST'): self.server.owner._handle_chat(self)
-
-def _error_body(message, type_, code=None):
-    return dict(error=dict(message=message, type=type_, param=None, code=code))
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    def handle_error(self, request, client_address): pass  # clients that hang up on a held request are expected
-
-# %% ../nbs/04_llm.ipynb #c045
-class OfflineChatServer:
-    "Local OpenAI-compatible chat server answering with `offline_reply`, with scripted fault injection."
-    def __init__(self, port: int = 0,  # 0 = any free port
-                 faults: list[str] | None = None,  # scripted faults, one per chat request, then 'ok' (see table)
-                 host: str = '127.0.0.1',  # interface to bind; keep it local
-                 hang_s: float = 2.0,  # how long a 'timeout' fault holds the request
-                 delay_s: float = 0.0,  # added latency of every chat answer (to exercise concurrency)
-                 api_key: str | None = None,  # when set, requests must carry 'Authorization: Bearer <api_key>'
-                 rpm: float | None = None,  # requests per minute it admits (rate-limit headers, 429 beyond); None: no limit
-                 tpm: float | None = None,  # tokens per minute it admits (prompt + reply estimates); None: no limit
-                 burst_s: float = 1.0,  # seconds of the limits a burst may use (the buckets' size)
-                 hold_batches: bool = False,  # batches stay in_progress until `finish_batches()`
-                 reply_model: str | None = None,  # the model name every reply gives, whatever was asked (a router: 'openai/gpt-4o-mini')
-                 rate_headers: bool = True):  # state the limits in rate-limit headers (vLLM and llama.cpp state none: 429s only)
-        check_port(port)
-        faults = list(faults or [])
-        bad = [f for f in faults if not _FAULT_RE.match(str(f))]
-        if bad: raise ValueError(f"unknown faults {bad}; use 'ok', 'timeout', 'garbage', 'nochoices', 'drop', '429', '429:SECONDS' or an HTTP status")
-        self.faults, self.host, self.port, self.hang_s, self.delay_s = faults, host, port, hang_s, delay_s
-        self._api_key, self._lock, self.requests, self.inflight, self.max_inflight = api_key, threading.Lock(), [], 0, 0
-        self._httpd = self._thread = None
-        self._rpm, self._tpm = (TokenBucket(rpm, burst_s) if rpm else None), (TokenBucket(tpm, burst_s) if tpm else None)
-        self.admitted = self.throttled = self.batch_creations = 0
-        self.reply_model, self.rate_headers, self.billed, self._answer_only = reply_model, rate_headers, [], None
-        self.files, self.batches, self.batch_created, self._release = {}, {}, threading.Event(), threading.Event()
-        if not hold_batches: self._release.set()
-
-    @property
-    def url(self) -> str: return f'http://{self.host}:{self.port}/v1'
-    def __enter__(self): return self.start()
-    def __exit__(self, *a): self.stop()
-    def __repr__(self): return f'OfflineChatServer({self.url}, requests={len(self.requests)}, faults left={len(self.faults)})'
-
-# %% ../nbs/04_llm.ipynb #c047
-@patch
-def start(self: OfflineChatServer):
-    "Bind and serve from a background thread; returns the server."
-    if self._httpd is not None: return self
-    self._httpd = bind_http_server(_Server, self.host, self.port, _Handler)
-    self._httpd.owner = self
-    self.port = self._httpd.server_address[1]
-    self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True)
-    self._thread.start()
-    return self
-
-@patch
-def stop(self: OfflineChatServer):
-    "Stop serving and close the socket."
-    if self._httpd is None: return
-    self._httpd.shutdown(); self._httpd.server_close(); self._thread.join(5)
-    self._httpd = self._thread = None
-
-@patch
-def serve_forever(self: OfflineChatServer):
-    "Serve in the foreground until interrupted (what a `serve-offline` command runs)."
-    self.start()
-    print(f'offline OpenAI-compatible server at {self.url} (models: {sorted(_OFFLINE_MODELS)}); Ctrl-C stops it', flush=True)
-    try:
-        while True: time.sleep(3600)
-    except KeyboardInterrupt: pass
-    finally: self.stop()
-
-def _positive(flag: str):
-    "An `argparse` type: a number > 0, or one line naming the flag."
-    import argparse
-    def parse(s: str) -> float:
-        try: v = float(s)
-        except ValueError: v = -1.
-        if not v > 0 or not math.isfinite(v): raise argparse.ArgumentTypeError(f'{flag} must be a number > 0, got {s!r}')
-        return v
-    return parse
-
-def add_server_options(ap) -> None:  # the `serve-offline` command's `CLIParser`
-    "The stand-in server's limits and latency as command-line options (`server_options` reads them back)."
-    ap.add_argument('--rpm', type=_positive('--rpm'), default=None, help='requests per minute it admits (rate-limit headers; 429 beyond)')
-    ap.add_argument('--tpm', type=_positive('--tpm'), default=None, help='tokens per minute it admits (rate-limit headers; 429 beyond)')
-    ap.add_argument('--latency', type=_positive('--latency'), default=None, help='seconds added to every answer')
-
-def server_options(args) -> dict:  # what `add_server_options`' options parsed to
-    "`OfflineChatServer` arguments of the parsed options."
-    return dict(rpm=args.rpm, tpm=args.tpm, delay_s=args.latency or 0.0)
-
-# %% ../nbs/04_llm.ipynb #c050
-@patch
-def _handle_chat(self: OfflineChatServer, h: _Handler):
-    route = h.path.rstrip('/')
-    if route not in ('/v1/chat/completions', '/v1/completions'): return h._send(404, _error_body(f'no route {h.path}', 'not_found'))
-    completions = route == '/v1/completions'
-    body = h.rfile.read(int(h.headers.get('Content-Length') or 0))
-    authorized = self._api_key is None or h.headers.get('Authorization') == f'Bearer {self._api_key}'
-    with self._lock:
-        fault = self.faults.pop(0) if self.faults else 'ok'
-        self.inflight += 1; self.max_inflight = max(self.max_inflight, self.inflight)
-    try:
-        try: req = json.loads(body); model = str(req.get('model', ''))
-        except ValueError: req, model = None, ''
-        params = {k: v for k, v in req.items() if k != 'messages'} if isinstance(req, dict) else None
-        params = {k: v for k, v in params.items() if k != 'prompt'} if params is not None else None
-        with self._lock: self.requests.append(dict(path=h.path, model=model, fault=fault, authorized=authorized, params=params,
-                                                   n_messages=len(req.get('messages') or []) if isinstance(req, dict) else None))
-        if not authorized: return h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key'))
-        if fault == 'drop': h.close_connection = True; return
-        if fault == 'timeout': time.sleep(self.hang_s)
-        if fault == 'garbage': return h._send(200, b'<html>502 Bad Gateway (upstream)</html>')
-        if fault == 'nochoices': return h._send(200, dict(id='chatcmpl-x', object='chat.completion', model=model))
-        if fault[0] in '45':
-            status, _, after = fault.partition(':')
-            hdrs = [('Retry-After', after or '0')] if status == '429' else []
-            return h._send(int(status), _error_body(f'injected fault {fault}', 'rate_limit_error' if status == '429' else 'server_error'), hdrs)
-        if not isinstance(req, dict): return h._send(400, _error_body('request body is not JSON', 'invalid_request_error'))
-        if completions and not isinstance(req.get('prompt'), str):
-            return h._send(400, _error_body('prompt must be a string', 'invalid_request_error'))
-        try: msgs = [dict(role='user', content=req['prompt'])] if completions else check_messages(req.get('messages'))
-        except ValueError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
-        try: text = offline_reply(msgs)
-        except OfflineModelError as e: return h._send(400, _error_body(str(e), 'invalid_request_error'))
-        n_in = estimate_tokens(req['prompt']) if completions else estimate_prompt_tokens(msgs)
-        wait, limits = self._admit(n_in + estimate_tokens(text))
-        limits = limits if self.rate_headers else []
-        if wait: return h._send(429, _error_body(f'rate limit reached: retry in {wait:.3f} s', 'requests', 'rate_limit_exceeded'), limits + _too_many(wait))
-        model = self.reply_model or model; self._bill(msgs, model, n_in, estimate_tokens(text))
-        if self.delay_s: time.sleep(self.delay_s)
-        body = (text_completion if completions else chat_completion)(model, text, n_in, estimate_tokens(text))
-        if req.get('stream'):
-            return h._send_events(_stream_chunks(body, completions, bool((req.get('stream_options') or {}).get('include_usage'))), limits)
-        h._send(200, body, limits)
-    except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (its timeout) before the answer
-    finally:
-        with self._lock: self.inflight -= 1
-
-# %% ../nbs/04_llm.ipynb #c052
-@patch
-def _admit(self: OfflineChatServer, tokens: int) -> tuple:
-    "(seconds to wait or 0, rate-limit headers) for a request of `tokens` tokens; takes from the buckets when admitted."
-    with self._lock:
-        wait = self._rpm.take(1) if self._rpm else 0.
-        if not wait and self._tpm:
-            wait = self._tpm.take(tokens)
-            if wait and self._rpm: self._rpm.level += 1  # refused: give the request back
-        if wait: self.throttled += 1
-        else: self.admitted += 1
-        hdrs = (self._rpm.headers('requests') if self._rpm else []) + (self._tpm.headers('tokens') if self._tpm else [])
-    return wait, hdrs
-
-def _too_many(wait: float) -> list:
-    return [('Retry-After', str(max(1, math.ceil(wait)))), ('retry-after-ms', str(math.ceil(wait * 1000)))]
-
-@patch
-def _bill(self: OfflineChatServer, msgs: list, model: str, prompt_tokens: int, completion_tokens: int, batch: bool = False):
-    "Count an answered request as a provider would bill it: which messages (their hash), the model it answered as, its tokens."
-    with self._lock: self.billed.append(dict(messages=hashlib.sha256(canonical_json(msgs).encode()).hexdigest()[:16], model=model,
-                                             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, batch=batch))
-
-# %% ../nbs/04_llm.ipynb #c054
-def _multipart_file(content_type: str, body: bytes) -> tuple:
-    "(file name, bytes, other form fields) of a multipart/form-data upload."
-    from email.parser import BytesParser
-    from email.policy import HTTP
-    msg = BytesParser(policy=HTTP).parsebytes(f'Content-Type: {content_type}\r\n\r\n'.encode() + body)
-    name, data, fields = None, None, {}
-    for part in msg.iter_parts():
-        field = part.get_param('name', header='content-disposition')
-        if part.get_filename() is not None or field == 'file': name, data = part.get_filename() or 'upload', part.get_payload(decode=True)
-        else: fields[field] = part.get_payload(decode=True).decode()
-    if data is None: raise ValueError('no file part in the upload')
-    return name, data, fields
-
-@patch
-def _new_file(self: OfflineChatServer, name: str, data: bytes, purpose: str) -> dict:
-    with self._lock:
-        fid = f'file-{len(self.files) + 1:06d}'
-        self.files[fid] = dict(id=fid, object='file', bytes=len(data), created_at=int(time.time()), filename=name, purpose=purpose,
-                               status='processed', data=data)
-    return {k: v for k, v in self.files[fid].items() if k != 'data'}
-
-@patch
-def _batch_line(self: OfflineChatServer, line: dict) -> tuple:
-    "(True, output line) or (False, error line) for one request line of a batch."
-    body, cid = line.get('body') or {}, line.get('custom_id')
-    try:
-        msgs = check_messages(body.get('messages')); text = offline_reply(msgs)
-    except (ValueError, OfflineModelError) as e:
-        return False, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=400, body=_error_body(str(e), 'invalid_request_error')), error=None)
-    reply = chat_completion(self.reply_model or str(body.get('model', '')), text, estimate_prompt_tokens(msgs), estimate_tokens(text))
-    self._bill(msgs, reply['model'], estimate_prompt_tokens(msgs), estimate_tokens(text), batch=True)
-    return True, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=200, request_id=reply['id'], body=reply), error=None)
-
-# %% ../nbs/04_llm.ipynb #c055
-@patch
-def _run_batch(self: OfflineChatServer, bid: str):
-    "Answer the lines of batch `bid` (once released, when held) until it is cancelled, and write its output and error files."
-    b = self.batches[bid]
-    while not self._release.wait(0.02) and b['status'] != 'cancelling': pass
-    lines = [json.loads(x) for x in self.files[b['input_file_id']]['data'].decode().splitlines() if x.strip()]
-    out, err, cut = [], [], self._answer_only
-    for i, line in enumerate(lines):
-        if b['status'] == 'cancelling' or (cut is not None and i >= cut): break
-        ok, rec = self._batch_line(line)
-        (out if ok else err).append(json.dumps(rec))
-        with self._lock: b['request_counts']['completed' if ok else 'failed'] += 1
-    outs = {k: self._new_file(f'{bid}_{k}.jsonl', ('\n'.join(v) + '\n').encode(), 'batch_output')['id'] if v else None
-            for k, v in (('output', out), ('error', err))}
-    end = 'cancelled' if b['status'] == 'cancelling' else 'completed' if len(out) + len(err) == len(lines) else 'expired'
-    with self._lock: b.update(status=end, output_file_id=outs['output'], error_file_id=outs['error'], completed_at=int(time.time()))
-
-@patch
-def finish_batches(self: OfflineChatServer,
-                   answer: int | None = None):  # answer only this many lines of each batch, then let it expire
-    "Let held batches run: to completion, or (`answer=n`) to expiry after n lines each."
-    self._answer_only = answer; self._release.set()
-
-@patch
-def _create_batch(self: OfflineChatServer, req: dict) -> tuple:
-    "(status, body) of `POST /v1/batches`."
-    fid = req.get('input_file_id')
-    if fid not in self.files: return 400, _error_body(f'no file {fid!r}', 'invalid_request_error')
-    n = sum(1 for x in self.files[fid]['data'].splitlines() if x.strip())
-    with self._lock:
-        self.batch_creations += 1
-        bid = f'batch_{self.batch_creations:06d}'
-        self.batches[bid] = dict(id=bid, object='batch', endpoint=req.get('endpoint', '/v1/chat/completions'), errors=None,
-                                 input_file_id=fid, completion_window=req.get('completion_window', '24h'), status='in_progress',
-                                 output_file_id=None, error_file_id=None, created_at=int(time.time()), completed_at=None,
-                                 request_counts=dict(total=n, completed=0, failed=0), metadata=req.get('metadata') or {})
-    self.batch_created.set()
-    threading.Thread(target=self._run_batch, args=(bid,), daemon=True).start()
-    return 200, self.batches[bid]
-
-# %% ../nbs/04_llm.ipynb #c056
-@patch
-def _handle_batch_api(self: OfflineChatServer, h: _Handler, method: str) -> bool:
-    "Serve the file and batch routes; False when the path is none of them."
-    parts = h.path.split('?')[0].strip('/').split('/')
-    if parts[:2] not in (['v1', 'files'], ['v1', 'batches']): return False
-    body = h.rfile.read(int(h.headers.get('Content-Length') or 0)) if method == 'POST' else b''
-    if self._api_key is not None and h.headers.get('Authorization') != f'Bearer {self._api_key}':
-        h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key')); return True
-    kind, rest = parts[1], parts[2:]
-    if kind == 'files' and method == 'POST' and not rest:
-        try: name, data, fields = _multipart_file(h.headers.get('Content-Type', ''), body)
-        except ValueError as e: h._send(400, _error_body(str(e), 'invalid_request_error')); return True
-        h._send(200, self._new_file(name, data, fields.get('purpose', 'batch')))
-    elif kind == 'files' and method == 'GET' and rest and rest[0] in self.files:
-        f = self.files[rest[0]]
-        if rest[1:] == ['content']: h._send(200, f['data'], content_type='application/octet-stream')
-        else: h._send(200, {k: v for k, v in f.items() if k != 'data'})
-    elif kind == 'batches' and method == 'POST' and not rest:
-        try: req = json.loads(body)
-        except ValueError: req = None
-        h._send(*(self._create_batch(req) if isinstance(req, dict) else (400, _error_body('request body is not JSON', 'invalid_request_error'))))
-    elif kind == 'batches' and method == 'GET' and not rest:
-        q = dict(x.partition('=')[::2] for x in h.path.partition('?')[2].split('&') if x)
-        with self._lock: every = [dict(b) for b in reversed(self.batches.values())]  # newest first, a page after `after`
-        start = next((i + 1 for i, b in enumerate(every) if b['id'] == q.get('after')), 0)
-        data = every[start:start + int(q.get('limit') or 20)]
-        h._send(200, dict(object='list', data=data, first_id=data[0]['id'] if data else None, last_id=data[-1]['id'] if data else None,
-                          has_more=start + len(data) < len(every)))
-    elif kind == 'batches' and method == 'POST' and rest[1:] == ['cancel'] and rest[0] in self.batches:
-        with self._lock:
-            b = self.batches[rest[0]]
-            if b['status'] == 'in_progress': b['status'] = 'cancelling'
-            h._send(200, dict(b))
-    elif kind == 'batches' and method == 'GET' and len(rest) == 1 and rest[0] in self.batches:
-        with self._lock: h._send(200, dict(self.batches[rest[0]]))
-    else: h._send(404, _error_body(f'no route {method} {h.path}', 'not_found'))
-    return True
-
-# %% ../nbs/04_llm.ipynb #c062
+# %% ../nbs/04_llm.ipynb #c027
 _BACKENDS = ('offline', 'openai')
 
 class LLMClient:
@@ -668,6 +178,7 @@ class LLMClient:
                  seed: int | None = 0,  # sampling seed, for servers that honour it
                  max_retries: int = 5,  # retries of transient failures: 408, 429, 5xx but 501, timeouts, dropped connections, garbage
                  timeout: float = 60.0,  # seconds per HTTP attempt
+                 probe_timeout: float = 10.0,  # seconds a server has, at first contact, to send anything back to GET /models (0: no probe)
                  concurrency: int | None = None,  # calls in flight in `chat_many` while the server states no rate limit; default $KGQA_LLM_CONCURRENCY, else 8
                  max_concurrency: int = 512,  # cap on calls in flight when the server's rate-limit headers allow more
                  price_per_mtok=None,  # (input, output[, cached input]) USD per million tokens; default MODEL_PRICES
@@ -690,6 +201,7 @@ class LLMClient:
             except ValueError: raise ValueError(f'KGQA_LLM_CONCURRENCY must be a whole number >= 1, got {env!r}') from None
         if max_retries < 0 or concurrency < 1 or max_concurrency < 1 or batch_size < 1:
             raise ValueError("max_retries must be >= 0; concurrency, max_concurrency and batch_size >= 1")
+        if not probe_timeout >= 0: raise ValueError(f'probe_timeout must be a number of seconds >= 0 (0: no probe), got {probe_timeout!r}')
         self.backend = backend
         self.model = model or os.environ.get('KGQA_LLM_MODEL') or ('kgqa-offline' if backend == 'offline' else None)
         if not self.model: raise LLMError("backend='openai' needs a model name: --model NAME on the command line (model=... in Python), or KGQA_LLM_MODEL in the environment")
@@ -697,6 +209,7 @@ class LLMClient:
         self._api_key = (api_key or os.environ.get('KGQA_LLM_API_KEY') or os.environ.get('OPENAI_API_KEY')) if backend == 'openai' else None
         self.temperature, self.max_tokens, self.seed, self.generation = temperature, max_tokens, seed, dict(generation or {})
         self.max_retries, self.timeout, self.concurrency = max_retries, timeout, concurrency
+        self.probe_timeout, self._probed, self._probe_lock = float(probe_timeout), False, threading.Lock()
         self.backoff_base, self.backoff_max, self.max_retry_after = backoff_base, backoff_max, max_retry_after
         self.price = tuple(price_per_mtok) if price_per_mtok is not None else ((0., 0., 0.) if backend == 'offline' else model_price(self.model))
         self._price_given, self.budget, self._env_budget = price_per_mtok is not None or backend == 'offline', budget, None
@@ -708,7 +221,7 @@ class LLMClient:
         self.stream = bool(stream)
         self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
         self._rng, self._sleep = random.Random(seed), time.sleep
-        self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or _stderr_line, False
+        self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or stderr_line, False
         self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
         self._gate = RateGate(concurrency, max_concurrency, self._say)
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
@@ -719,7 +232,7 @@ class LLMClient:
     def cache_path(self): return self._cache.path if self._cache else None
     def __repr__(self): return f'LLMClient({self.describe()}, cache_mode={self.cache_mode!r}, cache={self.cache_path})'
 
-# %% ../nbs/04_llm.ipynb #c063
+# %% ../nbs/04_llm.ipynb #c028
 def _strip_userinfo(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit(p._replace(netloc=p.hostname + (f':{p.port}' if p.port else ''))) if p.username or p.password else url
@@ -734,7 +247,7 @@ def describe(self: LLMClient) -> str:
     "Backend, model and server address for provenance records (never the key)."
     return f'offline:{self.model}' if self.backend == 'offline' else f'openai:{self.model}@{self.server()}'
 
-# %% ../nbs/04_llm.ipynb #c066
+# %% ../nbs/04_llm.ipynb #c031
 @patch
 def build_request(self: LLMClient, messages, **overrides) -> dict:
     "The full request for `messages` with this client's settings and per-call `overrides`."
@@ -749,7 +262,7 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c068
+# %% ../nbs/04_llm.ipynb #c033
 def _request_messages(request: dict) -> list[dict]:
     "The messages of a chat request, or a completion request's prompt as one user message (what offline models see)."
     return [dict(role='user', content=request['prompt'])] if 'prompt' in request else request['messages']
@@ -768,7 +281,7 @@ def build_completion_request(self: LLMClient, prompt: str, **overrides) -> dict:
         m = offline_model_for(_request_messages(req)); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c072
+# %% ../nbs/04_llm.ipynb #c037
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -783,12 +296,12 @@ def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c074
+# %% ../nbs/04_llm.ipynb #c039
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
 
-def _parse_completion(body: str,
+def parse_completion(body: str,
                       completions: bool = False):  # a text-completion body (`choices[0].text`) instead of a chat one
     "(text, finish_reason, usage, model) of a chat-completion (or text-completion) body; `_Garbage` when it is not one."
     try: d = json.loads(body)
@@ -807,16 +320,7 @@ def _usage_fields(u) -> dict:
     return dict(prompt_tokens=int(u.get('prompt_tokens') or 0), completion_tokens=int(u.get('completion_tokens') or 0),
                 cached_prompt_tokens=int(cached))
 
-def _retry_after(headers) -> float | None:
-    "Seconds a server asks us to wait (`retry-after-ms` or numeric `Retry-After`), else None."
-    for name, scale in (('retry-after-ms', 1e-3), ('retry-after', 1.0)):
-        v = headers.get(name) if headers is not None else None
-        if v is None: continue
-        try: return max(0.0, float(v) * scale)
-        except ValueError: continue  # an HTTP-date: fall back to our own backoff
-    return None
-
-# %% ../nbs/04_llm.ipynb #c076
+# %% ../nbs/04_llm.ipynb #c041
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -847,7 +351,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c077
+# %% ../nbs/04_llm.ipynb #c042
 _FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
           401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
           404: 'check base_url (it usually ends in /v1) and the model name',
@@ -873,7 +377,7 @@ def _unreachable(self: LLMClient, why: str) -> LLMError:
                          f'`kgqa serve-llm`, after `make llm-local` once; the offline stand-in: `kgqa serve-offline --port N`) '
                          f'or fix base_url / $KGQA_LLM_BASE_URL', True)
 
-# %% ../nbs/04_llm.ipynb #c080
+# %% ../nbs/04_llm.ipynb #c045
 @patch
 def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     "(text, finish_reason, usage, model, headers) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
@@ -895,13 +399,13 @@ def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     if finish is None and not parts: raise _Garbage('the stream held no reply chunk (is the body an event stream?)')
     return ''.join(parts), finish, _usage_fields(usage), model, raw.headers
 
-# %% ../nbs/04_llm.ipynb #c081
+# %% ../nbs/04_llm.ipynb #c046
 @patch
 def _attempt(self: LLMClient, api, kwargs: dict, completions: bool):
     "One HTTP attempt: (text, finish_reason, usage, model, response headers)."
     if self.stream: return self._streamed(api, kwargs, completions)
     raw = api.with_raw_response.create(**kwargs)
-    return (*_parse_completion(raw.http_response.text, completions), raw.http_response.headers)
+    return (*parse_completion(raw.http_response.text, completions), raw.http_response.headers)
 
 @patch
 def _hung(self: LLMClient) -> LLMError:
@@ -909,6 +413,24 @@ def _hung(self: LLMClient) -> LLMError:
     return self._give_up(f'the LLM server at {self.server()} (model {self.model}) accepted the connection but sent no answer within '
                          f'timeout={self.timeout:g}s, and it has answered nothing yet (is it still loading the model, or stuck?): '
                          f'check it, or raise the client\'s timeout for a model that takes longer', True)
+
+@patch
+def _first_contact(self: LLMClient):
+    "Once per client, before its first request: GET /models must bring back something, any status, within `probe_timeout` seconds."
+    if self._probed or not self.probe_timeout: return
+    import openai
+    with self._probe_lock:  # one probe, however many calls are waiting to start
+        if self._probed: return
+        if self._dead: raise LLMError(self._dead)
+        try: self._openai().with_options(timeout=self.probe_timeout).models.with_raw_response.list()
+        except openai.APIStatusError: pass  # an answer, whatever it says: the server is alive
+        except openai.APITimeoutError as e:
+            what = 'took no connection' if type(e.__cause__).__name__ == 'ConnectTimeout' else 'accepted the connection but sent nothing back'
+            raise self._give_up(f'the LLM server at {self.server()} {what} within probe_timeout={self.probe_timeout:g}s of first contact '
+                                f'(GET /models, before any request; is it still loading the model, or stuck?): check it, or raise '
+                                f'the client\'s probe_timeout (0: no probe)', True) from None
+        except openai.APIConnectionError: return  # refused, reset, ...: the request itself says which
+        self._probed = True
 
 RETRY_LINE_EVERY = 10.  # seconds: a failure met again at the same retry by other calls within this is counted, not said again
 
@@ -924,7 +446,7 @@ def _announce_retry(self: LLMClient, attempt: int, last: str, delay: float, told
     self._say(f'kgqa llm: {self.describe()}: {last[:200]}; retry {attempt + 1} of {self.max_retries} in {delay:.1f} s'
               + (" (the server's Retry-After)" if told else '') + (f'; {n} more call(s) met the same since this was last said' if n else ''))
 
-# %% ../nbs/04_llm.ipynb #c084
+# %% ../nbs/04_llm.ipynb #c049
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server through the rate gate, retrying transient failures at most `max_retries` times."
@@ -932,6 +454,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     client = self._openai(); kwargs = self._api_kwargs(request); last = delay = None; waited = 0.
     completions = request.get('endpoint') == 'completions'
     api = client.completions if completions else client.chat.completions
+    self._first_contact()
     for attempt in range(self.max_retries + 1):
         if attempt: self._sleep(delay)
         if self._dead: raise LLMError(self._dead)  # another call found the server gone: do not knock again
@@ -943,7 +466,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             self._answered = True; self._gate.release(headers=e.response.headers, throttled=e.status_code == 429)
             msg = (e.body or {}).get('message') if isinstance(e.body, dict) else None
             if not transient_status(e.status_code): raise self._rejected(e.status_code, str(msg or e)) from None
-            last, ra = f'HTTP {e.status_code}: {msg or e}', _retry_after(e.response.headers)
+            last, ra = f'HTTP {e.status_code}: {msg or e}', retry_after(e.response.headers)
             delay = min(ra, self.max_retry_after) if ra is not None else self._backoff(attempt)
             if e.status_code == 429: self._gate.pause(delay, 'HTTP 429', announce=False)  # the retry line says it
         except openai.APITimeoutError:
@@ -970,151 +493,20 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
         if attempt < self.max_retries: self._announce_retry(attempt, last, delay, ra is not None)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c086
-def _append_durably(path: Path, record: dict):
-    "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
-    data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        if fcntl: fcntl.flock(fd, fcntl.LOCK_EX)
-        end = os.lseek(fd, 0, os.SEEK_END)
-        if end and os.pread(fd, 1, end - 1) != b'\n': data = b'\n' + data  # a crash tore the last line: close it off
-        if os.write(fd, data) != len(data): raise OSError(f'short write to {path} (disk full?)')
-        os.fsync(fd)
-    finally: os.close(fd)
-
+# %% ../nbs/04_llm.ipynb #c051
 @patch
 def _log_call(self: LLMClient, res: ChatResult, seconds: float,
               batch: str | None = None):  # the Batch API batch that answered it (priced at BATCH_DISCOUNT)
     "Write one answered call's usage to the ledger."
     u, cost = res.usage, self.call_cost(res, self.spend_budget(), batch=bool(batch))
     cost = None if cost is None else round(cost, 8)
-    _append_durably(self.ledger, dict(key=res.key, model=res.model, backend=self.backend, offline=self.backend == 'offline',
+    append_durably(self.ledger, dict(key=res.key, model=res.model, backend=self.backend, offline=self.backend == 'offline',
                                       prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'],
                                       cached_prompt_tokens=u['cached_prompt_tokens'], cost_usd=cost, attempts=res.attempts,
                                       seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds'),
                                       **({'batch': batch} if batch else {})))
 
-# %% ../nbs/04_llm.ipynb #c087
-def _tally(rows: list) -> dict:
-    costs = [r.get('cost_usd') for r in rows]
-    out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
-    return dict(calls=len(rows), **out, cost_usd=None if None in costs else round(sum(costs), 6))
-
-def read_ledger(path) -> dict:
-    "Calls, tokens and cost (None if any call's price is unknown) in a usage ledger, overall and `by_model`."
-    rows, by = read_jsonl(path), {}
-    for r in rows: by.setdefault(str(r.get('model')), []).append(r)
-    return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
-                by_model={m: _tally(rs) for m, rs in sorted(by.items())})
-
-# %% ../nbs/04_llm.ipynb #c090
-class SpendLimitError(RuntimeError):
-    "A call refused because the run's spend limit (`--max-cost`) is reached, or because a call's price is unknown under a limit."
-
-SPEND_FILE_ENV = 'KGQA_SPEND_FILE'  # the environment variable naming the run's spend file
-ASSUMED_MAX_TOKENS = 16_384  # completion tokens held for a call sent without max_tokens (reasoning models can use this many)
-
-def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
-    return True
-
-class SpendBudget:
-    "A run's spend limit shared by every client and process of the run: a small JSON file changed under a file lock."
-    def __init__(self, path):  # the run's spend file (made by `SpendBudget.create`)
-        self.path, self._lock, self._prices, self._n = Path(path), threading.Lock(), None, 0
-
-    @classmethod
-    def create(cls, path,  # the spend file (replaced)
-               limit: float,  # USD
-               prices: dict | None = None,  # model -> (input, output[, cached input]) USD per million tokens, beside MODEL_PRICES
-               wait_s: float = 120.):  # longest wait for calls in flight to settle before a call that would pass the limit with them stops the run
-        "A new spend file: `limit` USD, nothing spent, nothing held."
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
-            raise ValueError(f'a spend limit is a finite number of USD >= 0, got {limit!r}')
-        for m, p in (prices or {}).items(): api_cost(0, 0, p)  # checks each price's shape
-        write_text_atomic(path, json.dumps(dict(limit=float(limit), prices={m: list(p) for m, p in (prices or {}).items()}, wait_s=wait_s,
-                                                spent=0., calls=0, held={}, stopped=None)))
-        return cls(path)
-
-    @classmethod
-    def from_env(cls):
-        "The budget `$KGQA_SPEND_FILE` names (what `kgqa rerun --max-cost` sets for its notebooks), else None."
-        p = os.environ.get(SPEND_FILE_ENV)
-        return cls(p) if p else None
-
-    def __repr__(self): return f'SpendBudget({self.path})'
-
-# %% ../nbs/04_llm.ipynb #c092
-@patch
-def _update(self: SpendBudget, fn: Callable):
-    "`fn(state)` applied to the file's state under an exclusive lock (the changed state written back); what `fn` returns."
-    with self._lock:
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            if fcntl: fcntl.flock(fd, fcntl.LOCK_EX)
-            raw = b''
-            while chunk := os.pread(fd, 1 << 16, len(raw)): raw += chunk
-            st = json.JSONDecoder().raw_decode(raw.decode())[0]
-            st['held'] = {k: v for k, v in st['held'].items() if int(k.split('-')[0]) == os.getpid() or _alive(int(k.split('-')[0]))}
-            out = fn(st)
-            data = json.dumps(st).encode()
-            os.pwrite(fd, data, 0); os.ftruncate(fd, len(data))
-        finally: os.close(fd)
-    return out
-
-@patch
-def state(self: SpendBudget) -> dict:
-    "The limit, what was spent (USD, calls), what calls in flight hold, and why the run stopped (None while it runs)."
-    return self._update(lambda st: dict(st))
-
-@patch
-def prices(self: SpendBudget) -> dict:
-    "The run's own prices (model -> price triple), read once."
-    if self._prices is None: self._prices = {m: tuple(p) for m, p in self.state()['prices'].items()}
-    return self._prices
-
-@patch
-def stop(self: SpendBudget, why: str):
-    "Mark the run stopped (every later call refused); the first reason stays."
-    def fn(st): st['stopped'] = st['stopped'] or why
-    self._update(fn)
-
-# %% ../nbs/04_llm.ipynb #c094
-@patch
-def hold(self: SpendBudget, usd: float,  # the worst case of the call (or batch) about to be sent
-         what: str = 'an LLM call',  # what is sent, for the message
-         force: bool = False,  # hold it even past the limit (work already bought, e.g. a batch submitted before a crash)
-         wait: bool = True) -> str:  # wait (at most the file's `wait_s`) for calls in flight to settle before stopping
-    "Hold `usd` for what is about to be sent, or raise `SpendLimitError` (the run marked stopped) when it could pass the limit; a ticket for `settle`."
-    with self._lock: self._n += 1; ticket = f'{os.getpid()}-{threading.get_ident()}-{self._n}'
-    t0 = time.monotonic()
-    def fn(st):
-        if force: st['held'][ticket] = usd; return 'ok'
-        if st['stopped']: return st['stopped']
-        lim, spent, held = st['limit'], st['spent'], sum(st['held'].values())
-        if spent + held + usd <= lim: st['held'][ticket] = usd; return 'ok'
-        if wait and spent + usd <= lim and held and time.monotonic() - t0 < st.get('wait_s', 120.): return 'wait'
-        st['stopped'] = (f'the spend limit --max-cost {lim:g} is reached: ${spent:,.4f} spent in {st["calls"]:,} calls'
-                         + (f', ${held:,.4f} held by calls in flight' if held else '') + f', and {what} could cost ${usd:,.4f} more')
-        return st['stopped']
-    while (r := self._update(fn)) == 'wait': time.sleep(0.02)
-    if r != 'ok': raise SpendLimitError(r)
-    return ticket
-
-@patch
-def settle(self: SpendBudget, ticket: str,  # what `hold` returned
-           usd: float,  # what the call (or batch) really cost
-           calls: int = 1):  # the calls it was
-    "Replace a hold by the real cost: counted once, whatever happens later."
-    def fn(st):
-        st['held'].pop(ticket, None); st['spent'] += usd; st['calls'] += calls
-    self._update(fn)
-
-# %% ../nbs/04_llm.ipynb #c097
+# %% ../nbs/04_llm.ipynb #c053
 @patch
 def spend_budget(self: LLMClient):
     "The spend limit this client's API calls count against: the one it was given, else the run's ($KGQA_SPEND_FILE), else None."
@@ -1149,7 +541,7 @@ def worst_cost(self: LLMClient, request: dict, price) -> float:
     n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
     return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
 
-# %% ../nbs/04_llm.ipynb #c098
+# %% ../nbs/04_llm.ipynb #c054
 @patch
 def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
     "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
@@ -1171,7 +563,7 @@ def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
     finally:
         if ticket: budget.settle(ticket, cost, n)
 
-# %% ../nbs/04_llm.ipynb #c100
+# %% ../nbs/04_llm.ipynb #c056
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -1230,14 +622,16 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c102
+# %% ../nbs/04_llm.ipynb #c058
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
               return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
               **overrides) -> list[ChatResult]:
     "Replies to many message lists, concurrently, in input order (through the Batch API when the client's `batch` is set)."
-    if self.batch and self.backend == 'openai': return self.chat_batch(batch, desc, return_exceptions, **overrides)
+    if self.batch and self.backend == 'openai':
+        if not hasattr(self, 'chat_batch'): raise LLMError('batch mode (batch=True, or $KGQA_LLM_BATCH=1) needs the Batch API of chapter llm_batch: from kgqa_nb import llm_batch')
+        return self.chat_batch(batch, desc, return_exceptions, **overrides)
     return self._many(self._chat, batch, desc, return_exceptions, **overrides)
 
 @patch
@@ -1288,186 +682,3 @@ def usage_summary(self: LLMClient) -> dict:
 def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
-
-# %% ../nbs/04_llm.ipynb #c104
-BATCH_DISCOUNT = 0.5  # batch price / interactive price: OpenAI's and Anthropic's Batch APIs bill half
-BATCH_TERMINAL = ('completed', 'failed', 'expired', 'cancelled')  # batch statuses that no longer change
-
-@patch
-def _batch_dir(self: LLMClient) -> Path:
-    return (self.cache_dir or user_cache_dir() / 'llm') / 'batches'
-
-@patch
-def _batch_body(self: LLMClient, request: dict) -> dict:
-    "The JSON body one batch line sends: what `chat.completions.create` would (unknown parameters in the body as they are)."
-    kw = self._api_kwargs(request)
-    return {**{k: v for k, v in kw.items() if k != 'extra_body'}, **kw.get('extra_body', {})}
-
-@patch
-def _batch_call(self: LLMClient, what: str, fn, *a, **kw):
-    "One Batch API call; an `LLMError` naming the server and what failed instead of the openai package's exception."
-    import openai
-    try: return fn(*a, **kw)
-    except openai.APIStatusError as e:
-        hint = ': this server has no Batch API (llama.cpp and vLLM\'s server have none); use chat_many' if e.status_code in (404, 405, 501) else ''
-        raise LLMError(f'{self.describe()}: {what} failed with HTTP {e.status_code}{hint}') from None
-    except openai.APIError as e: raise LLMError(f'{self.describe()}: {what} failed: {e}') from None
-
-# %% ../nbs/04_llm.ipynb #c106
-@patch
-def _new_job(self: LLMClient, keys: list, todo: dict) -> tuple:
-    "(record file, record) of a new job for `keys`: its requests and its record written before anything is sent."
-    job = hashlib.sha256(canonical_json([self.server(), self.model, keys, time.time_ns(), os.getpid()]).encode()).hexdigest()[:24]
-    jf = self._batch_dir() / f'{job}.json'
-    write_text_atomic(jf.with_suffix('.jsonl'), ''.join(json.dumps(dict(key=k, request=todo[k])) + '\n' for k in keys))
-    rec = dict(job=job, server=self.server(), model=self.model, keys=keys, created=time.time(), file_id=None, batch_id=None)
-    write_text_atomic(jf, json.dumps(rec))
-    return jf, rec
-
-@patch
-def _open_jobs(self: LLMClient) -> list:
-    "(record file, record) of the jobs of this server and model that a run started and none finished, oldest first."
-    out = []
-    for f in self._batch_dir().glob('*.json') if self._batch_dir().is_dir() else []:
-        try: rec = json.loads(f.read_text())
-        except (OSError, ValueError): continue
-        if rec.get('server') == self.server() and rec.get('model') == self.model and isinstance(rec.get('keys'), list) and f.with_suffix('.jsonl').exists():
-            out.append((f, rec))
-    return sorted(out, key=lambda fr: fr[1]['created'])
-
-@patch
-def _close_job(self: LLMClient, jf: Path):
-    "Remove a job whose batch has ended and whose replies are all recorded."
-    jf.unlink(missing_ok=True); jf.with_suffix('.jsonl').unlink(missing_ok=True)
-
-# %% ../nbs/04_llm.ipynb #c108
-@patch
-def _find_batch(self: LLMClient, rec: dict) -> str | None:
-    "The id of the batch a crashed run created for job `rec` (its metadata names the job), paging back to the job's time."
-    client, after = self._openai(), None
-    while True:
-        page = self._batch_call('listing batches', client.batches.list, limit=100, **({'after': after} if after else {}))
-        for b in page.data:
-            if (b.metadata or {}).get('kgqa_job') == rec['job'] and b.status != 'failed': return b.id
-        if not page.data or not page.has_more or page.data[-1].created_at < rec['created'] - 600: return None  # older than the job
-        after = page.data[-1].id
-
-@patch
-def _submit_job(self: LLMClient, jf: Path, rec: dict) -> str:
-    "The batch id of job `rec`: recorded, else found on the server, else created now (the file uploaded first); each step recorded."
-    client, n = self._openai(), len(rec['keys'])
-    bid = rec.get('batch_id') or (self._find_batch(rec) if rec.get('file_id') else None)
-    if bid: self._say(f'kgqa llm: resuming batch {bid} ({n:,} requests), submitted before')
-    else:
-        if not rec.get('file_id'):
-            reqs = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}
-            data = ''.join(json.dumps(dict(custom_id=k, method='POST', url='/v1/chat/completions', body=self._batch_body(reqs[k]))) + '\n' for k in rec['keys'])
-            rec['file_id'] = self._batch_call('uploading the batch file', client.files.create, file=(f"kgqa-{rec['job']}.jsonl", data.encode()), purpose='batch').id
-            write_text_atomic(jf, json.dumps(rec))
-        bid = self._batch_call('creating the batch', client.batches.create, input_file_id=rec['file_id'], endpoint='/v1/chat/completions',
-                               completion_window='24h', metadata={'kgqa_job': rec['job']}).id
-        self._say(f'kgqa llm: submitted batch {bid} ({n:,} requests, {self.describe()}); a rerun resumes it')
-    if rec.get('batch_id') != bid: rec['batch_id'] = bid; write_text_atomic(jf, json.dumps(rec))
-    return bid
-
-# %% ../nbs/04_llm.ipynb #c109
-@patch
-def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
-    "(the batch once it no longer changes, whether this client cancelled it): polls at 0.5 s, doubling up to `poll_s`; cancels it once the run's spend limit stopped the run."
-    client, last, wait, cancelled, budget = self._openai(), None, 0.5, False, self.spend_budget()
-    while True:
-        b = self._batch_call(f'polling batch {bid}', client.batches.retrieve, bid)
-        c = b.request_counts
-        line = f'kgqa llm: batch {bid}: {b.status}' + (f', {c.completed + c.failed:,} of {c.total:,} answered' if c else '')
-        if line != last: self._say(line); last = line
-        if b.status in BATCH_TERMINAL: return b, cancelled
-        if budget is not None and not cancelled and budget.state()['stopped']:
-            self._batch_call(f'cancelling batch {bid}', client.batches.cancel, bid); cancelled = True
-            self._say(f'kgqa llm: the spend limit is reached: cancelling batch {bid} (the lines it answered are kept)')
-        self._sleep(min(wait, poll_s)); wait *= 2
-
-# %% ../nbs/04_llm.ipynb #c110
-@patch
-def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float) -> tuple:
-    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here, their cost)."
-    bid = rec['batch_id']
-    b, cancelled = self._wait_batch(bid, poll_s)
-    if b.status == 'failed':
-        self._close_job(jf)  # nothing was answered: the requests go again in a new job
-        raise LLMError(f'{self.describe()}: batch {bid} failed: {b.errors}')
-    reqs, got, cost, budget = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}, {}, 0., self.spend_budget()
-    for fid in (b.output_file_id, b.error_file_id):
-        if not fid: continue
-        for line in self._batch_call(f'fetching file {fid}', self._openai().files.content, fid).text.splitlines():
-            r = json.loads(line) if line.strip() else {}
-            k, resp = r.get('custom_id'), r.get('response') or {}
-            if k not in reqs or k in got or (self._cache is not None and self._cache.lookup(k, 'a batch reply') is not None): continue  # recorded before a crash
-            if resp.get('status_code') != 200:
-                got[k] = LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or r.get("error"))[:300]}'); continue
-            text, finish, usage, model = _parse_completion(json.dumps(resp['body']))
-            res = ChatResult(text, False, usage, model or self.model, k, 1, finish)
-            cost += self.call_cost(res, budget, batch=True) or 0.
-            self._count(api_calls=1, prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
-                        cached_prompt_tokens=usage['cached_prompt_tokens'])
-            if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
-            if self._cache is not None: self._record(reqs[k], k, res)
-            got[k] = res
-    self._close_job(jf)
-    return got, b.status, cancelled, cost
-
-# %% ../nbs/04_llm.ipynb #c112
-@patch
-def _job_left(self: LLMClient, jf: Path) -> list:
-    "The requests of a job whose replies are not in the cache yet (what a resumed job may still cost)."
-    return [r['request'] for r in read_jsonl(jf.with_suffix('.jsonl')) if self._cache is None or self._cache.lookup(r['key'], 'a batch reply') is None]
-
-@patch
-def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
-    "key -> ChatResult or LLMError for the requests of `todo`, through open and new batch jobs (expired ones' unanswered requests twice more)."
-    got, budget = {}, self.spend_budget()
-    for _ in range(3):
-        pending = {k for k in todo if k not in got}
-        jobs = [(jf, rec, self._hold(budget, self._job_left(jf) if budget else [], f"batch job {rec['job']}", batch=True, force=True))
-                for jf, rec in self._open_jobs() if pending & set(rec['keys'])]
-        fresh, stop = sorted(pending - {k for _, rec, _ in jobs for k in rec['keys']}), None
-        for i in range(0, len(fresh), self.batch_size):
-            part = fresh[i:i + self.batch_size]
-            try: ticket = self._hold(budget, [todo[k] for k in part], f'a batch of {len(part):,} requests', batch=True)
-            except SpendLimitError as e: stop = e; break  # the batches already submitted are cancelled while collected
-            jobs.append((*self._new_job(part, todo), ticket))
-        ended, holds = [], {t for *_, t in jobs if t}
-        try:
-            for jf, rec, _ in jobs: self._submit_job(jf, rec)
-            for jf, rec, ticket in jobs:
-                g, status, cancelled, cost = self._collect(jf, rec, poll_s)
-                if ticket: budget.settle(ticket, cost, sum(isinstance(r, ChatResult) for r in g.values())); holds.discard(ticket)
-                got.update(g); ended.append(status)
-                if cancelled: stop = stop or SpendLimitError(budget.state()['stopped'])
-        finally:
-            for t in holds: budget.settle(t, 0., 0)  # not collected (an error): the hold goes; a rerun holds the job again
-        if stop: raise stop
-        if not any(s in ('expired', 'cancelled') for s in ended): break
-    return got
-
-# %% ../nbs/04_llm.ipynb #c113
-@patch
-def chat_batch(self: LLMClient, batch,  # a list of message lists
-               desc: str = 'LLM batch',  # what the batch is, for messages
-               return_exceptions: bool = False,  # put each failure's LLMError in its slot instead of raising the first
-               poll_s: float = 30.0,  # seconds between status polls, at most (the first come sooner)
-               **overrides) -> list[ChatResult]:
-    "Replies to many message lists through the server's Batch API, in input order, through the same cache and ledger."
-    if self.backend == 'offline': return self.chat_many(batch, desc, return_exceptions, **overrides)
-    requests = [self.build_request(m, **overrides) for m in batch]
-    keys, out, todo = [request_key(r) for r in requests], [None] * len(requests), {}
-    self._count(calls=len(requests)); self._dead = None
-    for i, (r, k) in enumerate(zip(requests, keys)):
-        rec = self._cache.lookup(k, f"the batch request (first message {r['messages'][0]['content'][:60]!r})") if self._cache else None
-        if rec is None: todo.setdefault(k, r); continue
-        self._count(cache_hits=1)
-        out[i] = ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], k, 0, rec['response'].get('finish_reason'))
-    got = self._run_jobs(todo, poll_s) if todo else {}
-    for i, k in enumerate(keys):
-        if out[i] is None: out[i] = got.get(k) or LLMError(f'{desc}: the batch returned no reply for request {k[:12]}')
-        if isinstance(out[i], LLMError) and not return_exceptions: raise out[i]
-    return out

@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats
 
 from .llm import LLMClient, register_offline_model
+from . import llm_batch  # LLMClient.chat_batch: chat_many goes through the Batch API in batch mode ($KGQA_LLM_BATCH=1)
 
 # %% auto #0
 __all__ = ['RETRIEVAL_KS', 'LASM_FIRST_LINE', 'ANSWER_SCORES', 'normalize_answer', 'answer_hit', 'exact_match', 'set_prf',

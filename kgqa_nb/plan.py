@@ -46,7 +46,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     max_concurrency=512,  # the client's cap on calls in flight at a stated limit (LLMClient's `max_concurrency`)
     limits={},  # model -> {rpm, tpm} (a provider's limits) or {concurrency} (a server of yours), and its seconds_per_call; beside KNOWN_LIMITS
     batch_hours=24.0,  # the Batch API's completion window: the longest a batch may take (most finish far sooner)
-    prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm.MODEL_PRICES
+    prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm_spend.MODEL_PRICES
     agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
     benchmark_triples={'llm-only': 0, 'pog': 3.72, 'tog': 8.0, 'sr': 72.94, 'gcr': 6.54, 'rog': 72.15, 'subgraphrag': 199.61},  # triples each model gives the reader (SynthKGQA Table 2)
     mintaka_test=4000,  # questions in Mintaka's published test split (Table 3 reads those the KG can answer: an upper bound)
@@ -361,11 +361,11 @@ def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path 
 
 def group_price(g: CallGroup, plan: dict):
     "(price triple or None, where it comes from) for a call group: by the model's name, wherever it is served."
-    from kgqa_nb.llm import model_price
+    from kgqa_nb.llm_spend import model_price
     model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
     if model in plan['prices']: return tuple(plan['prices'][model]), f'plan.prices.{model}'
     p = model_price(model) if model else None
-    if p: return p, f'kgqa_nb.llm.MODEL_PRICES[{model!r}]'
+    if p: return p, f'kgqa_nb.llm_spend.MODEL_PRICES[{model!r}]'
     return None, f'no price for model {model!r}' if model else 'model unset'
 
 def prompt_size(kind: str, measured: dict):
@@ -443,7 +443,7 @@ def unknown_cost_fix(art: str, g: CallGroup, row: dict) -> str:
 
 def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict, shared: dict, spc: float) -> dict:
     "One call group of artifact `art`: calls less cache hits and shared work, tokens, and the interactive and batch cost and time."
-    from kgqa_nb.llm import BATCH_DISCOUNT, api_cost
+    from kgqa_nb.llm_spend import BATCH_DISCOUNT, api_cost
     model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
     row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
     if g.shared and g.shared in shared:
@@ -590,7 +590,7 @@ class SpendMeter:
         self._keys, self.calls, self.prompt_tokens, self.completion_tokens, self.cost_usd, self.unpriced_calls = set(), 0, 0, 0, 0., 0
 
     def _add(self, r: dict):
-        from kgqa_nb.llm import api_cost, model_price
+        from kgqa_nb.llm_spend import api_cost, model_price
         if not isinstance(r, dict) or r.get('key') in self._keys: return
         if isinstance(r.get('request'), dict) and isinstance(r.get('usage'), dict):
             if 'offline_model' in r['request']: return
@@ -666,7 +666,7 @@ class SpendGuard:
         self.budget, self._final = None, None
 
     def __enter__(self):
-        from kgqa_nb.llm import SPEND_FILE_ENV, SpendBudget
+        from kgqa_nb.llm_spend import SPEND_FILE_ENV, SpendBudget
         if self.max_cost is None: return self
         path = Path(self.folder or project_dirs.scratch / 'spend') / f'run-{os.getpid()}-{time.time_ns()}.json'
         self.budget = SpendBudget.create(path, self.max_cost, self.prices, self.wait_s)

@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from .dataset import QUESTION_FIELDS, question_view
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, register_offline_model
+from . import llm_batch  # LLMClient.chat_batch: chat_many goes through the Batch API in batch mode ($KGQA_LLM_BATCH=1)
 from .llm_local import REGISTRY_MODEL
 from .metrics import normalize_answer
 from .sparql import OxigraphStore, SparqlError

@@ -12,7 +12,9 @@ from typing import Callable, Iterator
 
 from .core import JsonlWarning, LockTimeout, UsageError, folder_lock, git_state, package_versions, progress, read_jsonl, write_text_atomic
 from .kg import kg_fingerprint
-from .llm import LLMClient, read_ledger
+from .llm import LLMClient
+from .llm_spend import read_ledger
+from . import llm_batch  # LLMClient.chat_batch: chat_many goes through the Batch API in batch mode ($KGQA_LLM_BATCH=1)
 
 # %% auto #0
 __all__ = ['MAX_N_TARGET', 'RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'kg_identity', 'manifest_diff',

@@ -16,7 +16,8 @@ from .core import CLIParser, UsageError, check_api_key, check_model_flag, check_
 from .kg import KnowledgeGraph, names_an_id
 from .loaders import load_kg
 from .sparql import OxigraphStore
-from .llm import LLMClient, read_ledger
+from .llm import LLMClient
+from .llm_spend import read_ledger
 from .sampling import SampledSubgraph, sample_seed_subgraph, subgraph_text
 from .generate import (ParseError, datapoint_prompt, aggregation_prompt, paraphrase_prompt,
                               parse_paraphrase_response)

@@ -9,7 +9,8 @@ import pytest
 from kgqa_nb import llm
 from kgqa_nb.agents import PoG, ToG, prompt_step
 from kgqa_nb.kg import KnowledgeGraph
-from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.llm import LLMClient, register_offline_model
+from kgqa_nb.llm_server import OfflineChatServer
 
 QUESTION = 'Where was the director of Night Harbour born?'
 REC = {'question': QUESTION, 'seed_entities': ['Night Harbour (Q1)']}

@@ -8,14 +8,17 @@ from collections import Counter
 
 import pytest
 
-from kgqa_nb.llm import (BATCH_DISCOUNT, LLMClient, LLMError, OfflineChatServer, api_cost, model_price, offline_reply,
-                         read_ledger, triples_lookup_messages)
+from kgqa_nb.llm import LLMClient, LLMError, offline_reply, triples_lookup_messages
+from kgqa_nb.llm_spend import BATCH_DISCOUNT, api_cost, model_price, read_ledger
+from kgqa_nb.llm_server import OfflineChatServer
+import kgqa_nb.llm_batch  # LLMClient.chat_batch
 
 WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
 MSGS = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(25)]
 CLIENT = textwrap.dedent('''
     import json, sys
     from kgqa_nb.llm import LLMClient, triples_lookup_messages
+    import kgqa_nb.llm_batch  # LLMClient.chat_batch
     WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
     MSGS = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(25)]
     url, folder = sys.argv[1], sys.argv[2]
@@ -122,12 +125,26 @@ def test_kgqa_llm_batch_sends_chat_many_through_the_batch_api(tmp_path, monkeypa
     assert srv.batch_creations == 0 and len(srv.requests) == 2
 
 
+def test_batch_mode_without_the_batch_api_chapter_says_what_to_import(tmp_path):
+    "The Batch API is chapter llm_batch, above the client: a process in batch mode that never imported it is told so, in one line."
+    code = textwrap.dedent('''
+        import sys
+        from kgqa_nb.llm import LLMClient, LLMError, triples_lookup_messages
+        c = LLMClient('openai', model='gpt-4o-mini', base_url='http://127.0.0.1:9/v1', cache=False, batch=True)
+        try: c.chat_many([triples_lookup_messages([('A', 'r', 'B')], ('A', 'r', '?'))])
+        except LLMError as e: print(e); sys.exit(3)
+    ''')
+    res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 3 and res.stdout.strip() == 'batch mode (batch=True, or $KGQA_LLM_BATCH=1) needs the Batch API of chapter llm_batch: from kgqa_nb import llm_batch'
+
+
 # Kill -9 at each step of a batch run (issue 41, item 5): the stand-in server bills each request it answers (`.billed`),
 # and after the rerun every line is billed exactly once. The child stops itself at the step (a wrapper in this script, not
 # in the library) and writes a mark; the test kills it there.
 STEPPED = textwrap.dedent('''
     import json, pathlib, sys, time
     import kgqa_nb.llm as L
+    import kgqa_nb.llm_batch  # LLMClient.chat_batch
     WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
     MSGS = [L.triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(30)]
     url, folder, step = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -10,7 +10,8 @@ import pytest
 
 from kgqa_nb import llm
 from kgqa_nb.loaders import load_kg
-from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.llm import LLMClient, register_offline_model
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.sparql import OxigraphStore
 from kgqa_nb.core import UsageError
 from kgqa_nb.runs import ManifestMismatch, read_outcomes

@@ -12,7 +12,8 @@ from kgqa_nb.core import UsageError
 from kgqa_nb.kg import KnowledgeGraph
 from kgqa_nb.kgrag import (ISSUES, KGRAG, MetaQAQuestion, TripleRetriever, candidate_triples, evaluate_kgrag, kgrag_cli,
                            parse_decomposition, top_k_triples, triple_texts)
-from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.llm import LLMClient, register_offline_model
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.text import HashingEncoder
 
 

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kgqa_nb.core import CacheMissError, write_table
-from kgqa_nb.llm import (ChatResult, LLMClient, LLMError, OfflineChatServer, OfflineModelError, ResponseCache,
-                         offline_reply, read_ledger, register_offline_model, request_key, triples_lookup_messages)
+from kgqa_nb.llm import (ChatResult, LLMClient, LLMError, OfflineModelError, ResponseCache, offline_reply, register_offline_model,
+                         request_key, triples_lookup_messages)
+from kgqa_nb.llm_spend import read_ledger
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.sparql import ServerStartError
 
 SECRET = 'sk-test-SECRET123'

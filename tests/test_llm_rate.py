@@ -5,7 +5,9 @@ import json, socket, threading, urllib.error, urllib.request
 
 import pytest
 
-from kgqa_nb.llm import LLMClient, LLMError, OfflineChatServer, offline_reply, read_ledger, triples_lookup_messages
+from kgqa_nb.llm import LLMClient, LLMError, offline_reply, triples_lookup_messages
+from kgqa_nb.llm_spend import read_ledger
+from kgqa_nb.llm_server import OfflineChatServer
 
 WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(80)]
 
@@ -110,13 +112,32 @@ def test_a_server_that_never_answers_fails_after_one_timeout_in_one_line():
     srv = Silent()
     try:
         c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, timeout=1.0, max_retries=5, concurrency=1,
-                      say=(said := []).append)
+                      probe_timeout=0, say=(said := []).append)   # no first-contact probe: the request's own timeout finds it
         with pytest.raises(LLMError) as e: c.chat(q(1))
         out = c.chat_many([q(i) for i in range(8)], return_exceptions=True)   # a batch: one knock, then all fail with it
     finally: srv.close()
     assert 'accepted the connection but sent no answer within timeout=1s' in str(e.value) and '\n' not in str(e.value)
     assert said == [] and c.usage_summary()['retries'] == 0
     assert all(isinstance(r, LLMError) for r in out) and srv.accepted == 2
+
+
+def test_the_first_contact_probe_finds_a_server_that_never_answers_before_any_request():
+    "Issue 42: not one 60 s request timeout but `probe_timeout` seconds of a GET /models, once for the whole batch."
+    srv = Silent()
+    try:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, probe_timeout=0.5, concurrency=8, say=(said := []).append)
+        out = c.chat_many([q(i) for i in range(16)], return_exceptions=True)
+    finally: srv.close()
+    assert all(isinstance(r, LLMError) and 'accepted the connection but sent nothing back within probe_timeout=0.5s' in str(r) for r in out)
+    assert '\n' not in str(out[0]) and said == [] and srv.accepted == 1 and c.usage_summary()['api_calls'] == 0
+
+
+def test_a_slow_server_that_answers_the_probe_is_waited_for():
+    "Alive but slow: the probe is answered at once, and a reply slower than `probe_timeout` still arrives (only `timeout` bounds it)."
+    with OfflineChatServer(delay_s=1.0) as srv:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, probe_timeout=0.2, timeout=30)
+        assert c.chat(q(3)).text == offline_reply(q(3)) and c._probed and c.usage_summary()['retries'] == 0
+    with pytest.raises(ValueError, match='probe_timeout must be a number of seconds >= 0'): LLMClient('offline', probe_timeout=float('nan'))
 
 
 def test_without_rate_limit_headers_the_gate_grows_until_429s_and_halves_after(tmp_path):

@@ -6,7 +6,8 @@ import pytest
 
 import kgqa_nb.plan as pl
 import kgqa_nb.profiles as pr
-from kgqa_nb.llm import BATCH_DISCOUNT, OfflineChatServer
+from kgqa_nb.llm_spend import BATCH_DISCOUNT
+from kgqa_nb.llm_server import OfflineChatServer
 
 
 @pytest.fixture

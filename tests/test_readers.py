@@ -9,7 +9,8 @@ import pytest
 
 import kgqa_nb.readers as readers_chapter
 from kgqa_nb.dataset import QUESTION_FIELDS, question_view
-from kgqa_nb.llm import LLMClient, OfflineChatServer
+from kgqa_nb.llm import LLMClient
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.readers import (DOUBLE_CHECK, READERS, LLMOnlyReader, QueryReader, SubgraphRAGReader, TextPathReader, make_reader,
                              subgraphrag_messages)
 from kgqa_nb.retriever_study import reader_record  # what a caller hands a reader (chapter 15c: below the readers, imports flow down)

@@ -92,7 +92,7 @@ def test_estimates_come_from_measured_records(bare_machine):
     assert (g['calls'], g['cache_hits'], g['api_calls']) == (50, 3, 47)
     assert g['prompt_tokens'] == 47 * (300 + 10 * 10) and g['completion_tokens'] == 47 * 7
     assert g['tokens_source'].startswith('measured here')
-    from kgqa_nb.llm import api_cost, model_price
+    from kgqa_nb.llm_spend import api_cost, model_price
     assert g['cost_usd'] == round(api_cost(47 * 400, 47 * 7, model_price('gpt-4o-mini')), 4)
     assert plan['artifacts'][0]['seconds'] == pytest.approx(47 * 3.0 / 2)  # no earlier run: API time only
 
@@ -138,14 +138,14 @@ def _spending_run(srv, calls: int):
 
 
 def _billed(srv):
-    from kgqa_nb.llm import api_cost, model_price
+    from kgqa_nb.llm_spend import api_cost, model_price
     return sum(api_cost(b['prompt_tokens'], b['completion_tokens'], model_price('gpt-4.1')) for b in srv.billed)
 
 
 @pytest.mark.parametrize('reply_model', [None, 'openai/gpt-4.1'])
 def test_max_cost_stops_mid_run_within_one_call_with_one_total(bare_machine, reply_model):
     "The call that could pass the limit is refused inside the artifact, whatever name the server answers with; one total."
-    from kgqa_nb.llm import OfflineChatServer
+    from kgqa_nb.llm_server import OfflineChatServer
     prof, lines = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), []
     with OfflineChatServer(reply_model=reply_model) as srv:
         recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview', 'fig5_relation_frequency'], max_cost=0.01, log=lines.append,
@@ -159,7 +159,7 @@ def test_max_cost_stops_mid_run_within_one_call_with_one_total(bare_machine, rep
 
 
 def test_max_cost_stops_between_artifacts(bare_machine):
-    from kgqa_nb.llm import OfflineChatServer
+    from kgqa_nb.llm_server import OfflineChatServer
     prof, lines = profile(bare_machine, 'kg_overview:\n  kgs: [toyworld]\n'), []
     with OfflineChatServer() as srv:
         recs = rr.rerun(prof, ['kg_overview', 'table1_dataset_overview', 'fig5_relation_frequency'], max_cost=0.01, log=lines.append,

@@ -7,8 +7,10 @@ import threading
 
 import pytest
 
-from kgqa_nb.llm import (BATCH_DISCOUNT, LLMClient, LLMError, OfflineChatServer, SpendBudget, SpendLimitError, api_cost,
-                         model_price, read_ledger, triples_lookup_messages)
+from kgqa_nb.llm import LLMClient, LLMError, triples_lookup_messages
+from kgqa_nb.llm_spend import BATCH_DISCOUNT, SpendBudget, SpendLimitError, api_cost, model_price, read_ledger
+from kgqa_nb.llm_server import OfflineChatServer
+import kgqa_nb.llm_batch  # LLMClient.chat_batch
 
 WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
 

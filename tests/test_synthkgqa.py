@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kgqa_nb.llm import OfflineChatServer
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.core import UsageError
 from kgqa_nb.runs import GenerationError, ManifestMismatch, RunRefused
 from kgqa_nb.synthkgqa import generate_cli, read_outcomes
@@ -146,7 +146,7 @@ import re
 import threading
 import warnings
 
-from kgqa_nb.llm import chat_completion
+from kgqa_nb.llm_server import chat_completion
 
 
 SMALL_SAMPLES = ['--max-nodes', '10', '--max-edges', '30']  # Algorithm 1 sizes of the run the issue reported

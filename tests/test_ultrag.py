@@ -8,7 +8,8 @@ import torch
 import pytest
 
 from kgqa_nb.loaders import load_kg
-from kgqa_nb.llm import LLMClient, OfflineChatServer, register_offline_model
+from kgqa_nb.llm import LLMClient, register_offline_model
+from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.dsl import parse_query, SymbolicExecutor
 from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,
                             SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate_ultrag, summarise_ultrag,
