@@ -175,9 +175,9 @@ def resume_run(log: OutcomeLog,  # the open outcome log (its `done` grows with e
             log.append(outcomes)
             sel = select(log.done)
             bar.update(max(0, len(sel.records) - bar.n))
+            if errors: raise GenerationError(f'{len(errors)} LLM call(s) failed for good (first: {errors[0]}); the {len(log.done)} '
+                                             f'candidate(s) done are saved in {log.path.parent}: rerun the same command to resume')
             if status: status(log.done, sel)
-            if errors: raise GenerationError(f'{len(errors)} LLM call(s) failed for good (first: {errors[0]}); the other candidates '
-                                             f'are saved in {log.path.parent}: rerun the same command to resume')
     finally: bar.close()
     if status: status(log.done, sel, last=True)
     return sel, stop

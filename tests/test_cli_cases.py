@@ -7,9 +7,10 @@ behaviour a user must get, run in a subprocess as `kgqa` runs:
 
 The inputs are made once per module in a temporary folder: a 20-question `kgqa generate` run (too small on purpose), a
 one-epoch checkpoint trained on it, a symbolic link loop, a FIFO, seed files with a byte-order mark and in Latin-1, a profile
-in Latin-1, a split folder whose records lack a field, a 1 GB sparse triples file. Cases that need a signal (Ctrl-C, kill -9)
+in Latin-1, a split folder whose records lack a field, a 1 GB sparse triples file, and an LLM server on 127.0.0.1 that
+accepts connections and never sends a byte (it counts the connections). Cases that need a signal (Ctrl-C, kill -9)
 are the tests below the list."""
-import json, os, re, signal, subprocess, sys, time
+import json, os, re, signal, socket, subprocess, sys, threading, time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,22 @@ def env_for(tmp: Path, **extra) -> dict:
 def kgqa(tmp: Path, *args, timeout=600, **popen):
     return subprocess.run([sys.executable, '-m', 'kgqa_nb.cli', *map(str, args)], capture_output=True, text=True, cwd=ROOT,
                           env=env_for(tmp), timeout=timeout, **popen)
+
+
+class Silent:
+    "A server that accepts TCP connections and never answers (a stuck proxy, a server still loading its model); counts them."
+    def __init__(self):
+        self.sock, self.conns = socket.create_server(('127.0.0.1', 0)), []
+        threading.Thread(target=self._loop, daemon=True).start()
+    def _loop(self):
+        while True:
+            try: self.conns.append(self.sock.accept()[0])
+            except OSError: return  # closed
+    @property
+    def url(self) -> str: return f'http://127.0.0.1:{self.sock.getsockname()[1]}/v1'
+    def close(self):
+        self.sock.close()
+        for c in self.conns: c.close()
 
 
 @pytest.fixture(scope='module')
@@ -57,7 +74,9 @@ def world(tmp_path_factory) -> dict:
     (bad / 'train.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in recs[:10]))
     (bad / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'answer_subgraph'}) + '\n' for r in recs[10:]))
     w['badsplit'] = bad
-    return w
+    w['silent'] = Silent(); w['silent_url'] = w['silent'].url
+    yield w
+    w['silent'].close()
 
 
 Q = ['--query', 'Q900000006 -> P47', '--executor', 'symbolic']
@@ -87,6 +106,8 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('openai-without-model', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--out', '{tmp}/never'], 'line', ['--backend openai needs --model NAME']),
     ('openai-without-key', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line',
      ['set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give --base-url']),
+    ('llm-server-never-answers', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--model', 'gpt-4o-mini', '--base-url', '{silent_url}',
+                                  '--out', '{tmp}/silentrun'], 'line', ['accepted the connection but sent nothing back within probe_timeout=10s of first contact']),
     ('kgqagen-openai-without-key', ['kgqagen', '--kg', 'toyworld', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line', ['set KGQA_LLM_API_KEY']),
     # inputs too small to mean anything: said first, in one line
     ('ultrag-k-1', ['ultrag', 'ask', *Q, '--k', '1'], 'warn', ['1 SEPPR nodes (--k 1) (fewer than 100)', 'a seed may be ranked as its own answer']),
@@ -99,12 +120,14 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
 
 
 def fill(argv: list, w: dict) -> list:
-    return [a.format(**{k: str(v) for k, v in w.items() if isinstance(v, Path)}) for a in argv]
+    return [a.format(**{k: str(v) for k, v in w.items() if isinstance(v, (Path, str))}) for a in argv]
 
 
 @pytest.mark.parametrize('case,argv,kind,fragments', CASES, ids=[c[0] for c in CASES])
 def test_case(world, case, argv, kind, fragments):
+    knocks = len(world['silent'].conns)
     res = kgqa(world['tmp'], *fill(argv, world))
+    if '{silent_url}' in argv: assert len(world['silent'].conns) == knocks + 1, 'one connection (the probe), no retries'
     assert 'Traceback' not in res.stderr, res.stderr[-3000:]
     if kind == 'line':
         assert res.returncode == 2 and res.stdout == '', (res.returncode, res.stdout[-1000:], res.stderr[-2000:])
