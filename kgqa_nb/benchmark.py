@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, user_cache_dir, write_table
+from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, say_too_small, user_cache_dir, write_table
 from .datasources import dataset_kg, open_dataset_dir
 from .kg import KnowledgeGraph, kg_fingerprint
 from .metrics import answer_hit, pearson, set_prf
@@ -22,7 +22,7 @@ from .spanalysis import bootstrap_interval, gold_answers, records_fingerprint
 from .subgraphrag import RetrievalExample, label_key, load_retriever, question_texts, text_features, top_triples
 from .sr import load_sr
 from .readers import make_reader
-from .retriever_study import ListingRetriever, check_out, retriever_scores, run_ckpt_dir
+from .retriever_study import MIN_QUESTIONS, ListingRetriever, check_out, retriever_scores, run_ckpt_dir
 from .text import TextEncoder
 
 # %% auto #0
@@ -421,6 +421,9 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     src = open_dataset_dir(a.dataset, a.seed); kg = dataset_kg(src, a.kg or None)
     test = src.test.iloc[benchmark_sample(src.test.to_dict('records'), a.n_questions, a.sample_seed)]
     if not len(test): raise UsageError(f'{a.dataset}: no test question to benchmark (the test split is empty)')
+    fits = {'training questions': (len(src.train), MIN_QUESTIONS['train'])} if {'llm-only', 'rog', 'gcr'} & set(names) else {}  # models that learn from them
+    say_too_small('benchmark', {'test questions': (len(test), MIN_QUESTIONS['test']), **fits},
+                  'raise --n-questions' if len(test) < len(src.test) else 'generate more (kgqa generate --n 200)')
     qgs = build_question_graphs(kg, test, Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'benchmark-cli', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
     setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url),
                            budgets={'rog': dict(generator=a.rog_generator, steps=a.rog_steps, lora_rank=a.rog_lora_rank)})
@@ -429,9 +432,9 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     perq = run_benchmark(models, test, kg, [np.stack([g.h, g.r, g.t], 1) for g in qgs], reader)
     t = benchmark_table(perq)
     if a.out: write_table(perq, a.out)
-    print(f'{len(test)} test questions; reader: {perq.reader.iloc[0]}')
+    print(f'{len(test)} test questions; reader: {reader.describe()}')
     print(t[['model', *TABLE2_COLUMNS]].rename(columns=TABLE2_COLUMNS).round(2).to_string(index=False))
-    for r in t.itertuples(): print(f'{r.model}: {r.label}')
+    for r in t.itertuples(): print(f'{r.model}: {r.label}' + ('' if r.reader == reader.describe() else f' (reader: {r.reader})'))
     return 0
 
 # %% ../nbs/25_benchmark.ipynb #c065

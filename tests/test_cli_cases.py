@@ -111,9 +111,14 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('kgqagen-openai-without-key', ['kgqagen', '--kg', 'toyworld', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line', ['set KGQA_LLM_API_KEY']),
     # inputs too small to mean anything: said first, in one line
     ('ultrag-k-1', ['ultrag', 'ask', *Q, '--k', '1'], 'warn', ['1 SEPPR nodes (--k 1) (fewer than 100)', 'a seed may be ranked as its own answer']),
+    ('benchmark-tiny-split', ['benchmark', '--models', 'llm-only', '--dataset', '{gen}', '--cache-dir', '{tmp}/bcache'], 'warn',
+     ['test questions (fewer than 10)', 'training questions (fewer than 20)']),
     ('retrieve-tiny-split', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{ck}', '--out', '{tmp}/top.jsonl'], 'warn', ['test questions (fewer than 10)']),
     # the right result, and what wrote it
     ('retrieve-names-ppr', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{ck}/best.pt', '--out', '{tmp}/top2.jsonl'], 'ok', ['ck (trained)', 'ppr (training-free reference)']),
+    ('benchmark-names-each-reader', ['benchmark', '--models', 'llm-only,subgraphrag', '--dataset', '{gen}', '--subgraphrag-ckpt', '{ck}/best.pt',
+                                     '--cache-dir', '{tmp}/bcache'], 'ok',
+     ['test questions; reader: offline (non-oracle)', 'llm-only: LLM-only stand-in (not an LLM)', '(reader: none (the stand-in answers from the question alone))']),
     ('batch-names-the-oracle', ['ultrag', 'batch', '--dataset', '{gen}', '--executor', 'symbolic', '--k', '500'], 'ok', ['writer: oracle (query writer)', "the oracle writes each question's gold query"]),
     ('rerun-list-profile-only', ['rerun', '--list', '--profile', 'paper', '--only', 'synthkgqa_dataset'], 'ok', ['synthkgqa_dataset: nbs/51', '(notebook default ']),
 ]
