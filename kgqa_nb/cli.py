@@ -20,7 +20,7 @@ COMMANDS = {
     'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
     'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),
     'benchmark': ('kgqa_nb.benchmark:benchmark_cli', "SynthKGQA's Table 2: chosen models on a dataset folder's test questions, one reader, EM and GT-triple metrics with 95% CIs"),
-    'ultrag': ('kgqa_nb.ultrag:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
+    'ultrag': ('kgqa_nb.ultrag_eval:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
     'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
     'kgqagen': ('kgqa_nb.kgqagen:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
     'serve-offline': ('kgqa_nb.cli:serve_offline_cli', 'serve the offline models as an OpenAI-compatible server on 127.0.0.1'),

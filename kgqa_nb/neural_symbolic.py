@@ -15,7 +15,8 @@ from .dsl import Entity, Projection, Intersection, Query, SymbolicExecutor, form
 from .metrics import ranking_metrics
 from .spanalysis import bootstrap_interval, wilson_interval
 from .ultra import UltraQueryExecutor
-from .ultrag import execute_batched, gold_rank
+from .ultrag import execute_batched
+from .ultrag_eval import gold_rank
 
 # %% auto #0
 __all__ = ['PRETRAINING_KGS', 'SHAPES', 'NOISE', 'EXECUTORS', 'METRICS', 'facts_in', 'heldback_facts', 'shape_hops', 'Steps',

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, UsageError, check_model_flag, check_output_file, say_too_small, write_table
+from .core import ReasonError
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -24,17 +24,13 @@ from . import metrics
 
 # %% auto #0
 __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'MENTION_KINDS', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE',
-           'QUESTION_GRAPH', 'OFFLINE_ASK', 'MIN_SEPPR_NODES', 'crisp_set', 'top_members', 'relation_table',
-           'writer_messages', 'QueryWriteError', 'parse_writer_reply', 'check_query', 'WrittenQuery', 'llm_text',
-           'LLMQueryWriter', 'record_ids', 'register_oracle_queries', 'oracle_writer', 'gaussian_memberships',
-           'EntityLinker', 'link_ranks', 'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases',
-           'mention_linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched',
-           'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages', 'LLMDecider',
-           'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
-           'UltragResult', 'Ultrag', 'gold_rank', 'evaluate_ultrag', 'summarise_ultrag', 'cost_per_query',
-           'subgraphrag_baseline', 'ultrag_vs_subgraphrag', 'triples_subgraph', 'RestrictedPruner', 'evaluate_within',
-           'retrieved_graphs', 'same_footing_table', 'GivenQueryWriter', 'display_query', 'check_ask_source',
-           'ultrag_cli']
+           'crisp_set', 'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply',
+           'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries',
+           'oracle_writer', 'GivenQueryWriter', 'gaussian_memberships', 'EntityLinker', 'link_ranks',
+           'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases', 'mention_linking_accuracy', 'Pruned',
+           'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep',
+           'AlwaysSufficient', 'decider_messages', 'LLMDecider', 'arbitrator_messages', 'relative_threshold',
+           'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau', 'UltragResult', 'Ultrag']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -218,6 +214,24 @@ def oracle_writer(kg: KnowledgeGraph, records: pd.DataFrame | None = None, retri
     return LLMQueryWriter(LLMClient('offline', model='kgqa-offline', cache=False), kg, retries, label=ORACLE_LABEL)
 
 # %% ../nbs/19_ultrag.ipynb #c020
+class GivenQueryWriter:
+    "Step 1 when the user writes the query (`--query`): parse and check it once; no LLM."
+    label = 'given by the user (--query)'
+    def __init__(self, text: str,  # the DSL query, e.g. 'Q42 -> P19'
+                 kg: KnowledgeGraph):  # the graph its relations and entities must be in
+        self.text, self.kg = text, kg
+    def write(self, question: str, seeds=None, history=()) -> WrittenQuery:
+        "The given query (the question is not read); an invalid one comes back with its reason."
+        out = WrittenQuery(reply=self.text)
+        try:
+            try: q = parse_query(self.text)
+            except DSLSyntaxError as e: raise QueryWriteError('syntax', str(e)) from None
+            check_query(q, self.kg, seeds or ())
+            out.query = q
+        except QueryWriteError as e: out.errors.append(e.reason); out.message = str(e)
+        return out
+
+# %% ../nbs/19_ultrag.ipynb #c024
 def gaussian_memberships(sq_dists,  # (k,) squared distances of the k neighbours
                          sigma: float = 0.1,  # kernel width
                         ) -> np.ndarray:
@@ -257,7 +271,7 @@ class EntityLinker:
             out[e] = x
         return out
 
-# %% ../nbs/19_ultrag.ipynb #c024
+# %% ../nbs/19_ultrag.ipynb #c028
 def link_ranks(linker: EntityLinker, mentions: list, ids: list, k: int = 10) -> list:
     "Per mention: the 0-based rank of the right entity ID among the linker's top-k neighbours, or None when it is not there."
     k0, linker.k = linker.k, max(k, linker.k)
@@ -272,7 +286,7 @@ def linking_accuracy(linker: EntityLinker, records: pd.DataFrame, ks=(1, 10)) ->
     ranks = link_ranks(linker, [label for label, _ in pairs], [sid for _, sid in pairs], max(ks))
     return dict(n=len(pairs), **{f'acc@{k}': float(np.mean([r is not None and r < k for r in ranks])) for k in ks})
 
-# %% ../nbs/19_ultrag.ipynb #c028
+# %% ../nbs/19_ultrag.ipynb #c032
 MENTION_KINDS = ('exact label', 'lower-cased', 'partial (a token dropped)', 'reordered tokens', 'misspelt (one edit)', 'alias')
 _LETTERS = 'abcdefghijklmnopqrstuvwxyz'
 
@@ -305,7 +319,7 @@ def perturb_mention(label: str,  # the entity's label
         out = str(rng.choice(pool)) if pool else None
     return out if out and out != label else None
 
-# %% ../nbs/19_ultrag.ipynb #c032
+# %% ../nbs/19_ultrag.ipynb #c036
 def wikidata_aliases(kg: KnowledgeGraph, root=None) -> dict:  # root: the data dir (default `core.data_dir()`)
     "Entity ID -> its Wikidata aliases from the FB15k-237 Wikidata labels file, for the KG's entities ({} where the file names none)."
     from kgqa_nb.core import data_dir
@@ -316,7 +330,7 @@ def wikidata_aliases(kg: KnowledgeGraph, root=None) -> dict:  # root: the data d
     return {v['wikidata_id']: list(v['alternatives']) for v in read_json_file(f).values()
             if v.get('wikidata_id') in idx and v.get('alternatives')}
 
-# %% ../nbs/19_ultrag.ipynb #c035
+# %% ../nbs/19_ultrag.ipynb #c039
 def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
                              kinds=MENTION_KINDS, seed: int = 0,  # which perturbations, and their seed
                              aliases: dict | None = None,  # entity ID -> aliases (`wikidata_aliases`)
@@ -344,7 +358,7 @@ def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
         rows.append(row)
     return pd.DataFrame(rows).assign(seed_mentions_in_questions=len(every), unnamed_seeds_left_out=len(distinct) - len(pairs), perturbation_seed=seed)
 
-# %% ../nbs/19_ultrag.ipynb #c039
+# %% ../nbs/19_ultrag.ipynb #c043
 @dataclass
 class Pruned:
     "The subgraph the executor runs on: `kg`, `nodes[i]` = the full graph's index of its entity i, and the full graph's size."
@@ -379,7 +393,7 @@ class SEPPRPruner:
         sub, nodes = kg.induced_subgraph(ranked, name=f'{kg.name}[seppr k={self.k}]')
         return Pruned(sub, nodes, kg.num_entities)
 
-# %% ../nbs/19_ultrag.ipynb #c042
+# %% ../nbs/19_ultrag.ipynb #c046
 def _sub_leaf_sets(leaf_sets: dict, pruned: Pruned) -> dict:
     return {e: torch.as_tensor(x)[torch.as_tensor(pruned.nodes)] for e, x in leaf_sets.items()}
 
@@ -387,7 +401,7 @@ def _lift(x: torch.Tensor, pruned: Pruned) -> torch.Tensor:
     out = torch.zeros(pruned.full_size); out[torch.as_tensor(pruned.nodes)] = x.float().cpu()
     return out
 
-# %% ../nbs/19_ultrag.ipynb #c046
+# %% ../nbs/19_ultrag.ipynb #c050
 @torch.no_grad()
 def project_many(ex,  # an `ultra.UltraQueryExecutor`
                  xs: list,  # (V,) fuzzy sets
@@ -403,7 +417,7 @@ def project_many(ex,  # an `ultra.UltraQueryExecutor`
     out = torch.sigmoid(m.entity_model.propagate(g, X.unsqueeze(-1) * q.unsqueeze(0), rel_reprs, q, m.chunk_size))
     return list(out)
 
-# %% ../nbs/19_ultrag.ipynb #c047
+# %% ../nbs/19_ultrag.ipynb #c051
 def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
     "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
     from kgqa_nb.ultra import FUZZY_AND
@@ -428,7 +442,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
             for n, o in zip(ready, outs): val[id(n)] = o
     return val[id(query)].cpu()
 
-# %% ../nbs/19_ultrag.ipynb #c051
+# %% ../nbs/19_ultrag.ipynb #c055
 class NeuralExecutor:
     "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND), projections batched per level."
     label = 'neural (UltraQuery)'
@@ -459,7 +473,7 @@ class SymbolicStep:
         if key not in self._cache: self._cache = {key: SymbolicExecutor(pruned.kg)}
         return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
 
-# %% ../nbs/19_ultrag.ipynb #c056
+# %% ../nbs/19_ultrag.ipynb #c060
 class AlwaysSufficient:
     "Step 5 of ULTRAG-OTS: one round (the decider always returns True)."
     label = 'always (ULTRAG-OTS)'
@@ -490,7 +504,7 @@ class LLMDecider:
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
-# %% ../nbs/19_ultrag.ipynb #c059
+# %% ../nbs/19_ultrag.ipynb #c063
 ARBITRATOR_FIRST_LINE = 'Task: choose the answers to a question from ranked candidate entities.'
 
 def arbitrator_messages(question: str, query_text: str, top: list, kg: KnowledgeGraph) -> list:
@@ -544,7 +558,7 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     best = max(f1)
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
-# %% ../nbs/19_ultrag.ipynb #c062
+# %% ../nbs/19_ultrag.ipynb #c066
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -564,7 +578,7 @@ class UltragResult:
     prompt_tokens: int = 0  # LLM tokens of this question's calls (writer, decider, arbitrator), replies from the cache included
     completion_tokens: int = 0
 
-# %% ../nbs/19_ultrag.ipynb #c064
+# %% ../nbs/19_ultrag.ipynb #c068
 class Ultrag:
     "ULTRAG (Algorithm 1): writer -> linker -> SEPPR pruner -> executor -> decider (loop) -> arbitrator."
     def __init__(self, kg: KnowledgeGraph, writer, executor,
@@ -584,7 +598,7 @@ class Ultrag:
         return {s: getattr(getattr(self, s), 'label', type(getattr(self, s)).__name__)
                 for s in ('writer', 'linker', 'pruner', 'executor', 'decider', 'arbitrator')}
 
-# %% ../nbs/19_ultrag.ipynb #c067
+# %% ../nbs/19_ultrag.ipynb #c071
 @patch
 def answer(self: Ultrag, question: str,  # the natural-language question
            seeds=None):  # seed entity IDs, or None to link the writer's mentions
@@ -617,320 +631,3 @@ def answer(self: Ultrag, question: str,  # the natural-language question
         res.prompt_tokens += st.tokens['prompt_tokens'] - b['prompt_tokens']
         res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
     return res
-
-# %% ../nbs/19_ultrag.ipynb #c071
-def gold_rank(x: torch.Tensor, gold_idx) -> int:
-    "1 + the non-gold entities scoring at least as high as the best gold one."
-    x = np.asarray(x, np.float64); g = np.zeros(len(x), bool); g[list(gold_idx)] = True
-    return int(1 + ((x >= x[g].max()) & ~g).sum())
-
-def _category(rec, split) -> str:
-    from kgqa_nb.dataset import test_category
-    return 'train' if split == 'train' else test_category(rec['test_type'])
-
-# %% ../nbs/19_ultrag.ipynb #c074
-def evaluate_ultrag(pipe: Ultrag,  # the recipe
-             records: pd.DataFrame,  # GTSQA-schema records (a 'split' column is used when present)
-             use_seeds: bool = True,  # give the seed entities (else the writer's mentions are linked)
-             show_progress: bool = False) -> pd.DataFrame:
-    "One row per question: answer-set Hits/P/R/F1/EM, the gold rank, the top-50 and gold IDs, error, timings and the question's class."
-    from kgqa_nb.core import progress
-    keep, pipe.keep_scores, rows = pipe.keep_scores, True, []
-    try:
-        for rec in progress(records.to_dict('records'), desc='ultrag', **({} if show_progress else dict(disable=True))):
-            seeds, gold, _ = record_ids(rec)
-            res = pipe.answer(rec['question'], seeds if use_seeds else None)
-            p, rcl, f1 = metrics.set_prf(res.answers, gold)
-            gi = [pipe.kg.entity(a) for a in gold]
-            split = rec.get('split', 'test')
-            rows.append(dict(id=rec['id'], split=split, n_hops=int(rec['n_hops']), graph_isomorphism=rec['graph_isomorphism'],
-                             test_type=_category(rec, split), query=res.query, error=res.error, n_answers=len(res.answers),
-                             hits=metrics.answer_hit(res.answers, gold), precision=p, recall=rcl, f1=f1,
-                             exact_match=metrics.exact_match(res.answers, gold),
-                             rank=gold_rank(res.scores, gi) if res.scores is not None else pipe.kg.num_entities,
-                             subgraph_nodes=res.subgraph_nodes, subgraph_edges=res.subgraph_edges, rounds=res.rounds, gold=gold, top=res.top, flops=res.flops,
-                             prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
-                             **{f't_{k}': v for k, v in res.timings.items()}))
-    finally: pipe.keep_scores = keep
-    df = pd.DataFrame(rows)
-    for k, v in pipe.labels().items(): df[k] = v
-    return df
-
-# %% ../nbs/19_ultrag.ipynb #c076
-def summarise_ultrag(df: pd.DataFrame, by=None) -> pd.DataFrame:
-    "Mean Hits/Recall/F1/EM (%), MRR and Hits@1/3/10 (%) and the invalid-query rate, overall or per group."
-    def agg(g):
-        rm = metrics.ranking_metrics(g['rank'].to_numpy())
-        return pd.Series(dict(n=len(g), hits=100 * g.hits.mean(), recall=100 * g.recall.mean(), f1=100 * g.f1.mean(),
-                              exact_match=100 * g.exact_match.mean(), mrr=100 * rm['mrr'],
-                              **{f'hits@{k}': 100 * rm[f'hits@{k}'] for k in (1, 3, 10)},
-                              invalid=100 * (g.error != '').mean()))
-    if by is None: return agg(df).to_frame().T
-    return df.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()
-
-# %% ../nbs/19_ultrag.ipynb #c078
-def cost_per_query(df: pd.DataFrame,  # `evaluate_ultrag`'s table
-                   llm_active_params: float = 5.1e9) -> pd.DataFrame:  # the LLM of the paper's Appendix A bound (GPT-OSS-120B)
-    "Mean cost of one question: seconds per step and in all, executor GFLOPs, LLM tokens, and the Appendix-A FLOPs of an LLM reading the pruned graph."
-    from kgqa_nb.ultra import llm_prefill_flops
-    steps = [c for c in df.columns if c.startswith('t_')]
-    row = {f'seconds_{c[2:]}': df[c].fillna(0).mean() for c in steps}
-    row['seconds_total'] = df[steps].fillna(0).sum(axis=1).mean()
-    row['executor_gflops'] = df.flops.mean() / 1e9
-    row['prompt_tokens'], row['completion_tokens'] = df.prompt_tokens.mean(), df.completion_tokens.mean()
-    row['subgraph_nodes'], row['subgraph_edges'] = df.subgraph_nodes.mean(), df.subgraph_edges.mean()
-    llm = np.mean([llm_prefill_flops(n, e, llm_active_params) for n, e in zip(df.subgraph_nodes, df.subgraph_edges)])
-    row['llm_reading_gflops'] = llm / 1e9
-    row['llm_to_executor_flops'] = llm / df.flops.mean() if df.flops.mean() > 0 else float('nan')
-    return pd.DataFrame([dict(n=len(df), **row)])
-
-# %% ../nbs/19_ultrag.ipynb #c085
-def subgraphrag_baseline(kg: KnowledgeGraph,
-                         records: pd.DataFrame,  # GTSQA-schema records with a `split` column (train and test)
-                         encoder,  # a `text.TextEncoder` (frozen)
-                         cache_dir,  # parent of the question-graph and study caches
-                         reader,  # a `readers` reader (`readers.make_reader`)
-                         k: int = 200,  # triples the reader is given (the ULTRAG paper: 200)
-                         epochs: int = 4,  # most training epochs
-                         graph_seed: int = 0,  # seed of the question-graph construction
-                         n_nodes: int = 500,  # entities of each question graph
-                         max_triples: int = 5000,  # most triples of each question graph
-                         threads: int | None = 1,  # CPU threads for training
-                         references=()) -> pd.DataFrame:  # training-free retrievers run beside it ('ppr', 'embedding'), e.g. for `retriever_study.training_gate`
-    "Per test question: hits, answer recall and ground-truth recall of SubgraphRAG(k) (GT-trained retriever, seed 0) with `reader`; the study's folder in `.attrs`."
-    from kgqa_nb.retriever_study import retriever_study, study_question_graphs
-    if k < 1 or epochs < 1 or n_nodes < 1 or max_triples < 1:
-        raise ValueError(f'k, epochs, n_nodes and max_triples must be at least 1, got {k}, {epochs}, {n_nodes}, {max_triples}')
-    qgs = study_question_graphs(kg, records, cache_dir, 'build', seed=graph_seed, n_nodes=n_nodes, max_triples=max_triples)
-    return retriever_study(kg, records, qgs, encoder, cache_dir, labels=['gt'], seeds=[0], references=tuple(references),
-                           train_cfg=dict(epochs=epochs, patience=2, val_metric='answer_recall@100'),
-                           reader=reader, reader_ks=[k], ks=sorted({10, 100, k}), threads=threads)
-
-# %% ../nbs/19_ultrag.ipynb #c089
-def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s table of the test questions
-                          baseline: pd.DataFrame,  # `subgraphrag_baseline`'s table of the same questions
-                          k: int = 200,  # the baseline's K
-                          symbolic_rows: pd.DataFrame | None = None) -> pd.DataFrame:  # the same queries run by the symbolic executor
-    "ULTRAG Hits (and the symbolic executor's on the same queries) beside SubgraphRAG(k) Hits, answer recall and GT recall (%), overall and per hop count."
-    cols = [f'hits@{k}', f'answer_recall@{k}', f'gt_recall@{k}']
-    both = ultrag_rows[['id', 'n_hops', 'hits']].astype({'id': str}).merge(baseline.astype({'id': str})[['id', *cols]], on='id', how='inner')
-    if len(both) != len(ultrag_rows): raise ValueError(f'{len(ultrag_rows) - len(both)} of {len(ultrag_rows)} ULTRAG questions have no SubgraphRAG row')
-    if symbolic_rows is not None:
-        sym = symbolic_rows[['id', 'hits']].astype({'id': str}).rename(columns={'hits': 'symbolic'})
-        if set(sym.id) != set(both.id): raise ValueError('the symbolic executor ran other questions than ULTRAG')
-        both = both.merge(sym, on='id')
-    def agg(g): return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(),
-                                  **({'symbolic_hits': 100 * g.symbolic.mean()} if 'symbolic' in g else {}), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
-                                  'subgraphrag_answer_recall': 100 * g[cols[1]].mean(), 'subgraphrag_gt_recall': 100 * g[cols[2]].mean()})
-    vs = pd.concat([agg(both).to_frame().T.assign(group_by='all', group='all'),
-                    both.groupby('n_hops').apply(agg, include_groups=False).reset_index().rename(columns={'n_hops': 'group'}).assign(group_by='n_hops')],
-                   ignore_index=True)
-    return vs[['group_by', 'group'] + [c for c in vs.columns if c not in ('group_by', 'group')]].assign(
-        k=k, subgraphrag=f'SubgraphRAG retriever (GT labels, seed 0) top-{k}')
-
-# %% ../nbs/19_ultrag.ipynb #c092
-def triples_subgraph(kg: KnowledgeGraph, triples,  # (n, 3) KG index (head, relation, tail) rows, each a triple of `kg`
-                     keep=(),  # entity indices kept even without a triple (the seeds)
-                     name: str = 'given triples',
-                     drop_missing: bool = False) -> Pruned:  # leave out triples the KG lacks (else they are an error)
-    "The graph of exactly `triples` and the entities `keep`, as a `Pruned` of `kg`."
-    tri = np.asarray(triples, np.int64).reshape(-1, 3)
-    if drop_missing: tri = tri[kg.has_triples(tri[:, 0], tri[:, 1], tri[:, 2])]
-    keys = (kg.head * kg.num_relations + kg.rel) * kg.num_entities + kg.tail
-    order = np.argsort(keys, kind='stable')
-    want = (tri[:, 0] * kg.num_relations + tri[:, 1]) * kg.num_entities + tri[:, 2]
-    pos = np.minimum(np.searchsorted(keys[order], want), len(keys) - 1)
-    if (bad := int((keys[order][pos] != want).sum())): raise ValueError(f'{bad} of {len(tri)} triples are not in {kg.name}')
-    sub, nodes = kg.edge_subgraph(order[pos], nodes=np.asarray(list(keep), np.int64), name=f'{kg.name}[{name}]')
-    return Pruned(sub, nodes, kg.num_entities)
-
-# %% ../nbs/19_ultrag.ipynb #c095
-class RestrictedPruner:
-    "Step 3 inside a given subgraph of the KG (a question graph, a retriever's top-k triples): the inner pruner runs on it."
-    def __init__(self, graph: Pruned,  # the subgraph (`triples_subgraph`)
-                 inner=None,  # the pruner run inside it (default SEPPRPruner())
-                 name: str = 'given subgraph'):  # what the subgraph is, for tables
-        self.graph, self.inner, self.name = graph, inner or SEPPRPruner(), name
-        self.label = f'{name}, then {self.inner.label}'
-
-    def prune(self, kg: KnowledgeGraph, leaf_sets: dict) -> Pruned:
-        "The inner pruner's subgraph of `self.graph`, indexed in `kg`."
-        if self.graph.full_size != kg.num_entities: raise ValueError(f'the subgraph is of a {self.graph.full_size}-entity KG, not of {kg.name}')
-        p = self.inner.prune(self.graph.kg, _sub_leaf_sets(leaf_sets, self.graph))
-        return Pruned(p.kg, self.graph.nodes[p.nodes], kg.num_entities)
-
-# %% ../nbs/19_ultrag.ipynb #c098
-def evaluate_within(pipe: Ultrag, records: pd.DataFrame,
-                    graphs: dict,  # question ID -> its `Pruned` graph
-                    name: str,  # what the graphs are, e.g. 'PPR top-200' (the `graph` column)
-                    use_seeds: bool = True) -> pd.DataFrame:
-    "`evaluate_ultrag` with each question's pruning and execution restricted to its graph in `graphs`."
-    missing = [str(i) for i in records['id'] if str(i) not in graphs]
-    if missing: raise ValueError(f'{len(missing)} questions have no graph in {name!r} (first: {missing[0]})')
-    base, rows = pipe.pruner, []
-    try:
-        for rec in records.to_dict('records'):
-            pipe.pruner = RestrictedPruner(graphs[str(rec['id'])], base, name)
-            rows.append(evaluate_ultrag(pipe, pd.DataFrame([rec]), use_seeds))
-    finally: pipe.pruner = base
-    return pd.concat(rows, ignore_index=True).assign(graph=name)
-
-# %% ../nbs/19_ultrag.ipynb #c100
-QUESTION_GRAPH = 'question graph (retriever study, GT re-added)'
-
-def retrieved_graphs(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
-                     qgraphs,  # their question graphs, in record order (`retriever_study.study_question_graphs`)
-                     encoder,  # the study's text encoder
-                     retrievers: dict,  # name -> a trained retriever or a reference name ('ppr', 'embedding')
-                     k: int = 200,  # triples kept per retriever
-                     ids=None,  # the test question IDs to take (None: every test question)
-                     root=None) -> dict:  # embedding-store parent folder
-    "{graph name: {test question ID: Pruned}}: each question graph whole, and each retriever's top-k triples of it (seeds kept)."
-    from kgqa_nb.retriever_study import retriever_scores
-    from kgqa_nb.subgraphrag import prepare_examples, text_features, top_triples
-    want = records['split'].eq('test') & (records['id'].astype(str).isin({str(i) for i in ids}) if ids is not None else True)
-    pos = np.flatnonzero(want.to_numpy())
-    recs, qgs = records.iloc[pos].to_dict('records'), [qgraphs[int(i)] for i in pos]
-    exs = prepare_examples(recs, qgs, encoder, root=root)
-    feats = text_features(kg, encoder, entities=exs.nodes, root=root)
-    out = {QUESTION_GRAPH: {}, **{f'{n} top-{k}': {} for n in retrievers}}
-    for qg, ex in zip(qgs, exs):
-        out[QUESTION_GRAPH][str(qg.id)] = triples_subgraph(kg, np.stack([qg.h, qg.r, qg.t], 1), qg.seeds, 'question graph', True)
-        for n, ret in retrievers.items():
-            top = top_triples(ex, retriever_scores(ret, ex, feats), k)
-            out[f'{n} top-{k}'][str(qg.id)] = triples_subgraph(kg, top, qg.seeds, f'{n} top-{k}', True)
-    return out
-
-# %% ../nbs/19_ultrag.ipynb #c102
-def same_footing_table(runs: pd.DataFrame) -> pd.DataFrame:  # `evaluate_ultrag` / `evaluate_within` rows with a `graph` column
-    "Per (graph, executor): questions, mean triples of the executed graph, and Hits / Recall / F1 (%) with bootstrap 95% CIs."
-    from kgqa_nb.spanalysis import bootstrap_interval
-    groups = runs.groupby(['graph', 'executor'], sort=False)
-    if groups.id.apply(lambda s: tuple(sorted(map(str, s)))).nunique() > 1: raise ValueError('the (graph, executor) rows ran different questions')
-    rows = []
-    for (g, ex), d in groups:
-        row = dict(graph=g, executor=ex, n=len(d), mean_triples=float(d.subgraph_edges.mean()))
-        for m in ('hits', 'recall', 'f1'):
-            x = 100 * d[m].astype(float).to_numpy()
-            row[m] = float(x.mean()); row[f'{m}_ci_low'], row[f'{m}_ci_high'] = bootstrap_interval(x)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-# %% ../nbs/19_ultrag.ipynb #c106
-class GivenQueryWriter:
-    "Step 1 when the user writes the query (`--query`): parse and check it once; no LLM."
-    label = 'given by the user (--query)'
-    def __init__(self, text: str,  # the DSL query, e.g. 'Q42 -> P19'
-                 kg: KnowledgeGraph):  # the graph its relations and entities must be in
-        self.text, self.kg = text, kg
-    def write(self, question: str, seeds=None, history=()) -> WrittenQuery:
-        "The given query (the question is not read); an invalid one comes back with its reason."
-        out = WrittenQuery(reply=self.text)
-        try:
-            try: q = parse_query(self.text)
-            except DSLSyntaxError as e: raise QueryWriteError('syntax', str(e)) from None
-            check_query(q, self.kg, seeds or ())
-            out.query = q
-        except QueryWriteError as e: out.errors.append(e.reason); out.message = str(e)
-        return out
-
-# %% ../nbs/19_ultrag.ipynb #c110
-def display_query(text: str,  # canonical DSL text
-                  mentions: dict | None = None) -> str:  # placeholder ID -> mention
-    "The query for people: each placeholder leaf replaced by its mention in brackets."
-    for ph, m in (mentions or {}).items(): text = re.sub(rf'\b{re.escape(ph)}\b', f'[{m}]', text)
-    return text
-
-# %% ../nbs/19_ultrag.ipynb #c113
-OFFLINE_ASK = ("offline, no query writer can read an arbitrary question: give --query 'Q42 -> P19' (a DSL query over the KG's "
-               "entity and relation IDs, run by --executor), --dataset DIR --id N (a question of a kgqa generate / kgqagen "
-               "folder; the oracle writes its gold query), or --backend openai --base-url URL --model NAME (an LLM writes the query)")
-
-def check_ask_source(a):
-    "Raise `UsageError` when the parsed `ask` arguments name no way to write the query, or half of one."
-    if bool(a.dataset) != bool(a.id) and not (a.dataset and a.query):
-        raise UsageError('--id needs --dataset (the folder the question is in)' if a.id else '--dataset needs --id N (which question to answer)')
-    if not (a.query or a.id or a.question): raise UsageError('give a question, --query or --dataset DIR --id N')
-    if a.backend == 'offline' and not (a.query or a.id): raise UsageError(OFFLINE_ASK)
-
-# %% ../nbs/19_ultrag.ipynb #c116
-def _cli_source(a):
-    "(Source, KG) of the parsed arguments."
-    from kgqa_nb.core import user_cache_dir
-    from kgqa_nb.datasources import dataset_kg, load_source, open_dataset_dir, resolve_kg
-    if a.dataset:
-        src = open_dataset_dir(a.dataset, seed=a.seed)
-        return src, dataset_kg(src, a.kg or None)
-    kg = resolve_kg(a.kg or 'toyworld')
-    return (load_source('generated', kg=kg, seed=a.seed, root=user_cache_dir()) if a.mode == 'batch' else None), kg
-
-def _cli_record(src, qid: str) -> dict:
-    "The record with ID `qid` among every record of the dataset."
-    pool = src.records if src.records is not None else src.all
-    hit = pool[pool['id'].astype(str) == str(qid)]
-    if not len(hit): raise UsageError(f'--id {qid}: no question with that ID in --dataset ({len(pool)} questions, IDs {pool["id"].iloc[0]}..{pool["id"].iloc[-1]})')
-    return hit.iloc[0].to_dict()
-
-def _cli_seeds(a, kg, rec=None):
-    "Seed IDs: --seeds, else the record's seeds, else None (the linker resolves the writer's mentions)."
-    seeds = [s.strip() for s in a.seeds.split(',') if s.strip()] or (record_ids(rec)[0] if rec is not None else None)
-    bad = [s for s in seeds or () if s not in kg.entity_index]
-    if bad: raise UsageError(f'--seeds: IDs not in {kg.name}: {bad}')
-    return seeds
-
-# %% ../nbs/19_ultrag.ipynb #c118
-def _cli_pipeline(a, kg, records=None):  # records: what the oracle writer may answer
-    from kgqa_nb.ultra import load_ultra
-    client = LLMClient('openai', model=a.model or None, base_url=a.base_url or None) if a.backend == 'openai' else None
-    if getattr(a, 'query', ''): writer = GivenQueryWriter(a.query, kg)
-    elif records is not None and client is None:
-        n = register_oracle_queries(records, kg)
-        if not n['ok']: raise UsageError(f'no question here has a gold query the DSL can express ({dict(n)}): give --query')
-        writer = oracle_writer(kg)
-    else: writer = LLMQueryWriter(client, kg)
-    arbitrator = LLMArbitrator(client) if client else ThresholdArbitrator(a.tau)
-    executor = SymbolicStep() if a.executor == 'symbolic' else NeuralExecutor(load_ultra(a.ckpt), a.logic)
-    return Ultrag(kg, writer, executor, pruner=SEPPRPruner(a.k), arbitrator=arbitrator)
-
-def _cli_ask(a, kg, pipe, question, seeds, gold=()) -> int:
-    res = pipe.answer(question, seeds)
-    if res.error: raise QueryWriteError(res.error, f'no valid query ({pipe.labels()["writer"]}): {res.message}')
-    print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}')
-    if question: print(f'question: {question}')
-    print(f'query: {display_query(res.query, res.mentions)}')
-    for e, p in res.top[:a.top]:
-        mark = ('  <- answer' if e in res.answers else '') + ('  (gold, oracle)' if e in gold else '')
-        print(f'  {p:.4f}  {kg.entity_labels[kg.entity(e)]} ({e}){mark}')
-    print('timings: ' + ', '.join(f'{k} {v:.3f}s' for k, v in res.timings.items()))
-    return 0
-
-# %% ../nbs/19_ultrag.ipynb #c120
-MIN_SEPPR_NODES = 100  # fewer SEPPR nodes (--k) and the pruned graph holds little beyond the seeds: the command says so first
-
-def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
-    "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
-    check_model_flag(a.backend, a.model)
-    if a.mode == 'ask': check_ask_source(a)
-    if a.mode == 'batch' and a.out: check_output_file(a.out)
-    say_too_small('ultrag', {f'SEPPR nodes (--k {a.k})': (a.k or MIN_SEPPR_NODES, MIN_SEPPR_NODES)},
-                  'the pruned graph holds little beyond the seeds, so a seed may be ranked as its own answer (raise --k; 0 keeps the whole graph)')
-    src, kg = _cli_source(a)
-    if a.mode == 'ask':
-        rec = _cli_record(src, a.id) if a.id else None
-        pipe = _cli_pipeline(a, kg, pd.DataFrame([rec]) if rec is not None else None)
-        gold = rec['all_answers_wikidata'] if rec is not None else ()
-        return _cli_ask(a, kg, pipe, rec['question'] if rec is not None else a.question, _cli_seeds(a, kg, rec), gold)
-    recs = getattr(src, a.split)
-    if not len(recs): raise UsageError(f'the {a.split} split of the dataset is empty ({len(src.train)} train, {len(src.test)} test questions)')
-    recs = (recs.head(a.n) if a.n else recs).assign(split=a.split)
-    say_too_small('ultrag', {f'{a.split} questions': (len(recs), 10)}, 'generate more (kgqa generate --n 200)')
-    pipe = _cli_pipeline(a, kg, recs if a.backend == 'offline' else None)
-    print(f'writer: {pipe.labels()["writer"]}; executor: {pipe.labels()["executor"]}; arbitrator: {pipe.labels()["arbitrator"]}')
-    if pipe.labels()['writer'] == ORACLE_LABEL:
-        print("the oracle writes each question's gold query: the scores measure execution on the pruned graph, not reading the question")
-    df = evaluate_ultrag(pipe, recs, use_seeds=not a.link, show_progress=True)
-    print(summarise_ultrag(df).round(2).to_string(index=False))
-    if a.out:
-        write_table(df.drop(columns=['top']), a.out, params=vars(a), kg=kg.name, llm_backend=pipe.labels()['writer'], command='kgqa ultrag batch')
-        print(f'wrote {a.out}')
-    return 0

@@ -90,7 +90,7 @@ def test_ask_an_unknown_id_and_a_bad_query_are_one_line(home, gen_dir):
 def test_printed_query_has_no_placeholder_ids(home):
     "Placeholder leaves (the writer's Q1, Q2) are printed as their mentions, never as something that looks like a Wikidata ID."
     code = textwrap.dedent('''
-        from kgqa_nb.ultrag import display_query
+        from kgqa_nb.ultrag_eval import display_query
         print(display_query('AND(Q1 -> P86 inv, Q2 -> P155) -> P175', {'Q1': 'Autumn Key', 'Q2': 'Live in Froino'}))''')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env_for(home)).stdout
     assert out.strip() == 'AND([Autumn Key] -> P86 inv, [Live in Froino] -> P155) -> P175' and not re.search(r'\bQ[12]\b', out)

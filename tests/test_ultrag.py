@@ -12,8 +12,9 @@ from kgqa_nb.llm import LLMClient, register_offline_model
 from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.dsl import parse_query, SymbolicExecutor
 from kgqa_nb.ultrag import (WRITER_FIRST_LINE, LLMQueryWriter, LLMDecider, LLMArbitrator, Ultrag, SymbolicStep, NeuralExecutor,
-                            SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, evaluate_ultrag, summarise_ultrag,
-                            fit_tau, edge_capped_prefix, crisp_set, QueryWriteError, check_query)
+                            SEPPRPruner, ThresholdArbitrator, EntityLinker, oracle_writer, record_ids, fit_tau, edge_capped_prefix,
+                            crisp_set, QueryWriteError, check_query)
+from kgqa_nb.ultrag_eval import evaluate_ultrag, summarise_ultrag
 from kgqa_nb.cli import main as kgqa
 
 TW = load_kg('toyworld')
@@ -226,7 +227,7 @@ def test_cli_question_without_a_query_is_refused_offline(capsys):
 
 
 def test_placeholders_are_printed_as_mentions():
-    from kgqa_nb.ultrag import display_query
+    from kgqa_nb.ultrag_eval import display_query
     assert display_query('AND(Q1 -> P86 inv, Q2 -> P155)', {'Q1': 'Autumn Key', 'Q2': 'Live'}) == 'AND([Autumn Key] -> P86 inv, [Live] -> P155)'
 
 
@@ -276,7 +277,7 @@ def test_batched_projections_equal_one_at_a_time(ultraquery):
 
 def _answer_graph(rec, extra: int, seed: int = 0):
     "A question's ground-truth triples plus `extra` random triples of the toy world, as a restricted graph (seeds kept)."
-    from kgqa_nb.ultrag import triples_subgraph
+    from kgqa_nb.ultrag_eval import triples_subgraph
     seeds, _, sg = record_ids(rec)
     gt = np.array([[TW.entity(h), TW.relation(r), TW.entity(t)] for h, r, t in sg], np.int64).reshape(-1, 3)
     rnd = TW.triples[np.random.default_rng(seed).choice(TW.num_triples, extra, replace=False)]
@@ -285,7 +286,7 @@ def _answer_graph(rec, extra: int, seed: int = 0):
 
 def test_an_executor_on_a_restricted_graph_never_returns_an_entity_outside_it(toy_source, ultraquery):
     "Both executors inside a question's graph: every positive membership and every answer is an entity of that graph."
-    from kgqa_nb.ultrag import RestrictedPruner, evaluate_within
+    from kgqa_nb.ultrag_eval import RestrictedPruner, evaluate_within
     recs = toy_source.test.head(6).assign(split='test')
     graphs = {str(r['id']): _answer_graph(r, 150, i) for i, r in enumerate(recs.to_dict('records'))}
     pipe = Ultrag(TW, oracle_writer(TW, toy_source.all), NeuralExecutor(ultraquery), pruner=SEPPRPruner(k=0),
@@ -372,7 +373,7 @@ def test_mention_linking_accuracy_scores_each_kind_on_the_seeds_it_applies_to(to
 
 
 def test_same_footing_table_refuses_rows_on_different_questions():
-    from kgqa_nb.ultrag import same_footing_table
+    from kgqa_nb.ultrag_eval import same_footing_table
     row = lambda i, g, h: dict(id=i, graph=g, executor='symbolic', hits=h, recall=float(h), f1=float(h), subgraph_edges=10)
     runs = pd.DataFrame([row(1, 'a', True), row(2, 'a', False), row(1, 'b', True), row(2, 'b', True)])
     t = same_footing_table(runs).set_index('graph')
