@@ -18,7 +18,8 @@ from .core import ReasonError
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
-                         query_entities, query_relations, oracle_query, QueryConversionError, SymbolicExecutor)
+                         query_entities, query_relations, SymbolicExecutor)
+from .dsl_convert import oracle_query, QueryConversionError
 from .paths import seppr, top_k_nodes
 from . import metrics
 
