@@ -100,9 +100,9 @@ def ultra_ranks(model, g, queries, filter_triples, batch: int, dev) -> tuple:
 
 
 def metrics_of(ranks: dict) -> dict:
-    "MRR and Hits@1/3/10 of each direction (`ultra.ranking_metrics`)."
-    from kgqa_nb.ultra import ranking_metrics
-    return {d: {k: v for k, v in ranking_metrics(x).items() if k != 'n_queries'} for d, x in ranks.items()}
+    "MRR and Hits@1/3/10 of each direction (`metrics.ranking_metrics`)."
+    from kgqa_nb.metrics import ranking_metrics
+    return {d: ranking_metrics(x) for d, x in ranks.items()}
 
 
 def max_metric_diff(a: dict, b: dict) -> float:

@@ -28,9 +28,8 @@ __all__ = ['REL_EDGE_TYPES', 'DEFAULT_CHUNK', 'KERNEL_MODES', 'ULTRA_CHECKPOINTS
            'relational_adjacency', 'csr_sum', 'kernel_mode', 'fused_kernel', 'use_fused', 'fused_relational_sum',
            'ForwardBuffers', 'GeneralizedRelationalConv', 'RelNBFNet', 'EntityNBFNet', 'Ultra', 'ultra_flops',
            'appendix_a_flops', 'llm_prefill_flops', 'CheckpointError', 'checkpoint_path', 'ultra_state_dict',
-           'state_dict_mismatch', 'load_ultra', 'known_answers', 'filtered_ranks', 'ranking_metrics',
-           'link_prediction_ranks', 'evaluate_link_prediction', 'unseen_relation_queries', 'evaluate_split',
-           'UltraQueryExecutor', 'missing_fact_queries']
+           'state_dict_mismatch', 'load_ultra', 'known_answers', 'link_prediction_ranks', 'evaluate_link_prediction',
+           'unseen_relation_queries', 'evaluate_split', 'UltraQueryExecutor', 'missing_fact_queries']
 
 # %% ../nbs/18_ultra.ipynb #c005
 @dataclass
@@ -538,25 +537,7 @@ def known_answers(filter_triples: np.ndarray,  # (m, 3) int64 (h, r, t) of all t
     pos = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum())
     return rows, ans[pos]
 
-# %% ../nbs/18_ultra.ipynb #c073
-def filtered_ranks(scores: torch.Tensor,  # (B, V) higher = more likely
-                   target: torch.Tensor,  # (B,) index of the true answer
-                   filter_rows: torch.Tensor | None = None,  # rows of (row, entity) pairs to exclude (other true answers)
-                   filter_cols: torch.Tensor | None = None):  # entities of those pairs
-    "Rank of each row's target among its unfiltered candidates by `metrics.filtered_ranks` (ties count against it; 1 = best)."
-    s, tg = scores.detach().float().cpu().numpy(), target.cpu().numpy()
-    rows = np.zeros(0, np.int64) if filter_rows is None else filter_rows.cpu().numpy()
-    cols = np.zeros(0, np.int64) if filter_cols is None else filter_cols.cpu().numpy()
-    return torch.as_tensor(metrics.filtered_ranks(s, tg, rows, cols), dtype=torch.long)
-
 # %% ../nbs/18_ultra.ipynb #c077
-def ranking_metrics(ranks) -> dict:
-    "MRR and Hits@1/3/10 of a set of ranks (computed by `metrics.ranking_metrics`), with the number of queries."
-    r = torch.as_tensor(ranks).double().cpu().numpy()
-    if r.size == 0: raise ValueError('no ranks to summarise')
-    return {**metrics.ranking_metrics(r), 'n_queries': int(r.size)}
-
-# %% ../nbs/18_ultra.ipynb #c080
 @torch.no_grad()
 def link_prediction_ranks(model: Ultra, graph: UltraGraph,
                           queries: np.ndarray,  # (n, 3) int64 (h, r, t) with r an original relation (< R)
@@ -576,11 +557,10 @@ def link_prediction_ranks(model: Ultra, graph: UltraGraph,
         b = q[s:s + batch_size]
         sel = (rows >= s) & (rows < s + len(b))
         scores = model.predict(graph, torch.from_numpy(b[:, anchor_col]).to(dev), torch.from_numpy(b[:, 1]).to(dev), direction)
-        out.append(filtered_ranks(scores, torch.from_numpy(b[:, target_col]).to(dev), torch.from_numpy(rows[sel] - s).to(dev),
-                                  torch.from_numpy(cols[sel]).to(dev)).cpu())
-    return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
+        out.append(metrics.filtered_ranks(scores.detach().float().cpu().numpy(), b[:, target_col], rows[sel] - s, cols[sel]))
+    return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
 
-# %% ../nbs/18_ultra.ipynb #c082
+# %% ../nbs/18_ultra.ipynb #c079
 def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
                              queries: np.ndarray,  # (n, 3) test triples
                              filter_triples: np.ndarray,  # (m, 3) every triple known true
@@ -589,9 +569,9 @@ def evaluate_link_prediction(model: Ultra, graph: UltraGraph,
     "Filtered MRR/Hits@k for tail, head and both directions pooled (ULTRA's protocol), with the ranks."
     ranks = {d: link_prediction_ranks(model, graph, queries, filter_triples, d, batch_size, show_progress) for d in ('tail', 'head')}
     ranks['both'] = np.concatenate([ranks['tail'], ranks['head']])
-    return {d: {**ranking_metrics(r), 'ranks': r} for d, r in ranks.items()}
+    return {d: {**metrics.ranking_metrics(r), 'n_queries': len(r), 'ranks': r} for d, r in ranks.items()}
 
-# %% ../nbs/18_ultra.ipynb #c086
+# %% ../nbs/18_ultra.ipynb #c083
 def unseen_relation_queries(kg: KnowledgeGraph,  # the message-passing graph
                             queries: np.ndarray):  # (n, 3) (h, r, t)
     "Which queries ask about a relation with no edge in `kg` (a boolean mask): ULTRA sees it as an isolated relation node."
@@ -619,7 +599,7 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
     return pd.DataFrame([dict(direction=d, n_queries=m['n_queries'], mrr=m['mrr'], **{f'hits@{k}': m[f'hits@{k}'] for k in (1, 3, 10)})
                          for d, m in res.items()])
 
-# %% ../nbs/18_ultra.ipynb #c095
+# %% ../nbs/18_ultra.ipynb #c092
 from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
@@ -628,7 +608,7 @@ FUZZY_AND = {
     'lukasiewicz': lambda x, y: (x + y - 1).clamp(min=0),
 }
 
-# %% ../nbs/18_ultra.ipynb #c096
+# %% ../nbs/18_ultra.ipynb #c093
 class UltraQueryExecutor:
     "Neural execution of DSL queries with an ULTRA model: projections by message passing, AND by fuzzy logic (a `QueryExecutor`)."
     def __init__(self, model: Ultra,  # e.g. load_ultra('ultraquery') (or a plain ULTRA checkpoint with threshold ~0.8)
@@ -654,7 +634,7 @@ class UltraQueryExecutor:
         init = x.view(-1, 1, 1) * q.view(1, 1, -1)  # (V, 1, d) membership x query vector
         return torch.sigmoid(m.entity_model.propagate(g, init, rel_reprs, q, m.chunk_size)[0])
 
-# %% ../nbs/18_ultra.ipynb #c098
+# %% ../nbs/18_ultra.ipynb #c095
 from fastcore.basics import patch
 
 @patch
@@ -688,7 +668,7 @@ def execute(self: UltraQueryExecutor, query,  # a query AST or DSL text
     if isinstance(query, str): query = parse_query(query)
     return self._run(query, leaf_sets).cpu()
 
-# %% ../nbs/18_ultra.ipynb #c104
+# %% ../nbs/18_ultra.ipynb #c101
 def missing_fact_queries(kg: KnowledgeGraph,  # the incomplete KG
                          deleted,  # DataFrame (h, r, t) of IDs of facts absent from `kg` (e.g. from make_toyworld)
                          limit: int = 50):  # at most this many queries

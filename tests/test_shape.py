@@ -74,13 +74,11 @@ SAME_PROTOCOL = {
 
 # name -> its two meanings: one name defined in two modules with different meanings, awaiting a rename (issue 40, item 5)
 AWAITING_RENAME = {
-    'filtered_ranks': 'metrics and ultra both rank (metrics alone should)',
     'generate_cli': "filters' and synthkgqa's `kgqa generate` entry points",
     'gold_answers': 'pathgen vs spanalysis, arguments swapped',
     'item_id': "minimality: an entity or relation's ID; readers: a reader item's ID",
     'path_text': "agents: a walked path as text; pathgen: a relation path as the generator's target",
     'path_triples': "agents: the triples of walked paths; sr: the edge positions along a relation path",
-    'ranking_metrics': 'metrics and ultra both rank (metrics alone should)',
     'relation_index': "dsl: a relation's index in a KG; kg: `KnowledgeGraph.relation_index`, the whole ID -> index map",
     'sample_questions': 'kgrag and neural_symbolic each sample questions their own way',
 }

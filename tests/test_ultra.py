@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from kgqa_nb import metrics, ultra
 from kgqa_nb.core import data_dir
 from kgqa_nb.ultra import (ULTRA_CHECKPOINTS, CheckpointError, GeneralizedRelationalConv, REL_EDGE_TYPES, UltraQueryExecutor,
-                           build_relation_graph, checkpoint_path, evaluate_link_prediction, filtered_ranks, load_ultra,
+                           build_relation_graph, checkpoint_path, evaluate_link_prediction, load_ultra,
                            missing_fact_queries, ultra_graph)
 from kgqa_nb.ultra_eval import ultra_eval_cli
 
@@ -157,25 +157,20 @@ def test_relation_graph_definition(n, e, R, seed):
     assert len(got) == len(set(got)) and set(got) == want
 
 
-def test_filtered_ranks_ties_count_against():
-    s = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    assert filtered_ranks(s, torch.tensor([0])).tolist() == [3]
-    assert filtered_ranks(s, torch.tensor([0]), torch.tensor([0]), torch.tensor([1])).tolist() == [2]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 8), st.integers(1, 40), st.integers(1, 5), st.integers(0, 60), st.integers(0, 2**31 - 1))
-def test_filtered_ranks_are_the_metrics_modules(B, V, levels, n_filter, seed):
-    "Batched ranks = metrics.filtered_rank row by row = the original's vectorised formula, on scores full of ties."
-    g = torch.Generator().manual_seed(seed)
-    s = torch.randint(0, levels, (B, V), generator=g).float() / levels
-    tg = torch.randint(0, V, (B,), generator=g)
-    fr, fc = torch.randint(0, B, (n_filter,), generator=g), torch.randint(0, V, (n_filter,), generator=g)
-    got = filtered_ranks(s, tg, fr, fc).tolist()
-    assert got == [metrics.filtered_rank(s[i].numpy(), int(tg[i]), fc[fr == i].numpy()) for i in range(B)]
-    keep = torch.ones_like(s, dtype=torch.bool); keep[fr, fc] = False; keep[torch.arange(B), tg] = False
-    assert got == (((s >= s.gather(1, tg.view(-1, 1))) & keep).sum(1) + 1).tolist()
-    assert filtered_ranks(s, tg).tolist() == [metrics.filtered_rank(s[i].numpy(), int(tg[i])) for i in range(B)]
+def test_link_prediction_ranks_are_the_metrics_modules():
+    "ULTRA's evaluation ranks by `metrics.filtered_ranks` alone: a small model's ranks are the rule applied to its scores row by row."
+    from kgqa_nb.kg import KnowledgeGraph
+    torch.manual_seed(0)
+    kg = KnowledgeGraph([0, 1, 2, 3, 1, 0], [0, 0, 1, 1, 1, 0], [1, 2, 0, 1, 4, 2], [f'Q{i}' for i in range(1, 6)], ['P1', 'P2'])
+    m, g = ultra.Ultra(dim=8, num_layers=2), ultra_graph(kg)
+    q = np.stack([kg.head, kg.rel, kg.tail], 1).astype(np.int64)
+    for d, (a, t) in {'tail': (0, 2), 'head': (2, 0)}.items():
+        got = ultra.link_prediction_ranks(m, g, q, q, d, batch_size=2)
+        with torch.no_grad(): s = m.predict(g, torch.from_numpy(q[:, a]), torch.from_numpy(q[:, 1]), d).float().numpy()
+        others = [[int(x[t]) for x in q if x[a] == row[a] and x[1] == row[1] and x[t] != row[t]] for row in q]
+        assert got.dtype == np.int64 and got.tolist() == [metrics.filtered_rank(s[i], int(q[i, t]), others[i]) for i in range(len(q))]
+    res = evaluate_link_prediction(m, g, q, q, batch_size=4)
+    assert res['both']['n_queries'] == 2 * len(q) and res['both']['mrr'] == metrics.ranking_metrics(res['both']['ranks'])['mrr']
 
 
 def test_forward_emits_no_warning():
