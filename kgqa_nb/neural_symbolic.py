@@ -20,7 +20,7 @@ from .ultrag_eval import gold_rank
 
 # %% auto #0
 __all__ = ['PRETRAINING_KGS', 'SHAPES', 'NOISE', 'EXECUTORS', 'METRICS', 'facts_in', 'heldback_facts', 'shape_hops', 'Steps',
-           'sample_query', 'sample_questions', 'witness_edges', 'delete_witnesses', 'cooccurring_relations',
+           'sample_query', 'sample_shape_questions', 'witness_edges', 'delete_witnesses', 'cooccurring_relations',
            'swap_relation', 'flip_direction', 'drop_branch', 'drop_hop', 'add_noise', 'ExecutorPair', 'question_scores',
            'class_average', 'class_average_interval', 'summarise_classes', 'paired_difference']
 
@@ -121,14 +121,14 @@ def sample_query(steps: Steps,  # the graph's steps
     return qs[0] if len(qs) == 1 else Intersection(tuple(qs))
 
 # %% ../nbs/19b_neural_symbolic.ipynb #c023
-def sample_questions(kg: KnowledgeGraph,  # the intact graph
-                     shapes=tuple(SHAPES),  # query shapes to draw
-                     n_per_shape: int = 30,  # questions of each shape
-                     seed: int = 0,  # seed of the draws
-                     heldback=None,  # mask of held-back facts: keep only questions whose every answer needs one of them
-                     max_answers: int = 10,  # skip queries with more answers
-                     max_tries: int = 100_000,  # draws per shape before giving up
-                    ) -> pd.DataFrame:
+def sample_shape_questions(kg: KnowledgeGraph,  # the intact graph
+                           shapes=tuple(SHAPES),  # query shapes to draw
+                           n_per_shape: int = 30,  # questions of each shape
+                           seed: int = 0,  # seed of the draws
+                           heldback=None,  # mask of held-back facts: keep only questions whose every answer needs one of them
+                           max_answers: int = 10,  # skip queries with more answers
+                           max_tries: int = 100_000,  # draws per shape before giving up
+                          ) -> pd.DataFrame:
     "Random tree queries with 1..max_answers answers on `kg` (anchors never answers): id, shape, n_hops, query, answers."
     steps, sym, rng, rows, seen = Steps(kg), SymbolicExecutor(kg), np.random.default_rng(seed), [], set()
     trained = None if heldback is None else SymbolicExecutor(kg.drop_triples(np.flatnonzero(heldback)))

@@ -9,12 +9,12 @@ import pytest
 from kgqa_nb.core import UsageError
 from kgqa_nb.dsl import SymbolicExecutor, parse_query, format_query, query_relations, query_entities, Intersection
 from kgqa_nb.kg import KnowledgeGraph
-from kgqa_nb.neural_symbolic import (SHAPES, NOISE, heldback_facts, sample_questions, witness_edges, delete_witnesses,
+from kgqa_nb.neural_symbolic import (SHAPES, NOISE, heldback_facts, sample_shape_questions, witness_edges, delete_witnesses,
                                      cooccurring_relations, add_noise)
 
 TW, HELD, _ = heldback_facts('toyworld', share=0.1, seed=0)
-HARD = sample_questions(TW, n_per_shape=8, heldback=HELD, seed=3)
-PLAIN = sample_questions(TW, n_per_shape=8, seed=4)
+HARD = sample_shape_questions(TW, n_per_shape=8, heldback=HELD, seed=3)
+PLAIN = sample_shape_questions(TW, n_per_shape=8, seed=4)
 COOC = cooccurring_relations(TW)
 
 
@@ -63,7 +63,7 @@ def test_deletion_refuses_a_question_with_a_pretraining_witness():
 
 
 def test_sampling_is_deterministic_and_counts_per_shape():
-    assert HARD.equals(sample_questions(TW, n_per_shape=8, heldback=HELD, seed=3))
+    assert HARD.equals(sample_shape_questions(TW, n_per_shape=8, heldback=HELD, seed=3))
     assert HARD['shape'].value_counts().to_dict() == {s: 8 for s in SHAPES}
     assert HARD.answers.map(len).between(1, 10).all()
 
