@@ -1545,7 +1545,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'kgqa_nb.readers.compact_triple_lines': ('readers.html#compact_triple_lines', 'kgqa_nb/readers.py'),
                                  'kgqa_nb.readers.few_shot_prompt': ('readers.html#few_shot_prompt', 'kgqa_nb/readers.py'),
                                  'kgqa_nb.readers.few_shot_status': ('readers.html#few_shot_status', 'kgqa_nb/readers.py'),
-                                 'kgqa_nb.readers.item_id': ('readers.html#item_id', 'kgqa_nb/readers.py'),
+                                 'kgqa_nb.readers.id_or_literal': ('readers.html#id_or_literal', 'kgqa_nb/readers.py'),
                                  'kgqa_nb.readers.item_label': ('readers.html#item_label', 'kgqa_nb/readers.py'),
                                  'kgqa_nb.readers.make_reader': ('readers.html#make_reader', 'kgqa_nb/readers.py'),
                                  'kgqa_nb.readers.mentioned_entities': ('readers.html#mentioned_entities', 'kgqa_nb/readers.py'),

@@ -18,7 +18,7 @@ from .kg import KnowledgeGraph, format_item, kg_fingerprint, parse_item
 from .llm import LLMClient
 from .metrics import ANSWER_SCORES, LasmJudge, em_lasm_scores
 from .qgraphs import build_question_graphs, khop_edges, ppr_prune, question_seed
-from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, TextPathReader, item_id, make_reader
+from .readers import LLMOnlyReader, LLMReader, QueryReader, SubgraphRAGReader, TextPathReader, id_or_literal, make_reader
 from .retriever_study import example_triples, open_study, ppr_scores, reader_record
 from .subgraphrag import (RetrievalExample, label_key, load_retriever, prepare_example, question_texts, score_example, text_features,
                                  top_triples)
@@ -159,7 +159,7 @@ def seed_example(kg: KnowledgeGraph, view: dict,  # the record's question view (
                  edges,  # edge ids of its graph (`seed_question_graph`)
                  qvecs=None) -> RetrievalExample:  # (P, dim) question vectors (None: a placeholder, for PageRank)
     "The `RetrievalExample` of a question view on a graph of KG edges: seeds marked, no answers, no labels."
-    seeds = np.unique([kg.entity_index[item_id(x)] for x in view['seed_entities']]).astype(np.int64)
+    seeds = np.unique([kg.entity_index[id_or_literal(x)] for x in view['seed_entities']]).astype(np.int64)
     edges = np.asarray(edges, np.int64); h, r, t = kg.head[edges], kg.rel[edges], kg.tail[edges]
     nodes = np.unique(np.concatenate([h, t, seeds]))
     loc = lambda a: torch.as_tensor(np.searchsorted(nodes, a), dtype=torch.long)
@@ -186,7 +186,7 @@ def triple_labels(kg: KnowledgeGraph, t) -> tuple:
 
 def proof_held(proof, triples) -> int:  # text triples ('Label (ID)') or ID triples, both compared by their IDs
     "How many distinct triples of `proof` are among `triples`."
-    ids = lambda ts: {tuple(item_id(str(x)) for x in t) for t in ts}
+    ids = lambda ts: {tuple(id_or_literal(str(x)) for x in t) for t in ts}
     return len(ids(proof) & ids(triples))
 
 def proof_triples(q: Table2Questions) -> list:
@@ -202,12 +202,12 @@ def seed_retrieval(q: Table2Questions, top_k: int = 100,  # triples handed to th
                    hops: int = SEED_GRAPH_HOPS) -> tuple:
     "(records whose seeds are in the KG, their seeds-only examples, the PageRank `Retrieved`) on graphs built from the seeds alone."
     g = q.graph
-    rows = [r for r in q.rows if g is not None and r.get('seed_entities') and all(item_id(x) in g.entity_index for x in r['seed_entities'])]
+    rows = [r for r in q.rows if g is not None and r.get('seed_entities') and all(id_or_literal(x) in g.entity_index for x in r['seed_entities'])]
     proofs = dict(zip([r['id'] for r in q.rows], proof_triples(q)))
     exs, top, held = [], {}, {}
     for r in rows:
         view = question_view(r)  # all the graph and the retriever read
-        ex = seed_example(g, view, seed_question_graph(g, [g.entity_index[item_id(x)] for x in view['seed_entities']], hops, qgraph_nodes,
+        ex = seed_example(g, view, seed_question_graph(g, [g.entity_index[id_or_literal(x)] for x in view['seed_entities']], hops, qgraph_nodes,
                                                          qgraph_triples, seed=question_seed(seed, r['id'])))
         exs.append(ex); top[r['id']] = [triple_labels(g, t) for t in top_triples(ex, ppr_scores(ex), top_k)]
         held[r['id']] = proof_held(proofs[r['id']], _graph_ids(g, *example_triples(ex).T))
@@ -217,7 +217,7 @@ def answer_graph_retrieval(q: Table2Questions, rows: list,  # the records to ran
                            top_k: int = 100, seed: int = 0, qgraph_nodes: int = 500, qgraph_triples: int = 3000) -> Retrieved:
     "PageRank's top-K on the answer-conditioned SynthKGQA graphs (`qgraphs.build_question_graphs`): an oracle's retrieval."
     g = q.graph
-    rows = [r for r in rows if r.get('answer_node') is not None and item_id(r['answer_node']) in g.entity_index]
+    rows = [r for r in rows if r.get('answer_node') is not None and id_or_literal(r['answer_node']) in g.entity_index]
     if not rows: return Retrieved(f'{ANSWER_CONDITIONED} graphs, PPR top-{top_k}', {}, {}, ANSWER_CONDITIONED)
     proofs = dict(zip([r['id'] for r in q.rows], proof_triples(q)))
     qgs = build_question_graphs(g, rows, artifact_dirs('')[0] / 'qgraphs', seed=seed, n_nodes=qgraph_nodes, max_triples=qgraph_triples)
@@ -420,7 +420,7 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
     coverage = retrieval_coverage(q, [r for r in retrievers if r.top])
     notes += (_coverage_notes(coverage, top_k) + [f'trained retriever ({arm} labels, seed {k}): {epochs[arm, k]} epochs; {trained_from}' for arm, k in trained]
               if retr_rows else [f'retriever rows left out: {"no KG given" if q.graph is None else f"no question has all its seeds in {q.graph.name}"}'])
-    in_kg = lambda r: r.get('answer_node') is not None and item_id(r['answer_node']) in q.graph.entity_index
+    in_kg = lambda r: r.get('answer_node') is not None and id_or_literal(r['answer_node']) in q.graph.entity_index
     idx = [i for i, r in enumerate(q.rows) if q.dataset is not None or (r['id'] in ppr.top and r.get('all_answers_wikidata') is not None and in_kg(r))]
     idx = idx[:ultrag_questions] if ultrag_questions else idx
     ultrag = dict(ultrag_rows(q.graph, [q.rows[i] for i in idx], ultrag_k), idx=idx) if idx else None

@@ -24,10 +24,10 @@ from .text import TextEncoder
 # %% auto #0
 __all__ = ['READER_MARKER', 'SUBGRAPHRAG_MARKER', 'DOUBLE_CHECK', 'LLM_ONLY_MARKER', 'FEW_SHOT_HEADER', 'READERS',
            'question_record', 'question_records', 'item_label', 'triple_lines', 'reader_messages', 'parse_answers',
-           'LLMReader', 'triples_kg', 'QueryReader', 'question_hops', 'relation_phrases', 'item_id', 'best_path_scores',
-           'TextPathReader', 'mentioned_entities', 'compact_triple_lines', 'subgraphrag_messages', 'needs_double_check',
-           'SubgraphRAGReader', 'LLMOnlyReader', 'few_shot_prompt', 'parse_few_shot_answers', 'few_shot_status',
-           'FewShotReader', 'make_reader']
+           'LLMReader', 'triples_kg', 'QueryReader', 'question_hops', 'relation_phrases', 'id_or_literal',
+           'best_path_scores', 'TextPathReader', 'mentioned_entities', 'compact_triple_lines', 'subgraphrag_messages',
+           'needs_double_check', 'SubgraphRAGReader', 'LLMOnlyReader', 'few_shot_prompt', 'parse_few_shot_answers',
+           'few_shot_status', 'FewShotReader', 'make_reader']
 
 # %% ../nbs/16_readers.ipynb #c006
 def question_record(record,  # a record given to a non-oracle reader, or None
@@ -155,7 +155,7 @@ def relation_phrases(question: str, seed_labels=()) -> list:
     return [p for p in parts if len(p) > 2] or [question.strip()]
 
 # %% ../nbs/16_readers.ipynb #c026
-def item_id(text: str) -> str:
+def id_or_literal(text: str) -> str:
     "The ID of a `'Label (ID)'` item; a literal is its own ID."
     try: return parse_item(text)[1]
     except ValueError: return str(text)
@@ -193,9 +193,9 @@ class TextPathReader:
         if not tri or not seeds: return []
         adj, rel_label = {}, {}
         for h, r, t in tri:
-            hi, ri, ti = item_id(h), item_id(r), item_id(t); rel_label[ri] = item_label(r)
+            hi, ri, ti = id_or_literal(h), id_or_literal(r), id_or_literal(t); rel_label[ri] = item_label(r)
             adj.setdefault(hi, []).append((ri, 1, ti)); adj.setdefault(ti, []).append((ri, -1, hi))
-        seed_ids = list(dict.fromkeys(item_id(s) for s in seeds))
+        seed_ids = list(dict.fromkeys(id_or_literal(s) for s in seeds))
         rels = sorted(rel_label)
         sim = self.vecs([rel_label[r] for r in rels]) @ self.vecs(relation_phrases(question, [item_label(s) for s in seeds])).T
         rel_score = dict(zip(rels, sim.max(1).tolist()))

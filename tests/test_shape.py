@@ -76,7 +76,6 @@ SAME_PROTOCOL = {
 AWAITING_RENAME = {
     'generate_cli': "filters' and synthkgqa's `kgqa generate` entry points",
     'gold_answers': 'pathgen vs spanalysis, arguments swapped',
-    'item_id': "minimality: an entity or relation's ID; readers: a reader item's ID",
     'path_text': "agents: a walked path as text; pathgen: a relation path as the generator's target",
     'path_triples': "agents: the triples of walked paths; sr: the edge positions along a relation path",
     'relation_index': "dsl: a relation's index in a KG; kg: `KnowledgeGraph.relation_index`, the whole ID -> index map",
