@@ -15,7 +15,7 @@ __all__ = ['COMMANDS', 'KGRAG_MODES', 'BENCHMARK_READERS', 'PARSERS', 'USER_ERRO
 COMMANDS = {
     'rerun': ('kgqa_nb.rerun:rerun_cli', 're-execute artifact notebooks under a parameter profile (smoke | companion | paper)'),
     'reproduce': ('kgqa_nb.reproduce:reproduce_cli', 'rerun artifacts into a scratch folder and compare every committed CSV cell with the rerun'),
-    'generate': ('kgqa_nb.filters:generate_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
+    'generate': ('kgqa_nb.filters:generate_with_filters_cli', 'generate a SynthKGQA dataset (crash-safe, resumable, cached LLM calls)'),
     'ultra-eval': ('kgqa_nb.ultra_eval:ultra_eval_cli', 'zero-shot link prediction with an ULTRA checkpoint on any train/valid/test split folder'),
     'train-retriever': ('kgqa_nb.retriever_study:train_retriever_cli', 'train a SubgraphRAG retriever on GT or SP labels (per-epoch checkpoints, resumable)'),
     'retrieve': ('kgqa_nb.retriever_study:retrieve_cli', 'score a split with a retriever checkpoint: top-K triples as JSON lines and retrieval metrics'),

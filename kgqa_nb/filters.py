@@ -31,8 +31,8 @@ from .synthkgqa import GenerationConfig, generate_cli as _run_generate_command, 
 __all__ = ['ANSWER_TRIES', 'TRY_TEMPERATURE', 'PAPER_FAILURE_RATES', 'ANSWERABILITY_READERS', 'FILTER_CODE', 'reader_tries',
            'AnswerabilityFilter', 'answerability_table', 'edge_ids', 'missing_edges_query', 'missing_edges',
            'newer_kg_store', 'current_subgraph', 'current_record', 'StaleFactFilter', 'filters_parser',
-           'check_filter_flags', 'make_filters', 'generate_cli', 'resolve_newer_kg', 'snapshot_fingerprint',
-           'dataset_filters']
+           'check_filter_flags', 'make_filters', 'generate_with_filters_cli', 'resolve_newer_kg',
+           'snapshot_fingerprint', 'dataset_filters']
 
 # %% ../nbs/16a_filters.ipynb #c006
 ANSWER_TRIES = 2  # the paper: two successes out of two tries
@@ -285,7 +285,7 @@ def make_filters(a, kg: KnowledgeGraph) -> list:
         filters.append(StaleFactFilter(store, kg, source=str(a.newer_kg), replace=a.replace_stale, max_answers=a.max_answers, timeout=a.timeout))
     return filters
 
-def generate_cli(argv=None) -> int:
+def generate_with_filters_cli(argv=None) -> int:
     "`kgqa generate`: run or resume a generation run with its filters (0 when the dataset is written; errors raise)."
     p = filters_parser()
     check_filter_flags(p.parse_args(argv))

@@ -9,8 +9,8 @@ import pytest
 
 from kgqa_nb.core import UsageError
 
-from kgqa_nb.filters import (AnswerabilityFilter, StaleFactFilter, answerability_table, current_record, edge_ids, generate_cli,
-                             missing_edges, newer_kg_store)
+from kgqa_nb.filters import (AnswerabilityFilter, StaleFactFilter, answerability_table, current_record, edge_ids,
+                             generate_with_filters_cli, missing_edges, newer_kg_store)
 from kgqa_nb.kg import parse_item
 from kgqa_nb.llm import LLMClient
 from kgqa_nb.readers import LLMReader, QueryReader, TextPathReader
@@ -124,8 +124,8 @@ def test_replacement_is_revalidated(toy, newer):
 def test_generate_runs_both_filters_and_reports_the_funnel(tmp_path, newer):
     path = newer[0]
     out = tmp_path / 'gen'
-    assert generate_cli(['--out', str(out), '--n', '20', '--batch-size', '20', '--answerability', 'offline-text',
-                         '--newer-kg', str(path)]) == 0
+    assert generate_with_filters_cli(['--out', str(out), '--n', '20', '--batch-size', '20', '--answerability', 'offline-text',
+                                      '--newer-kg', str(path)]) == 0
     flog = json.loads((out / 'filter_log.json').read_text())
     assert [s['stage'] for s in flog['stages']] == ['answerable', 'current']
     summary = json.loads((out / 'run_summary.json').read_text())
@@ -139,7 +139,7 @@ def test_generate_runs_both_filters_and_reports_the_funnel(tmp_path, newer):
 @pytest.mark.parametrize('kind,label', [('llm', '2 of 2 tries at temperature 1.0'), ('few-shot', '[floor]; 2 of 2 tries')])
 def test_generate_with_a_model_reader_records_its_tries(tmp_path, kind, label):
     out = tmp_path / kind  # the offline backend: the readers' stand-in models, through the run's cache and ledger
-    assert generate_cli(['--out', str(out), '--n', '10', '--batch-size', '10', '--answerability', kind]) == 0
+    assert generate_with_filters_cli(['--out', str(out), '--n', '10', '--batch-size', '10', '--answerability', kind]) == 0
     stage = json.loads((out / 'filter_log.json').read_text())['stages'][0]
     assert stage['stage'] == 'answerable' and label in stage['by']
     rows = [json.loads(l) for l in (out / 'filter_answerable.jsonl').read_text().splitlines()]
@@ -164,13 +164,13 @@ def test_generate_with_a_model_reader_records_its_tries(tmp_path, kind, label):
 ])
 def test_generate_refuses_each_bad_numeric_flag_in_one_line_before_any_work(tmp_path, argv, message):
     out = tmp_path / 'never'
-    with pytest.raises(UsageError) as e: generate_cli(['--out', str(out), *argv])
+    with pytest.raises(UsageError) as e: generate_with_filters_cli(['--out', str(out), *argv])
     assert message in str(e.value) and len(str(e.value).splitlines()) == 1
     assert not out.exists()
 
 
 def test_a_bad_n_is_reported_alone(tmp_path):
-    with pytest.raises(UsageError) as e: generate_cli(['--out', str(tmp_path / 'never'), '--n', '-3'])
+    with pytest.raises(UsageError) as e: generate_with_filters_cli(['--out', str(tmp_path / 'never'), '--n', '-3'])
     assert str(e.value) == '--n must be an integer >= 1 and at most 1,000,000 (GTSQA holds 32,099 questions), got -3'  # not also the candidate budget derived from it
 
 
