@@ -19,7 +19,7 @@ from .kg import KnowledgeGraph, UnknownIdError
 # %% auto #0
 __all__ = ['ENTITY_RE', 'RELATION_RE', 'Query', 'MAX_DEPTH', 'PROJECTION', 'INTERSECTION', 'UNION', 'NEGATION', 'STOP',
            'OPERATION', 'Entity', 'Projection', 'Intersection', 'query_entities', 'query_relations', 'query_depth',
-           'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query', 'relation_index', 'QueryExecutor',
+           'format_query', 'DSLSyntaxError', 'tokenize', 'parse_query', 'directed_relation_index', 'QueryExecutor',
            'SymbolicExecutor', 'extract_query', 'validity_report', 'to_betae', 'from_betae', 'flatten_and',
            'canonical_dsl', 'stack_need', 'to_postfix', 'from_postfix']
 
@@ -217,10 +217,10 @@ def parse_query(text: str,  # DSL text, e.g. 'AND(Q1 -> P1 inv, Q2 -> P2 inv) ->
     return q
 
 # %% ../nbs/17_dsl.ipynb #c034
-def relation_index(kg: KnowledgeGraph,  # the KG whose relation IDs are used
-                   relation: str,  # relation ID, 'P<digits>'
-                   inverse: bool = False,  # the inverse direction
-                  ) -> int:
+def directed_relation_index(kg: KnowledgeGraph,  # the KG whose relation IDs are used
+                            relation: str,  # relation ID, 'P<digits>'
+                            inverse: bool = False,  # the inverse direction
+                           ) -> int:
     "Index of `relation` in `kg`, plus `kg.num_relations` when `inverse` (UltraQuery's r+R); raises `UnknownIdError`."
     return kg.relation(relation) + (kg.num_relations if inverse else 0)
 
@@ -273,7 +273,7 @@ def _leaf_set(self: SymbolicExecutor, e: Entity, leaf_sets) -> np.ndarray:
 @patch
 def _run(self: SymbolicExecutor, q: Query, leaf_sets) -> np.ndarray:
     if isinstance(q, Entity): return self._leaf_set(q, leaf_sets)
-    if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), relation_index(self.kg, q.relation, q.inverse))
+    if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), directed_relation_index(self.kg, q.relation, q.inverse))
     if isinstance(q, Intersection):
         out = self._run(q.operands[0], leaf_sets)
         for o in q.operands[1:]: out = out & self._run(o, leaf_sets)
@@ -371,7 +371,7 @@ def to_betae(q: Query,  # the query
     if isinstance(q, Entity): raise ValueError(f'BetaE has no bare-entity queries: {q.id} must be projected')
     if isinstance(q, Projection):
         base, rels = _chain(q)
-        rel = (lambda r, inv: relation_index(kg, r, inv)) if kg is not None else (lambda r, inv: r + ('_inv' if inv else ''))
+        rel = (lambda r, inv: directed_relation_index(kg, r, inv)) if kg is not None else (lambda r, inv: r + ('_inv' if inv else ''))
         head = (kg.entity(base.id) if kg is not None else base.id) if isinstance(base, Entity) else to_betae(base, kg, binary)
         return (head, tuple(rel(r, inv) for r, inv in rels))
     branches = [to_betae(o, kg, binary) for o in q.operands]
@@ -451,7 +451,7 @@ def to_postfix(q: Query,  # the query
     prog = []
     def emit(q):
         if isinstance(q, Entity): prog.append(kg.entity(q.id))
-        elif isinstance(q, Projection): emit(q.query); prog.append(PROJECTION | relation_index(kg, q.relation, q.inverse))
+        elif isinstance(q, Projection): emit(q.query); prog.append(PROJECTION | directed_relation_index(kg, q.relation, q.inverse))
         else:
             ops = sorted(q.operands, key=stack_need, reverse=True)
             emit(ops[0])

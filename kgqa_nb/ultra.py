@@ -600,7 +600,7 @@ def evaluate_split(model: Ultra,  # a loaded ULTRA model (its device is used)
                          for d, m in res.items()])
 
 # %% ../nbs/18_ultra.ipynb #c092
-from .dsl import Entity, Projection, Intersection, parse_query, relation_index, QueryExecutor, SymbolicExecutor
+from .dsl import Entity, Projection, Intersection, parse_query, directed_relation_index, QueryExecutor, SymbolicExecutor
 
 FUZZY_AND = {
     'product': lambda x, y: x * y,
@@ -653,7 +653,7 @@ def leaf_set(self: UltraQueryExecutor, e: Entity,  # a leaf of a query
 @patch
 def _run(self: UltraQueryExecutor, q, leaf_sets):
     if isinstance(q, Entity): return self.leaf_set(q, leaf_sets)
-    if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), relation_index(self.kg, q.relation, q.inverse))
+    if isinstance(q, Projection): return self.project(self._run(q.query, leaf_sets), directed_relation_index(self.kg, q.relation, q.inverse))
     if isinstance(q, Intersection):
         out = self._run(q.operands[0], leaf_sets)
         for o in q.operands[1:]: out = FUZZY_AND[self.logic](out, self._run(o, leaf_sets))

@@ -422,7 +422,7 @@ def project_many(ex,  # an `ultra.UltraQueryExecutor`
 def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
     "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
     from kgqa_nb.ultra import FUZZY_AND
-    from kgqa_nb.dsl import relation_index
+    from kgqa_nb.dsl import directed_relation_index
     nodes, val = [], {}
     def walk(n):
         nodes.append(n)
@@ -439,7 +439,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
                 val[id(n)] = out
             elif isinstance(n, Projection) and id(n.query) in val: ready.append(n)
         if ready:
-            outs = project_many(ex, [val[id(n.query)] for n in ready], [relation_index(ex.kg, n.relation, n.inverse) for n in ready])
+            outs = project_many(ex, [val[id(n.query)] for n in ready], [directed_relation_index(ex.kg, n.relation, n.inverse) for n in ready])
             for n, o in zip(ready, outs): val[id(n)] = o
     return val[id(query)].cpu()
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kgqa_nb.dsl import (DSLSyntaxError, Entity, Intersection, Projection, QueryExecutor, SymbolicExecutor, MAX_DEPTH,
                          canonical_dsl, extract_query, format_query, from_betae, from_postfix, parse_query, query_entities,
-                         query_relations, relation_index, to_betae, to_postfix, validity_report)
+                         query_relations, directed_relation_index, to_betae, to_postfix, validity_report)
 from kgqa_nb.dsl_convert import CONVERSION_REASONS, QueryConversionError, SPARQL_REFUSALS, oracle_query, query_isomorphism, sparql_to_query
 from kgqa_nb.kg import WD, WDT, KnowledgeGraph, UnknownIdError
 
@@ -190,11 +190,11 @@ def test_symbolic_executor_protocol_leaf_sets_and_errors():
     with pytest.raises(ValueError, match='shape'): ex.execute(q, {'Q1': torch.zeros(3)})
     assert union.shape == (kg.num_entities,)
 
-def test_relation_index_convention():
+def test_directed_relation_index_convention():
     kg = random_kg(1)
     R = kg.num_relations
     for p in kg.relation_ids:
-        assert relation_index(kg, p) == kg.relation(p) and relation_index(kg, p, True) == kg.relation(p) + R
+        assert directed_relation_index(kg, p) == kg.relation(p) and directed_relation_index(kg, p, True) == kg.relation(p) + R
 
 # ---------------------------------------------------------------- BetaE and postfix
 

@@ -77,7 +77,6 @@ AWAITING_RENAME = {
     'gold_answers': 'pathgen vs spanalysis, arguments swapped',
     'path_text': "agents: a walked path as text; pathgen: a relation path as the generator's target",
     'path_triples': "agents: the triples of walked paths; sr: the edge positions along a relation path",
-    'relation_index': "dsl: a relation's index in a KG; kg: `KnowledgeGraph.relation_index`, the whole ID -> index map",
 }
 
 
