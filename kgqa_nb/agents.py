@@ -21,8 +21,8 @@ __all__ = ['STEPS', 'Walkable', 'walkable', 'relation_candidates', 'entity_candi
            'agent_messages', 'numbered', 'question_block', 'arrow', 'step_text', 'reply_numbers', 'parse_keep',
            'parse_sufficiency', 'parse_plan', 'parse_reflection', 'Task', 'relation_messages', 'entity_messages',
            'fact_lines', 'sufficiency_messages', 'decompose_messages', 'reflect_messages', 'LLMPolicy', 'seed_walks',
-           'CoverageCheck', 'OfflinePolicy', 'top_indices', 'Path', 'search_round', 'path_triples', 'AgentRun',
-           'KGAgent', 'ToG', 'path_text', 'memory_text', 'PoG', 'path_relations']
+           'CoverageCheck', 'OfflinePolicy', 'top_indices', 'Path', 'search_round', 'explored_triples', 'AgentRun',
+           'KGAgent', 'ToG', 'explored_path_text', 'memory_text', 'PoG', 'path_relations']
 
 # %% ../nbs/23_agents.ipynb #c006
 @dataclass
@@ -372,7 +372,7 @@ def search_round(policy, task: Task, walk: Walkable, frontier: list,  # the path
     if mark == 'kept': tried |= {(grown[i][0].end, int(walk.triples[grown[i][1], 1]), grown[i][2]) for i in keep}
     return [Path(p.start, n, p.rows + (row,)) for p, row, _, n, _ in (grown[i] for i in keep)]
 
-def path_triples(walk: Walkable, paths: list) -> np.ndarray:
+def explored_triples(walk: Walkable, paths: list) -> np.ndarray:
     "(n, 3) int64 distinct triples of the paths, in the order the paths reached them."
     rows = list(dict.fromkeys(r for p in paths for r in p.rows))
     t = walk.triples[rows] if rows else np.zeros((0, 3), np.int64)
@@ -452,21 +452,21 @@ def explore(self: ToG, task: Task, walk: Walkable) -> AgentRun:
     "ToG's search loop on one question."
     start, frontier, kept, tried = self.policy.calls, [Path(s, s) for s in task.seeds], [], set()
     def run(stopped, rounds, answer=(), fallback=False):
-        sub = np.zeros((0, 3), np.int64) if fallback else path_triples(walk, kept)
+        sub = np.zeros((0, 3), np.int64) if fallback else explored_triples(walk, kept)
         return AgentRun(task.question, sub, list(answer), stopped, rounds, self.policy.calls - start, fallback)
     for d in range(1, self.depth + 1):
         try:
             new = search_round(self.policy, task, walk, frontier, self.width, self.max_candidates, tried)
             if not new: return run('dead end', d)
             kept += new
-            verdict = self.policy.sufficiency(task, path_triples(walk, kept), d)
+            verdict = self.policy.sufficiency(task, explored_triples(walk, kept), d)
         except ReplyError as e: return run(e.reason, d)
         if verdict['sufficient']: return run('sufficient', d, verdict['answer'])
         frontier = new
     return run('depth limit', self.depth, fallback=True)
 
 # %% ../nbs/23_agents.ipynb #c059
-def path_text(kg: KnowledgeGraph, walk: Walkable, p: Path) -> str:
+def explored_path_text(kg: KnowledgeGraph, walk: Walkable, p: Path) -> str:
     "A path as one line: `A --r--> B <--s-- C ...` from its seed."
     out, cur = kg.entity_text(p.start), p.start
     for row in p.rows:
@@ -515,7 +515,7 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
     "PoG's plan, search, memory and reflection loop on one question."
     start, frontier, kept, tried, covered, memory, backtracks = self.policy.calls, [Path(s, s) for s in task.seeds], [], set(), set(), {}, 0
     def run(stopped, rounds, answer=()):
-        return AgentRun(task.question, path_triples(walk, kept), list(answer), stopped, rounds, self.policy.calls - start,
+        return AgentRun(task.question, explored_triples(walk, kept), list(answer), stopped, rounds, self.policy.calls - start,
                         backtracks=backtracks, plan=list(task.plan), memory=memory, covered=sorted(covered))
     try: task.plan = self.policy.decompose(task)
     except ReplyError as e: return run(e.reason, 0)
@@ -527,7 +527,7 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
             if not new and dropped:
                 new, dropped = dropped, []  # the backtrack led nowhere: pick the dropped branch up again
                 for i, paths in enumerate(memory.values()):
-                    if i not in covered: paths += [path_text(task.kg, walk, p) for p in new]
+                    if i not in covered: paths += [explored_path_text(task.kg, walk, p) for p in new]
                 kept += new; frontier = new; continue
             if not new:  # a dead end: reflect on where to search again (ToG stops here)
                 back = self.reflect_or_continue(task, walk, kept, [], memory_text(memory, covered), tried) if d < self.depth else None
@@ -536,15 +536,15 @@ def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
             dropped = []
             kept += new
             for i, paths in enumerate(memory.values()):
-                if i not in covered: paths += [path_text(task.kg, walk, p) for p in new]
-            verdict = self.policy.sufficiency(task, path_triples(walk, kept), d, memory_text(memory, covered))
+                if i not in covered: paths += [explored_path_text(task.kg, walk, p) for p in new]
+            verdict = self.policy.sufficiency(task, explored_triples(walk, kept), d, memory_text(memory, covered))
             covered |= set(verdict['covered'])
             if verdict['sufficient']: return run('sufficient', d, verdict['answer'])
             back = self.reflect_or_continue(task, walk, kept, new, memory_text(memory, covered), tried) if d < self.depth else None
         except ReplyError as e: return run(e.reason, d)
         frontier = new if back is None else [back]
         if back is not None:
-            gone = {path_text(task.kg, walk, p) for p in new}
+            gone = {explored_path_text(task.kg, walk, p) for p in new}
             kept, dropped = [p for p in kept if p not in new], new
             for paths in memory.values(): paths[:] = [x for x in paths if x not in gone]
             backtracks += 1

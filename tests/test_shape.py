@@ -75,8 +75,6 @@ SAME_PROTOCOL = {
 # name -> its two meanings: one name defined in two modules with different meanings, awaiting a rename (issue 40, item 5)
 AWAITING_RENAME = {
     'gold_answers': 'pathgen vs spanalysis, arguments swapped',
-    'path_text': "agents: a walked path as text; pathgen: a relation path as the generator's target",
-    'path_triples': "agents: the triples of walked paths; sr: the edge positions along a relation path",
 }
 
 
