@@ -25,10 +25,10 @@ __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS',
            'path_replacements', 'portable', 'jsonable', 'redact', 'provenance', 'ReasonError', 'UsageError',
            'CLIParser', 'int_at_least', 'fraction_in', 'check_model_flag', 'check_api_key', 'say_too_small', 'progress',
            'Timer', 'LockTimeout', 'lock_holder', 'folder_lock', 'file_kind', 'link_loop', 'write_target',
-           'atomic_path', 'write_text_atomic', 'run_folder_kind', 'check_write_target', 'check_output_file',
-           'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'JsonlCache', 'CacheMissError',
-           'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'read_jsonl', 'params_key', 'keyed_folder',
-           'code_fingerprint', 'mark_built', 'built_by']
+           'atomic_path', 'write_text_atomic', 'run_folder_kind', 'check_write_target', 'generation_run',
+           'check_output_file', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'JsonlCache',
+           'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'check_input_size', 'read_jsonl',
+           'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -382,6 +382,13 @@ def check_write_target(path,  # the file (or folder) a command will write
     kind = run_folder_kind(d)
     if kind and kind != own and (folder or kind == 'generation' or p.name in RUN_FOLDERS[kind][0]):  # beside a checkpoint, a new file harms nothing
         raise UsageError(f'{flag} {path}: {d} is {RUN_FOLDERS[kind][1]}; write outside it')
+    if above := next((a for a in Path(os.path.abspath(d)).parents if generation_run(a)), None):  # deeper down is inside it too
+        raise UsageError(f'{flag} {path}: {above if p.is_absolute() else os.path.relpath(above)} is {RUN_FOLDERS["generation"][1]}; write outside it')
+
+def generation_run(folder) -> bool:  # a folder
+    "Whether `folder` holds the manifest of a `kgqa generate` or `kgqa kgqagen` run (its `format` names this package)."
+    try: return str(json.loads((Path(folder) / 'manifest.json').read_text()).get('format', '')).startswith('kgqa_nb.')
+    except (OSError, ValueError, AttributeError): return False
 
 def check_output_file(path,  # the file a command will write at its end
                       flag: str = '--out'):  # the flag that named it, for the message
@@ -532,6 +539,24 @@ class MalformedFileError(ReasonError):
 class JsonlWarning(UserWarning):
     "A damaged line in the middle of a JSON-lines file (its record is skipped and should be redone)."
 
+def _available_memory() -> int | None:
+    "Bytes of memory the system can still give (Linux's MemAvailable), None where unknown."
+    try:
+        with open('/proc/meminfo') as f: return next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
+    except (OSError, StopIteration, ValueError): return None
+
+def check_input_size(path,  # a file about to be read whole
+                     nul: str = 'head') -> None:  # where a NUL byte means binary: 'head' (first 64 KiB) | 'first line' | '' (nowhere)
+    "Before reading a file whole: `MalformedFileError` when a NUL byte shows it is binary (see `nul`) or it could not fit in memory."
+    path, size = Path(path), Path(path).stat().st_size
+    with open(path, 'rb') as f: head = f.read(1 << 16)
+    if nul == 'first line': head = head.split(b'\n', 1)[0]
+    if nul and path.suffix not in ('.gz', '.bz2') and b'\0' in head:
+        at = head.index(b'\0'); raise MalformedFileError(path, head[:at].count(b'\n') + 1, f'binary data (a NUL byte at byte {at:,} of {size:,}), not a text file')
+    avail = _available_memory()
+    if avail is not None and 4 * size > avail:  # read, decoded and split, a text file takes about four times its size
+        raise MalformedFileError(path, None, f'{size / 1e9:.1f} GB: too large to read into the {avail / 1e9:.1f} GB of memory left on this machine')
+
 def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
                on_bad: str = 'warn',  # a bad line before the last: 'warn' (skip it, with its line number) | 'raise' | 'skip'
                repair: bool = False,  # cut a torn last line off the file
@@ -540,6 +565,7 @@ def read_jsonl(path,  # the .jsonl file; a missing file reads as empty
     import warnings
     path = Path(path)
     if not path.exists(): return []
+    check_input_size(path, nul='first line')  # a log that a crash tore may hold NUL bytes further down: those lines are reported
     data = path.read_bytes()
     lines = data.split(b'\n')
     tail = lines.pop()  # text after the last newline: empty, or a line cut short by a crash

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import MalformedFileError, file_kind
+from .core import MalformedFileError, check_input_size, file_kind
 
 # %% auto #0
 __all__ = ['HEADER_WORDS', 'WD', 'WDT', 'RDFS_LABEL', 'SCHEMA_DESC', 'SPARQL_PREFIXES', 'format_item', 'parse_item',
            'normalize_label', 'UnknownIdError', 'KnowledgeGraph', 'names_an_id', 'CSR', 'csr_view', 'unique_ids',
-           'relabel', 'kg_fingerprint', 'check_id', 'check_input_size', 'read_text_file', 'tsv_after_header',
-           'width_error', 'read_triple_file', 'read_id_text', 'read_json_file', 'read_tsv', 'read_ntriples',
-           'check_ids', 'check_index_range', 'read_synth_kgqa']
+           'relabel', 'kg_fingerprint', 'check_id', 'read_text_file', 'tsv_after_header', 'width_error',
+           'read_triple_file', 'read_id_text', 'read_json_file', 'read_tsv', 'read_ntriples', 'check_ids',
+           'check_index_range', 'read_synth_kgqa']
 
 # %% ../nbs/01_kg.ipynb #c005
 _TEXT_RE = re.compile(r'^\s*(?P<label>.*?)\s*\(\s*(?P<id>[A-Za-z]{1,3}-?\d+)\s*\)\s*$', re.S)
@@ -369,21 +369,6 @@ def check_id(x: str,  # the candidate ID
     return x
 
 # %% ../nbs/01_kg.ipynb #c049
-def _available_memory() -> int | None:
-    "Bytes of memory the system can still give (Linux's MemAvailable), None where unknown."
-    try: return next(int(l.split()[1]) * 1024 for l in open('/proc/meminfo') if l.startswith('MemAvailable:'))
-    except (OSError, StopIteration, ValueError): return None
-
-def check_input_size(path) -> None:  # a text file about to be read whole
-    "Before reading a file whole: `MalformedFileError` when its first 64 KiB hold a NUL byte (binary, not text) or it could not fit in memory."
-    path, size = Path(path), Path(path).stat().st_size
-    with open(path, 'rb') as f: head = f.read(1 << 16)
-    if path.suffix not in ('.gz', '.bz2') and b'\0' in head:
-        at = head.index(b'\0'); raise MalformedFileError(path, head[:at].count(b'\n') + 1, f'binary data (a NUL byte at byte {at:,} of {size:,}), not a text file')
-    avail = _available_memory()
-    if avail is not None and 4 * size > avail:  # read, decoded and split, a text file takes about four times its size
-        raise MalformedFileError(path, None, f'{size / 1e9:.1f} GB: too large to read into the {avail / 1e9:.1f} GB of memory left on this machine')
-
 def _read_bytes(path) -> bytes:
     "The bytes of a file (size checked first), decompressed when its name ends in .gz or .bz2; a damaged or truncated archive is a `MalformedFileError`."
     import bz2, zlib

@@ -79,12 +79,16 @@ def notebook_error_line(e: BaseException) -> str:
     first = next(iter(str(e).strip().splitlines()), '')
     return f'{type(e).__name__}: {first}' if first else type(e).__name__
 
-def without_timestamps(text: str) -> str:  # an executed notebook (JSON)
-    "The executed notebook without papermill's start and end times and durations, so a rerun that printed the same is the same file."
+def without_timestamps(text: str,  # an executed notebook (JSON)
+                       output_path: str | None = None) -> str:  # where it is kept (papermill names its temporary file)
+    "The executed notebook without what changes from run to run when its outputs do not: papermill's times, temporary path and injected cell's random id."
     nb = json.loads(text)
     for m in [nb.get('metadata', {}), *(c.get('metadata', {}) for c in nb.get('cells', []))]:
         for k in ('start_time', 'end_time', 'duration'): (m.get('papermill') or {}).pop(k, None)
         m.pop('execution', None)  # the kernel's own per-cell timestamps
+    if output_path and 'output_path' in nb.get('metadata', {}).get('papermill', {}): nb['metadata']['papermill']['output_path'] = output_path
+    for c in nb.get('cells', []):
+        if 'injected-parameters' in c.get('metadata', {}).get('tags', []) and 'id' in c: c['id'] = 'injected-parameters'
     return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + '\n'
 
 def failed_notebook(name: str) -> Path:
@@ -112,7 +116,7 @@ def execute_artifact(art: Artifact,  # the artifact to run
         if running.exists(): write_text_atomic(kept, portable(running.read_text())); running.unlink()
         if not isinstance(e, Exception): raise
         raise ArtifactError(f'{art.name}: {notebook_error_line(e)}; executed notebook: {shown_path(kept)}') from None
-    write_text_atomic(executed, portable(without_timestamps(running.read_text()))); running.unlink()
+    write_text_atomic(executed, portable(without_timestamps(running.read_text(), str(executed)))); running.unlink()
 
 # %% ../nbs/40b_rerun.ipynb #c012
 def run_artifact(art: Artifact,  # the artifact to run
@@ -127,7 +131,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     out_root = Path(out_root) if out_root else output_root(profile)
     params = resolve_params(art, profile, out_root, overrides)
     executed = out_root / 'results' / 'executed' / f'{art.name}.ipynb'; executed.parent.mkdir(parents=True, exist_ok=True)
-    before = meter.poll() if meter else None
+    before, last = meter.poll() if meter else None, executed.read_bytes() if executed.is_file() else None
     with Timer() as t: execute_artifact(art, executed, params, profile)
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
@@ -135,7 +139,8 @@ def run_artifact(art: Artifact,  # the artifact to run
     llm = {k: plan[k] for k in ('api_calls', 'prompt_tokens', 'completion_tokens', 'cost_usd', 'seconds') if k in plan} if plan else None
     rec = provenance(params, profile=profile_name(profile), artifact=art.name, notebook=str(art.notebook.relative_to(project_dirs.root)),
                      outputs=art.outputs, seconds=round(t.s, 1), llm_batch=uses_batch(art.name, profile), **({'plan': llm} if plan else {}), **({'llm_spent': spent} if meter else {}))
-    write_text_atomic(executed.with_suffix('.provenance.json'), json.dumps(rec, indent=1) + '\n')
+    record = executed.with_suffix('.provenance.json')  # the same notebook keeps its record: it names a run that made these bytes
+    if not (record.is_file() and executed.read_bytes() == last): write_text_atomic(record, json.dumps(rec, indent=1) + '\n')
     outputs = [out_root / o for o in art.outputs]
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
     return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs], **({'llm_spent': spent} if meter else {}))

@@ -7,7 +7,7 @@ behaviour a user must get, run in a subprocess as `kgqa` runs:
 
 The inputs are made once per module in a temporary folder: a 20-question `kgqa generate` run (too small on purpose), a
 one-epoch checkpoint trained on it, a symbolic link loop, a FIFO, seed files with a byte-order mark and in Latin-1, a profile
-in Latin-1, a split folder whose records lack a field, a 1 GB sparse triples file, and an LLM server on 127.0.0.1 that
+in Latin-1, a split folder whose records lack a field, a 1 GB sparse triples file and a split whose test.jsonl is one, and an LLM server on 127.0.0.1 that
 accepts connections and never sends a byte (it counts the connections). Cases that need a signal (Ctrl-C, kill -9)
 are the tests below the list."""
 import json, os, re, signal, socket, subprocess, sys, threading, time
@@ -74,6 +74,9 @@ def world(tmp_path_factory) -> dict:
     (bad / 'train.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in recs[:10]))
     (bad / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'answer_subgraph'}) + '\n' for r in recs[10:]))
     w['badsplit'] = bad
+    sd = d / 'sparseds'; sd.mkdir(); (sd / 'train.jsonl').write_text((bad / 'train.jsonl').read_text())
+    with open(sd / 'test.jsonl', 'wb') as f: f.truncate(1 << 30)
+    w['sparseds'] = sd
     w['silent'] = Silent(); w['silent_url'] = w['silent'].url
     yield w
     w['silent'].close()
@@ -87,7 +90,10 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('out-link-loop-ckpt', ['train-retriever', '--dataset', '{gen}', '--out', '{loop}'], 'line', ['is a symbolic link loop']),
     ('out-link-loop-run', ['generate', '--kg', 'toyworld', '--n', '3', '--out', '{loop}'], 'line', ['is a symbolic link loop']),
     ('out-fifo', ['ultrag', 'batch', '--dataset', '{gen}', '--executor', 'symbolic', '--out', '{fifo}'], 'line', ['is a FIFO (named pipe)']),
+    ('out-device', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{ck}', '--out', '/dev/null'], 'line', ['--out /dev/null is a device; give a regular file name']),
     ('retrieve-into-generation-run', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{ck}', '--out', '{gen}/records.jsonl'], 'line',
+     ['is the run folder of a kgqa generate or kgqa kgqagen run; write outside it']),
+    ('retrieve-into-generation-run-subfolder', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{ck}', '--out', '{gen}/llm_cache/top.jsonl'], 'line',
      ['is the run folder of a kgqa generate or kgqa kgqagen run; write outside it']),
     ('train-into-generation-run', ['train-retriever', '--dataset', '{gen}', '--out', '{gen}'], 'line', ['write outside it']),
     ('generate-into-checkpoints', ['generate', '--kg', 'toyworld', '--n', '3', '--out', '{ck}'], 'line', ['checkpoint folder of a kgqa train-retriever run']),
@@ -101,6 +107,10 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('checkpoint-folder-without-best', ['retrieve', '--dataset', '{gen}', '--checkpoint', '{nockpt}', '--out', '{tmp}/t.jsonl'], 'line', ['a folder without best.pt']),
     ('split-with-fifo', ['ultra-eval', '--split', '{fifosplit}', '--ckpt', 'ultra_3g'], 'line', ['train.txt: a FIFO (named pipe), not a regular file']),
     ('split-sparse-1gb', ['ultra-eval', '--split', '{sparse}', '--ckpt', 'ultra_3g'], 'line', ['train.txt:1: binary data (a NUL byte at byte 0 of 1,073,741,824)']),
+    ('dataset-sparse-1gb', ['benchmark', '--models', 'llm-only', '--dataset', '{sparseds}', '--kg', 'toyworld'], 'line',
+     ['test.jsonl:1: binary data (a NUL byte at byte 0 of 1,073,741,824)']),
+    ('benchmark-missing-field', ['benchmark', '--models', 'llm-only', '--dataset', '{badsplit}', '--kg', 'toyworld', '--cache-dir', '{tmp}/bcache'], 'line',
+     ["test.jsonl: record 1 (of", "has no 'answer_subgraph' field"]),
     ('dataset-missing-field', ['ultrag', 'batch', '--dataset', '{badsplit}', '--kg', 'toyworld'], 'line', ["test.jsonl: record 1 (of", "has no 'answer_subgraph' field"]),
     # the LLM backend, in the command line's words
     ('openai-without-model', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--out', '{tmp}/never'], 'line', ['--backend openai needs --model NAME']),
@@ -207,3 +217,18 @@ def test_a_killed_rerun_leaves_nothing_in_the_executed_folder(tmp_path):
     finally:
         if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
     assert sorted(x.name for x in done.parent.iterdir()) == ['demo.ipynb'] and done.read_text() == 'committed'
+
+
+def test_a_rerun_that_printed_the_same_changes_no_file(tmp_path):
+    "make figures twice: the executed notebook (papermill's times, temporary path, injected cell id) stays byte for byte; its run record is kept with it (chapter 40b)."
+    import nbformat
+    import kgqa_nb.rerun as rr
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('out_dir: str = ""', metadata={'tags': ['parameters']}),
+                nbformat.v4.new_code_cell('from pathlib import Path\n(Path(out_dir) / "results").mkdir(exist_ok=True)\n(Path(out_dir) / "results" / "t.csv").write_text("a\\n1\\n")\nprint("done")')]
+    nbformat.write(nb, tmp_path / 'demo.ipynb')
+    art, out = rr.Artifact('demo', tmp_path / 'demo.ipynb', ['results/t.csv']), tmp_path / 'out'
+    files = lambda: {f.name: f.read_bytes() for f in (out / 'results' / 'executed').iterdir()}
+    ran = lambda: rr.execute_artifact(art, out / 'results' / 'executed' / 'demo.ipynb', dict(out_dir=str(out)), 'smoke')
+    (out / 'results' / 'executed').mkdir(parents=True); ran(); first = files(); ran()
+    assert files() == first and b'/running/' not in first['demo.ipynb'] and b'injected-parameters' in first['demo.ipynb']
