@@ -4,6 +4,7 @@
 
 # %% ../nbs/23_agents.ipynb #c002
 from __future__ import annotations
+import threading
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -198,13 +199,18 @@ class LLMPolicy:
     "Every step one prompt through the LLM client; a malformed reply is asked for again `retries` times."
     client: LLMClient
     retries: int = 1  # fresh tries of a malformed reply before the run ends with its reason
-    calls: int = 0  # prompts sent so far
+    calls: int = 0  # prompts sent so far, by every thread
+    _mine: threading.local = field(default_factory=threading.local, repr=False, compare=False)  # this thread's count (one question's run)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def thread_calls(self) -> int: return getattr(self._mine, 'n', 0)  # prompts this thread sent: a run's own, while questions run side by side
 
     def ask(self, messages: list, parse):
         "`parse(reply text)` of the first usable reply; `ReplyError` after `retries` more malformed ones."
         for attempt in range(self.retries + 1):
             text = self.client.chat(messages).text
-            self.calls += 1
+            with self._lock: self.calls += 1
+            self._mine.n = self.thread_calls() + 1
             try: return parse(text)
             except ReplyError as e:
                 if attempt == self.retries: raise
@@ -212,6 +218,9 @@ class LLMPolicy:
                                        dict(role='user', content=f'That reply could not be used ({e}). Reply again with the JSON object only.')]
 
     def describe(self) -> str: return f'LLM {self.client.describe()}'
+
+def _run_calls(policy) -> int:  # prompts this thread sent: a run's own while runs go side by side (a policy without `thread_calls`: its `calls`)
+    return policy.thread_calls() if hasattr(policy, 'thread_calls') else policy.calls
 
 # %% ../nbs/23_agents.ipynb #c036
 @patch
@@ -289,6 +298,8 @@ class OfflinePolicy:
     drift: float = 0.5  # PoG reflection: a branch whose best newest relation scores below this is off the plan
     calls: int = 0  # always 0: no LLM is asked
     _vectors: dict = field(default_factory=dict, repr=False)  # text -> unit vector, this policy's memo
+
+    def thread_calls(self) -> int: return 0
 
     def vecs(self, texts: list) -> np.ndarray:
         "(len(texts), dim) unit vectors, each text encoded once per policy."
@@ -414,28 +425,43 @@ class KGAgent:
         if self.width < 1 or self.depth < 1 or self.max_candidates < 1:
             raise ValueError(f'width, depth and max_candidates must be >= 1, got {self.width}, {self.depth}, {self.max_candidates}')
         self.policy = LLMPolicy(self.client, self.retries) if self.client is not None else OfflinePolicy(self.encoder)
-        self._full = (None, None)  # (KG, its Walkable): the whole KG's adjacency, built once
+        self._full, self._lock = (None, None), threading.Lock()  # (KG, its Walkable): the whole KG's adjacency, built once
 
     def policy_label(self) -> str: return self.policy.describe()
     def describe(self) -> str: return f'{self.title} ({self.policy_label()}, width {self.width}, depth {self.depth})'
 
 # %% ../nbs/23_agents.ipynb #c053
 @patch
-def retrieve(self: KGAgent, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
-    "The subgraph the agent explored for one GTSQA-schema record (reads its question and seed entities only)."
+def run(self: KGAgent, rec: dict, kg: KnowledgeGraph, graph=None) -> AgentRun:
+    "The agent's run on one GTSQA-schema record (reads its question and seed entities only); it changes nothing the next run reads."
     question = str(rec['paraphrased_question' if self.use_paraphrase else 'question'])
     seeds = list(dict.fromkeys(kg.parse_entity(str(s), check_label=False) for s in rec['seed_entities']))
     if graph is not None: walk = walkable(kg, graph)
     else:
-        if self._full[0] is not kg: self._full = (kg, walkable(kg))
-        walk = self._full[1]
-    self.last = self.explore(Task(kg, question, seeds), walk)
+        with self._lock:
+            if self._full[0] is not kg: self._full = (kg, walkable(kg))
+            walk = self._full[1]
+    return self.explore(Task(kg, question, seeds), walk)
+
+@patch
+def retrieve(self: KGAgent, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
+    "The subgraph the agent explored for one record (its run kept as `last`)."
+    self.last = self.run(rec, kg, graph)
     return self.last.subgraph
 
 @patch
-def run_info(self: KGAgent) -> dict:
-    "What the benchmark records of the latest run beside its scores: why it stopped, its rounds and its backtracks."
-    return dict(stopped=self.last.stopped, rounds=self.last.rounds, backtracks=self.last.backtracks)
+def retrieve_many(self: KGAgent, recs: list, kg: KnowledgeGraph, graphs: list) -> list:
+    "The `AgentRun`s of many records: side by side through the LLM client's `streams` (each run's steps in order), one by one offline."
+    work = lambda rg: self.run(rg[0], kg, rg[1])
+    runs = self.client.streams(work, list(zip(recs, graphs)), desc=self.name) if self.client is not None else [work(x) for x in zip(recs, graphs)]
+    if runs: self.last = runs[-1]
+    return runs
+
+@patch
+def run_info(self: KGAgent, run: AgentRun | None = None) -> dict:  # None: the latest run
+    "What the benchmark records of a run beside its scores: why it stopped, its rounds and its backtracks."
+    run = run or self.last
+    return dict(stopped=run.stopped, rounds=run.rounds, backtracks=run.backtracks)
 
 @patch
 def stopping_check(self: KGAgent):
@@ -450,10 +476,10 @@ class ToG(KGAgent):
 @patch
 def explore(self: ToG, task: Task, walk: Walkable) -> AgentRun:
     "ToG's search loop on one question."
-    start, frontier, kept, tried = self.policy.calls, [Path(s, s) for s in task.seeds], [], set()
+    start, frontier, kept, tried = _run_calls(self.policy), [Path(s, s) for s in task.seeds], [], set()
     def run(stopped, rounds, answer=(), fallback=False):
         sub = np.zeros((0, 3), np.int64) if fallback else explored_triples(walk, kept)
-        return AgentRun(task.question, sub, list(answer), stopped, rounds, self.policy.calls - start, fallback)
+        return AgentRun(task.question, sub, list(answer), stopped, rounds, _run_calls(self.policy) - start, fallback)
     for d in range(1, self.depth + 1):
         try:
             new = search_round(self.policy, task, walk, frontier, self.width, self.max_candidates, tried)
@@ -513,9 +539,9 @@ def reflect_or_continue(self: PoG, task: Task, walk: Walkable, kept: list, new: 
 @patch
 def explore(self: PoG, task: Task, walk: Walkable) -> AgentRun:
     "PoG's plan, search, memory and reflection loop on one question."
-    start, frontier, kept, tried, covered, memory, backtracks = self.policy.calls, [Path(s, s) for s in task.seeds], [], set(), set(), {}, 0
+    start, frontier, kept, tried, covered, memory, backtracks = _run_calls(self.policy), [Path(s, s) for s in task.seeds], [], set(), set(), {}, 0
     def run(stopped, rounds, answer=()):
-        return AgentRun(task.question, explored_triples(walk, kept), list(answer), stopped, rounds, self.policy.calls - start,
+        return AgentRun(task.question, explored_triples(walk, kept), list(answer), stopped, rounds, _run_calls(self.policy) - start,
                         backtracks=backtracks, plan=list(task.plan), memory=memory, covered=sorted(covered))
     try: task.plan = self.policy.decompose(task)
     except ReplyError as e: return run(e.reason, 0)

@@ -280,8 +280,12 @@ def model_rows(model, recs: list, kg: KnowledgeGraph, graphs, reader, golds: lis
     "One scored row per question of one model: retrieve on the question view and graph, read, score (and the model's run info)."
     if sees_the_evaluation(model, reader): raise ValueError(f'{model.name}: its stopping check is the scoring reader ({reader.describe()}): it would see the evaluation')
     views, subs, info = [question_view(r) for r in recs], [], []
-    for v, g in progress(list(zip(views, graphs)), desc=model.name):
-        subs.append(check_subgraph(model.retrieve(v, kg, g), kg, g, model.name)); info.append(model.run_info() if hasattr(model, 'run_info') else {})
+    if hasattr(model, 'retrieve_many'):  # an agent: its questions side by side through its LLM client, each one's steps in order
+        runs = model.retrieve_many(views, kg, graphs)
+        subs, info = [check_subgraph(r.subgraph, kg, g, model.name) for r, g in zip(runs, graphs)], [model.run_info(r) for r in runs]
+    else:
+        for v, g in progress(list(zip(views, graphs)), desc=model.name):
+            subs.append(check_subgraph(model.retrieve(v, kg, g), kg, g, model.name)); info.append(model.run_info() if hasattr(model, 'run_info') else {})
     if hasattr(model, 'answer_many'): preds, rd = model.answer_many(views), model.reader_label()  # a model that answers itself (the LLM-only stand-in)
     else: preds, rd = reader.answer_many([v['question'] for v in views], [triples_text(kg, s) for s in subs], views), reader.describe()
     if keep is not None: keep[model.name] = subs
@@ -451,7 +455,7 @@ def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemm
         return fitted_path_model(BenchmarkSetup(kg, train=records, train_graphs=graphs, arm=labels, budgets={'rog': rog}, cache_dir=folder))
     lora = f' (LoRA r={lora_rank})' if lora_rank else ''
     label = f'RoG ({generator_label(generator)}; {steps} fine-tune steps of {batch_size}{lora}, lr {lr:g}, {beams} beams)'
-    return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark')), losses=lambda m: m.gen.history)}, label
+    return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark:rog_study_listing', 'benchmark:fitted_path_model')), losses=lambda m: m.gen.history)}, label
 
 # %% ../nbs/25_benchmark.ipynb #c068
 def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored order

@@ -4,7 +4,8 @@
 
 # %% ../nbs/21_kgrag.ipynb #c002
 from __future__ import annotations
-import math, re, weakref
+import math, re, threading, weakref
+from contextlib import nullcontext
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -33,7 +34,7 @@ __all__ = ['NO_CANDIDATES', 'DENSE_VECTOR_BYTES', 'ROLE_PARAMS', 'MARKERS', 'DEC
            'chain_subquestions', 'question_template', 'metaqa_templates', 'offline_decompose', 'relation_phrase_answer',
            'offline_answer', 'substitute_answers', 'offline_reformulate', 'offline_synthesize', 'offline_direct',
            'clause_relations', 'wording_relations', 'chain_steps', 'step_subquestions', 'WordingDecomposer',
-           'ChainReader', 'KGRAG', 'evaluate_kgrag', 'gold_chain', 'step_hit', 'retrieval_diagnostics',
+           'ChainReader', 'KGRAG', 'kgrag_row', 'evaluate_kgrag', 'gold_chain', 'step_hit', 'retrieval_diagnostics',
            'sample_questions', 'metaqa_samples', 'roles_label', 'print_trace', 'kgrag_cli']
 
 # %% ../nbs/21_kgrag.ipynb #c006
@@ -191,12 +192,14 @@ class TripleRetriever:
         self.metric = similarity_metric(encoder)
         self._cands, self._vecs = {}, {}
         self._X = self._have = None  # the in-memory matrix of triple vectors and which rows are filled
+        self.lock = threading.RLock()  # one thread at a time in the caches and the store (questions run side by side: `evaluate_kgrag`)
 
     def candidates(self, topic: str, n_hops: int) -> Candidates:
         "Candidates of the entity labelled `topic` up to `n_hops`."
         key = (topic, n_hops)
-        if key not in self._cands: self._cands[key] = candidate_triples(self.kg, [entity_by_label(self.kg, topic)], n_hops, self.direction)
-        return self._cands[key]
+        with self.lock:
+            if key not in self._cands: self._cands[key] = candidate_triples(self.kg, [entity_by_label(self.kg, topic)], n_hops, self.direction)
+            return self._cands[key]
 
     def vectors(self, texts: list, role: str = 'passage') -> np.ndarray:
         "Vectors of texts through the store (normalised for cosine)."
@@ -224,9 +227,10 @@ class TripleRetriever:
 
     def select(self, query: str, cands: Candidates, k: int) -> list:
         "Top-`k` candidate triples for `query`: a list of (text, score, triple index)."
-        vecs = self.candidate_vectors(cands)
-        if vecs is None: return []
-        s, i = top_k_triples(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
+        with self.lock:
+            vecs = self.candidate_vectors(cands)
+            if vecs is None: return []
+            s, i = top_k_triples(self.vectors([query], 'query')[0], vecs, k, 'ip')  # `vectors` already normalised them for cosine
         return [(t, float(x), int(cands.eids[j])) for t, x, j in zip(triple_texts(self.kg, cands.eids[i]), s, i)]
 
 # %% ../nbs/21_kgrag.ipynb #c031
@@ -625,12 +629,15 @@ class KGRAG:
         r = self.llm.chat(messages, **self.role_params[role])
         return r.text, r.finish_reason
 
+    def _offline(self, part):  # an offline decomposer or reader (no LLM client) shares the retriever's encoder: one thread at a time
+        return nullcontext() if getattr(part, 'client', None) is not None else self.retriever.lock
+
 # %% ../nbs/21_kgrag.ipynb #c081
 @patch
 def decompose(self: KGRAG, question: str, trace: dict) -> tuple:
     "Reasoning and sub-questions of `question` (the whole question when none can be read)."
     if self.decomposer is not None:
-        reasoning, subqs = self.decomposer.decompose(question)
+        with self._offline(self.decomposer): reasoning, subqs = self.decomposer.decompose(question)
         issues = [] if subqs else ['no_subquestions']
     else:
         text, fin = self._chat('decompose', decomposition_messages(question))
@@ -644,7 +651,7 @@ def answer_sub(self: KGRAG, subq: str, cands: Candidates | None, trace: dict) ->
     top = self.retriever.select(subq, cands, self.top_k) if cands is not None else []
     texts = [t for t, _, _ in top]
     if cands is not None and self.reader is not None:  # a reader in the answerer's place reads the same top-K triples
-        got = self.reader.answer(subq, triple_parts(self.retriever.kg, [e for _, _, e in top]))
+        with self._offline(self.reader): got = self.reader.answer(subq, triple_parts(self.retriever.kg, [e for _, _, e in top]))
         text = '; '.join(got) or 'unknown'
     else: text, _ = self._chat('answer', answer_messages(subq, texts)) if cands is not None else self._chat('direct', direct_messages(subq))
     items, issues = parse_answer(text, triple_entities(texts, RELATION_PHRASES) if cands is not None else None)
@@ -690,24 +697,29 @@ def answer(self: KGRAG, question: str,  # a MetaQA question, entity in brackets
     return trace
 
 # %% ../nbs/21_kgrag.ipynb #c090
-def evaluate_kgrag(system: KGRAG, questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
-    "One row per question: prediction, Hit@1, sub-questions, candidate-set size, issue counts."
-    rows = []
-    for q in questions:
-        row = dict(qid=q.qid, hops=q.hops, qtype=q.qtype, mode=mode, n_hops=system.n_hops, top_k=system.top_k)
-        try:
-            t = system.answer(q.question, mode)
-            c = Counter(t['issues'])
-            row.update(prediction=t['prediction'], hit_at_1=float(hit_at_1(t['prediction'], q.answers)), n_subquestions=len(t['steps']),
-                       n_candidates=t['n_candidates'], llm_error='', **{f'issue_{k}': c.get(k, 0) for k in ISSUES})
-        except LLMError as e:
-            dead = system.llm._dead or getattr(getattr(system.reader, 'client', None), '_dead', False)
-            if dead: raise  # unreachable server, bad key, unknown model: every later question would fail the same way
-            row.update(prediction='', hit_at_1=0.0, n_subquestions=0, n_candidates=0, llm_error=str(e).splitlines()[0], **{f'issue_{k}': 0 for k in ISSUES})
-        rows.append(row)
-    return pd.DataFrame(rows)
+def kgrag_row(system: KGRAG, q: MetaQAQuestion, mode: str = 'kg-rag') -> dict:
+    "One question's row: prediction, Hit@1, sub-questions, candidate-set size, issue counts (or the `llm_error` of this question alone)."
+    row = dict(qid=q.qid, hops=q.hops, qtype=q.qtype, mode=mode, n_hops=system.n_hops, top_k=system.top_k)
+    try:
+        t = system.answer(q.question, mode)
+        c = Counter(t['issues'])
+        row.update(prediction=t['prediction'], hit_at_1=float(hit_at_1(t['prediction'], q.answers)), n_subquestions=len(t['steps']),
+                   n_candidates=t['n_candidates'], llm_error='', **{f'issue_{k}': c.get(k, 0) for k in ISSUES})
+    except LLMError as e:
+        dead = system.llm._dead or getattr(getattr(system.reader, 'client', None), '_dead', False)
+        if dead: raise  # unreachable server, bad key, unknown model: every later question would fail the same way
+        row.update(prediction='', hit_at_1=0.0, n_subquestions=0, n_candidates=0, llm_error=str(e).splitlines()[0], **{f'issue_{k}': 0 for k in ISSUES})
+    return row
 
-# %% ../nbs/21_kgrag.ipynb #c092
+def evaluate_kgrag(system,  # a `KGRAG`, or a list of them: each question runs through every system in turn
+                   questions: list, mode: str = 'kg-rag') -> pd.DataFrame:
+    "One row per question (and system, question-major), the questions side by side through the first system's LLM client (`streams`), each one's steps in order."
+    systems = list(system) if isinstance(system, (list, tuple)) else [system]
+    if not systems: raise ValueError('evaluate_kgrag needs at least one KGRAG system')
+    per_question = systems[0].llm.streams(lambda q: [kgrag_row(s, q, mode) for s in systems], questions, desc=f'KG-RAG ({mode})')
+    return pd.DataFrame([row for rows in per_question for row in rows])
+
+# %% ../nbs/21_kgrag.ipynb #c093
 def gold_chain(kg: KnowledgeGraph, topic: int, qtype: str) -> list[set]:
     "Entity sets reached after each step of `qtype`'s relation chain from `topic` (the topic itself left out)."
     rel_idx = {l.replace('_', ' '): i for i, l in enumerate(kg.relation_labels)}
@@ -730,7 +742,7 @@ def step_hit(kg: KnowledgeGraph, triple_ids, rel: str, before: set, after: set) 
     h, t = kg.head[ids][ok], kg.tail[ids][ok]
     return any((a in before and b in after) or (b in before and a in after) for a, b in zip(h.tolist(), t.tolist()))
 
-# %% ../nbs/21_kgrag.ipynb #c094
+# %% ../nbs/21_kgrag.ipynb #c095
 def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
     "Candidate-set size, answer-in-candidates, KAPING answer-in-top-K, and per-step hits of the offline decomposition."
     kg, ret = system.retriever.kg, system.retriever
@@ -751,7 +763,7 @@ def retrieval_diagnostics(system: KGRAG, q: MetaQAQuestion) -> dict:
                hit_at_1=float(hit_at_1(t['prediction'], q.answers)))
     return row
 
-# %% ../nbs/21_kgrag.ipynb #c096
+# %% ../nbs/21_kgrag.ipynb #c097
 def sample_questions(questions: list, n: int,  # sample size (0 or more than available: all of them)
                      seed: int = 0) -> list:
     "A seeded sample of `n` questions without replacement, in file order."
@@ -787,7 +799,7 @@ def roles_label(llm: LLMClient,
     answers = reader or ('relation-phrase reader (offline; not an LLM)' if offline else llm.describe())
     return '; '.join(([dec, rest] if dec else []) + [f'answers: {answers}'])
 
-# %% ../nbs/21_kgrag.ipynb #c104
+# %% ../nbs/21_kgrag.ipynb #c105
 def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line printed above it
     "Print a KG-RAG trace for a reader: the reasoning, each sub-question with its first triples and answer, the final answer."
     print(header)
@@ -799,7 +811,7 @@ def print_trace(t: dict, header: str):  # `KGRAG.answer`'s trace; the line print
     print(f'final answer: {t["final_answer"]}')
     if t['issues']: print(f'issues: {", ".join(t["issues"])}')
 
-# %% ../nbs/21_kgrag.ipynb #c108
+# %% ../nbs/21_kgrag.ipynb #c109
 def kgrag_cli(a) -> int:  # the arguments `kgqa kgrag` parsed (`cli.kgrag_parser`)
     "`kgqa kgrag ask QUESTION`: decomposition, sub-answers and final answer of one MetaQA question."
     check_model_flag(a.backend, a.model)

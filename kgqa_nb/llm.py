@@ -682,3 +682,12 @@ def usage_summary(self: LLMClient) -> dict:
 def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
+
+# %% ../nbs/04_llm.ipynb #c060
+@patch
+def streams(self: LLMClient, fn: Callable,  # fn(item) -> its result; it may call `chat` any number of times, in order
+            items,  # the work items, e.g. questions
+            desc: str = 'LLM streams',  # progress-bar label
+            return_exceptions: bool = False) -> list:  # put each failure in its slot instead of raising the first
+    "`[fn(item) for item in items]`, the items run side by side (each one's calls in order) at the rate gate's pace."
+    return self._many(lambda item: fn(item), items, desc, return_exceptions)

@@ -289,7 +289,11 @@ class SubgraphRAGReader:
         return parse_answers(reply)
     def answer_many(self, questions, triples_lists, records=None) -> list:
         question_records(records, "SubgraphRAG's reader")
-        return [self.answer(q, t) for q, t in zip(questions, triples_lists)]
+        msgs = [subgraphrag_messages(q, t, self.k) for q, t in zip(questions, triples_lists)]
+        replies = [r.text for r in self.client.chat_many(msgs, desc='SubgraphRAG reader')]  # every first turn at once (batched in batch mode)
+        again = [i for i, r in enumerate(replies) if needs_double_check(r)]  # then the double-check turns of the replies without an answer
+        for i, r in zip(again, self.client.chat_many([msgs[i] + [dict(role='user', content=DOUBLE_CHECK)] for i in again], desc='double check')): replies[i] = r.text
+        return [parse_answers(r) for r in replies]
     def describe(self) -> str: return f'llm:{self.client.describe()} (SubgraphRAG prompt)'
 
 @register_offline_model('kgqa-subgraphrag-reader', matches=lambda m: bool(m) and m[0].get('content', '').startswith(SUBGRAPHRAG_MARKER))
@@ -312,11 +316,14 @@ class LLMOnlyReader:
     def answer(self, question: str, triples=(), record=None) -> list:
         "Answers from the model's own knowledge (the triples are ignored)."
         question_record(record, 'the LLM-only reader')
+        return parse_answers(self.client.chat(self.messages(question)).text)
+    def messages(self, question: str) -> list:
+        "The prompt: the question alone."
         sys = f'{LLM_ONLY_MARKER} Answer the question. Return every answer on its own line, prefixed with `ans:`.'
-        return parse_answers(self.client.chat([dict(role='system', content=sys), dict(role='user', content=question.strip())]).text)
+        return [dict(role='system', content=sys), dict(role='user', content=question.strip())]
     def answer_many(self, questions, triples_lists=None, records=None) -> list:
         question_records(records, 'the LLM-only reader')
-        return [self.answer(q) for q in questions]
+        return [parse_answers(r.text) for r in self.client.chat_many([self.messages(q) for q in questions], desc='LLM-only reader')]  # one call each: batched in batch mode
     def describe(self) -> str: return f'llm-only:{self.client.describe()}'
 
 @register_offline_model('kgqa-llm-only', matches=lambda m: bool(m) and m[0].get('content', '').startswith(LLM_ONLY_MARKER))
