@@ -17,7 +17,7 @@ from fastcore.basics import patch
 from .core import CACHE_MODES, ReplayCache, progress, user_cache_dir
 from .llm_rate import RateGate, retry_after, stderr_line
 from .llm_spend import (ASSUMED_MAX_TOKENS, BATCH_DISCOUNT, SPEND_FILE_ENV, SpendBudget, SpendLimitError, api_cost,
-                               append_durably, model_price)
+                               append_durably, higher_price, model_price)
 from .sparql import transient_status, unreachable_reason
 
 # %% auto #0
@@ -212,14 +212,14 @@ class LLMClient:
         self.probe_timeout, self._probed, self._probe_lock = float(probe_timeout), False, threading.Lock()
         self.backoff_base, self.backoff_max, self.max_retry_after = backoff_base, backoff_max, max_retry_after
         self.price = tuple(price_per_mtok) if price_per_mtok is not None else ((0., 0., 0.) if backend == 'offline' else model_price(self.model))
-        self._price_given, self.budget, self._env_budget = price_per_mtok is not None or backend == 'offline', budget, None
+        self._price_given, self.budget, self._env_budget, self._answer_price = price_per_mtok is not None or backend == 'offline', budget, None, None
         if self.price is not None: api_cost(0, 0, self.price)  # validates the shape
         mode = 'off' if (cache is False or cache_dir is False) else cache_mode
         self.cache_dir = None if mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
         self._cache = ResponseCache(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', self.model)}.jsonl", mode) if self.cache_dir else None
         self.ledger = None if ledger is None else Path(ledger)
         self.stream = bool(stream)
-        self._lock, self._key_locks, self._oai, self._dead = threading.Lock(), {}, None, None
+        self._lock, self._key_locks, self._oai, self._dead, self._pricing = threading.Lock(), {}, None, None, threading.Lock()
         self._rng, self._sleep = random.Random(seed), time.sleep
         self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or stderr_line, False
         self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
@@ -520,19 +520,19 @@ def spend_budget(self: LLMClient):
 @patch
 def price_of(self: LLMClient, model: str | None = None,  # the answering model (None: the one asked for)
              budget: SpendBudget | None = None):  # whose `prices` come first
-    "Price triple of a reply: the explicit one, else the answering model's known price, else the requested model's; None if unknown."
+    "Price triple of a call: the one given for the model asked for, else the higher of its and the answering model's known prices; None if neither is known."
     if self._price_given: return self.price
     prices = budget.prices() if budget else {}
-    for m in dict.fromkeys(x for x in (model, self.model) if x):
-        if p := prices.get(m) or model_price(m): return tuple(p)
-    return None
+    if self.model in prices: return tuple(prices[self.model])  # the user's word for this model
+    return higher_price(*(prices.get(m) or model_price(m) for m in dict.fromkeys(x for x in (self.model, model) if x)))
 
 @patch
 def call_cost(self: LLMClient, res: ChatResult, budget: SpendBudget | None = None,
               batch: bool = False):  # a Batch API line (billed at BATCH_DISCOUNT)
-    "USD an answered call cost (None when no price is known)."
+    "USD an answered call cost (None when no price is known); a dearer price than asked for is kept for the holds of later calls."
     price, u = self.price_of(res.model, budget), res.usage
     if price is None: return None
+    with self._lock: self._answer_price = higher_price(self._answer_price, price)
     return api_cost(u['prompt_tokens'], u['completion_tokens'], price, u['cached_prompt_tokens']) * (BATCH_DISCOUNT if batch else 1)
 
 @patch
@@ -541,12 +541,12 @@ def worst_cost(self: LLMClient, request: dict, price) -> float:
     n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
     return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
 
-# %% ../nbs/04_llm.ipynb #c054
+# %% ../nbs/04_llm.ipynb #c055
 @patch
 def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
     "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
     if budget is None: return None
-    price = self.price_of(None, budget)
+    price = (p := self.price_of(None, budget)) and higher_price(p, self._answer_price)  # or a dearer model a reply named
     if price is None:
         raise SpendLimitError(f'a spend limit (--max-cost) is set but the price of model {self.model!r} is unknown: set plan.prices.{self.model} '
                               f'in the profile ([input, output] USD per million tokens; [0, 0] for a server you run yourself) or pass price_per_mtok')
@@ -555,15 +555,20 @@ def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str
 @patch
 def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
     "`call()` (one API call for `request`) under the spend limit: its worst case held before it is sent, its cost counted once it is priced."
-    budget = self.spend_budget()
-    ticket, cost, n = self._hold(budget, [request], f'a call to {self.model}'), 0., 0
+    budget, first = self.spend_budget(), None
+    if budget is not None and self._answer_price is None and self._pricing.acquire():  # no reply priced yet: this call goes alone
+        first = self._pricing if self._answer_price is None else self._pricing.release()  # (another was priced while it waited)
     try:
-        res = call(); cost, n = self.call_cost(res, budget) or 0., 1
-        return res
+        ticket, cost, n = self._hold(budget, [request], f'a call to {self.model}'), 0., 0
+        try:
+            res = call(); cost, n = self.call_cost(res, budget) or 0., 1
+            return res
+        finally:
+            if ticket: budget.settle(ticket, cost, n)
     finally:
-        if ticket: budget.settle(ticket, cost, n)
+        if first: first.release()
 
-# %% ../nbs/04_llm.ipynb #c056
+# %% ../nbs/04_llm.ipynb #c057
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -622,7 +627,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c058
+# %% ../nbs/04_llm.ipynb #c059
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -683,7 +688,7 @@ def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
 
-# %% ../nbs/04_llm.ipynb #c060
+# %% ../nbs/04_llm.ipynb #c061
 @patch
 def streams(self: LLMClient, fn: Callable,  # fn(item) -> its result; it may call `chat` any number of times, in order
             items,  # the work items, e.g. questions

@@ -14,7 +14,7 @@ from .llm import ChatResult, LLMClient, LLMError, canonical_json, parse_completi
 from .llm_spend import SpendLimitError
 
 # %% auto #0
-__all__ = ['BATCH_TERMINAL']
+__all__ = ['BATCH_TERMINAL', 'COLLECT_CHUNK']
 
 # %% ../nbs/04c_llm_batch.ipynb #c005
 BATCH_TERMINAL = ('completed', 'failed', 'expired', 'cancelled')  # batch statuses that no longer change
@@ -112,36 +112,55 @@ def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
             self._say(f'kgqa llm: the spend limit is reached: cancelling batch {bid} (the lines it answered are kept)')
         self._sleep(min(wait, poll_s)); wait *= 2
 
-# %% ../nbs/04c_llm_batch.ipynb #c011
+# %% ../nbs/04c_llm_batch.ipynb #c012
+COLLECT_CHUNK = 1_000  # batch output lines counted against the spend limit in one change of the spend file
+
 @patch
-def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float) -> tuple:
-    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here, their cost)."
+def _batch_reply(self: LLMClient, bid: str, reqs: dict, line: str):
+    "(key, ChatResult or LLMError) of one output-file line of batch `bid`; None for a line of no request of the job."
+    r = json.loads(line) if line.strip() else {}
+    k, resp = r.get('custom_id'), r.get('response') or {}
+    if k not in reqs: return None
+    if resp.get('status_code') != 200:
+        return k, LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or r.get("error"))[:300]}')
+    text, finish, usage, model = parse_completion(json.dumps(resp['body']))
+    return k, ChatResult(text, False, usage, model or self.model, k, 1, finish)
+
+@patch
+def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float,
+             ticket: str | None = None) -> tuple:  # the job's hold on the spend limit (None: no limit)
+    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here)."
     bid = rec['batch_id']
     b, cancelled = self._wait_batch(bid, poll_s)
     if b.status == 'failed':
         self._close_job(jf)  # nothing was answered: the requests go again in a new job
         raise LLMError(f'{self.describe()}: batch {bid} failed: {b.errors}')
-    reqs, got, cost, budget = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}, {}, 0., self.spend_budget()
+    reqs, got, budget = {r['key']: r['request'] for r in read_jsonl(jf.with_suffix('.jsonl'))}, {}, self.spend_budget()
     for fid in (b.output_file_id, b.error_file_id):
         if not fid: continue
-        for line in self._batch_call(f'fetching file {fid}', self._openai().files.content, fid).text.splitlines():
-            r = json.loads(line) if line.strip() else {}
-            k, resp = r.get('custom_id'), r.get('response') or {}
-            if k not in reqs or k in got or (self._cache is not None and self._cache.lookup(k, 'a batch reply') is not None): continue  # recorded before a crash
-            if resp.get('status_code') != 200:
-                got[k] = LLMError(f'batch {bid}: request {k[:12]} failed: {json.dumps(resp.get("body") or r.get("error"))[:300]}'); continue
-            text, finish, usage, model = parse_completion(json.dumps(resp['body']))
-            res = ChatResult(text, False, usage, model or self.model, k, 1, finish)
-            cost += self.call_cost(res, budget, batch=True) or 0.
-            self._count(api_calls=1, prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'],
-                        cached_prompt_tokens=usage['cached_prompt_tokens'])
-            if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
-            if self._cache is not None: self._record(reqs[k], k, res)
-            got[k] = res
+        lines = self._batch_call(f'fetching file {fid}', self._openai().files.content, fid).text.splitlines()
+        for start in range(0, len(lines), COLLECT_CHUNK):
+            part, seen = [], set()
+            for line in lines[start:start + COLLECT_CHUNK]:
+                kr = self._batch_reply(bid, reqs, line)
+                if kr and (kr[0] in got or kr[0] in seen or (self._cache is not None and self._cache.lookup(kr[0], 'a batch reply') is not None)):
+                    kr = None  # recorded before a kill
+                if kr: seen.add(kr[0])
+                part.append(kr)
+            if budget is not None:  # counted before recorded
+                budget.count_lines(ticket, fid, start, [(self.call_cost(kr[1], budget, batch=True) or 0.) if kr and isinstance(kr[1], ChatResult) else None
+                                                        for kr in part])
+            for k, res in filter(None, part):
+                got[k] = res
+                if isinstance(res, LLMError): continue
+                u = res.usage
+                self._count(api_calls=1, prompt_tokens=u['prompt_tokens'], completion_tokens=u['completion_tokens'], cached_prompt_tokens=u['cached_prompt_tokens'])
+                if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
+                if self._cache is not None: self._record(reqs[k], k, res)
     self._close_job(jf)
-    return got, b.status, cancelled, cost
+    return got, b.status, cancelled
 
-# %% ../nbs/04c_llm_batch.ipynb #c013
+# %% ../nbs/04c_llm_batch.ipynb #c014
 @patch
 def _job_left(self: LLMClient, jf: Path) -> list:
     "The requests of a job whose replies are not in the cache yet (what a resumed job may still cost)."
@@ -165,8 +184,8 @@ def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
         try:
             for jf, rec, _ in jobs: self._submit_job(jf, rec)
             for jf, rec, ticket in jobs:
-                g, status, cancelled, cost = self._collect(jf, rec, poll_s)
-                if ticket: budget.settle(ticket, cost, sum(isinstance(r, ChatResult) for r in g.values())); holds.discard(ticket)
+                g, status, cancelled = self._collect(jf, rec, poll_s, ticket)
+                if ticket: budget.settle(ticket, 0., 0); holds.discard(ticket)  # its lines are counted: what is left of its hold goes
                 got.update(g); ended.append(status)
                 if cancelled: stop = stop or SpendLimitError(budget.state()['stopped'])
         finally:
@@ -175,7 +194,7 @@ def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
         if not any(s in ('expired', 'cancelled') for s in ended): break
     return got
 
-# %% ../nbs/04c_llm_batch.ipynb #c014
+# %% ../nbs/04c_llm_batch.ipynb #c015
 @patch
 def chat_batch(self: LLMClient, batch,  # a list of message lists
                desc: str = 'LLM batch',  # what the batch is, for messages

@@ -11,7 +11,7 @@ from typing import Callable
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['parse_reset', 'rate_limit_info', 'retry_after', 'TokenBucket', 'stderr_line', 'RateGate']
+__all__ = ['AIMD_DECREASE', 'parse_reset', 'rate_limit_info', 'retry_after', 'TokenBucket', 'stderr_line', 'RateGate']
 
 # %% ../nbs/03b_llm_rate.ipynb #c006
 _DURATION = re.compile(r'(\d+(?:\.\d+)?)(ms|h|m|s)')
@@ -76,6 +76,7 @@ class TokenBucket:
 
 # %% ../nbs/03b_llm_rate.ipynb #c018
 _SAY_LOCK = threading.Lock()
+AIMD_DECREASE = 0.7  # calls in flight kept after a 429 from a server that states no limit (CUBIC's factor, RFC 8312; TCP Reno's is 0.5)
 
 def stderr_line(msg: str):
     "Print one line on stderr in one write, under a lock: lines from concurrent calls never glue together."
@@ -89,7 +90,7 @@ class RateGate:
                  announce_s: float = 1.0):  # pauses at least this long are announced one by one
         self.base, self.cap, self.limit, self.announce_s = concurrency, max(max_concurrency, 1), concurrency, announce_s
         self.say = say or stderr_line
-        self.inflight = self.peak = self.throttled = self.waits = self._ok = 0
+        self.inflight = self.peak = self.throttled = self.waits = self._ok = self._grace = 0
         self.floor, self.changes = None, []  # the fastest reply seen; the AIMD steps ('up' | 'down', new limit)
         self.next_start, self.held_s, self._held_to, self.rpm, self.tpm, self.latency, self.tokens = 0.0, 0.0, 0.0, None, None, None, None
         self._cv = threading.Condition()
@@ -135,14 +136,14 @@ def release(self: RateGate, seconds: float | None = None,  # the answered call's
     "Free the slot and learn from the reply: stated limits, latency, tokens, a 429."
     info, pause = (rate_limit_info(headers) if headers is not None else {}), None
     with self._cv:
-        self.inflight -= 1
+        self.inflight -= 1; late = self._grace > 0; self._grace -= late  # a call sent before the last decrease
         self.rpm = info.get('limit_requests') or self.rpm; self.tpm = info.get('limit_tokens') or self.tpm
         if seconds is not None: self.latency = seconds if self.latency is None else 0.8 * self.latency + 0.2 * seconds
         if tokens: self.tokens = tokens if self.tokens is None else 0.8 * self.tokens + 0.2 * tokens
         if throttled:
             self.throttled += 1
-            if not (self.rpm or self.tpm):  # no stated limit: multiplicative decrease
-                self.limit, self._ok = max(1, self.limit // 2), 0; self.changes.append(('down', self.limit))
+            if not (self.rpm or self.tpm or late):  # no stated limit: multiplicative decrease, once for the calls in flight
+                self.limit, self._ok, self._grace = max(1, int(self.limit * AIMD_DECREASE)), 0, self.inflight; self.changes.append(('down', self.limit))
         elif seconds is not None:
             if (self.rpm or self.tpm) and self.latency:  # Little's law at the stated limit
                 self.limit = min(self.cap, max(1, math.ceil(1.2 * self.latency / (self.interval() or 1e-9)) + 1))

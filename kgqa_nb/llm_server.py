@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_llm_server.ipynb #c002
 from __future__ import annotations
-import hashlib, http.server, json, math, re, threading, time
+import contextlib, hashlib, http.server, json, math, re, threading, time
 
 from fastcore.basics import patch
 
@@ -94,7 +94,8 @@ class OfflineChatServer:
                  burst_s: float = 1.0,  # seconds of the limits a burst may use (the buckets' size)
                  hold_batches: bool = False,  # batches stay in_progress until `finish_batches()`
                  reply_model: str | None = None,  # the model name every reply gives, whatever was asked (a router: 'openai/gpt-4o-mini')
-                 rate_headers: bool = True):  # state the limits in rate-limit headers (vLLM and llama.cpp state none: 429s only)
+                 rate_headers: bool = True,  # state the limits in rate-limit headers (vLLM and llama.cpp state none: 429s only)
+                 slots: int | None = None):  # answers worked on at once (llama.cpp's --parallel, vLLM's max_num_seqs): others queue; None: no limit
         check_port(port)
         faults = list(faults or [])
         bad = [f for f in faults if not _FAULT_RE.match(str(f))]
@@ -107,6 +108,7 @@ class OfflineChatServer:
         self.reply_model, self.rate_headers, self.billed, self._answer_only = reply_model, rate_headers, [], None
         self.files, self.batches, self.batch_created, self._release = {}, {}, threading.Event(), threading.Event()
         if not hold_batches: self._release.set()
+        self._slots, self.busy, self.max_busy = threading.BoundedSemaphore(slots) if slots else contextlib.nullcontext(), 0, 0
 
     @property
     def url(self) -> str: return f'http://{self.host}:{self.port}/v1'
@@ -202,7 +204,7 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         limits = limits if self.rate_headers else []
         if wait: return h._send(429, _error_body(f'rate limit reached: retry in {wait:.3f} s', 'requests', 'rate_limit_exceeded'), limits + _too_many(wait))
         model = self.reply_model or model; self._bill(msgs, model, n_in, estimate_tokens(text))
-        if self.delay_s: time.sleep(self.delay_s)
+        if self.delay_s: self._work()
         body = (text_completion if completions else chat_completion)(model, text, n_in, estimate_tokens(text))
         if req.get('stream'):
             return h._send_events(_stream_chunks(body, completions, bool((req.get('stream_options') or {}).get('include_usage'))), limits)
@@ -212,6 +214,16 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         with self._lock: self.inflight -= 1
 
 # %% ../nbs/04b_llm_server.ipynb #c016
+@patch
+def _work(self: OfflineChatServer):
+    "Spend `delay_s` seconds of work in one of the server's `slots`, waiting in the queue for a free one."
+    with self._slots:
+        with self._lock: self.busy += 1; self.max_busy = max(self.max_busy, self.busy)
+        try: time.sleep(self.delay_s)
+        finally:
+            with self._lock: self.busy -= 1
+
+# %% ../nbs/04b_llm_server.ipynb #c018
 @patch
 def _admit(self: OfflineChatServer, tokens: int) -> tuple:
     "(seconds to wait or 0, rate-limit headers) for a request of `tokens` tokens; takes from the buckets when admitted."
@@ -234,7 +246,7 @@ def _bill(self: OfflineChatServer, msgs: list, model: str, prompt_tokens: int, c
     with self._lock: self.billed.append(dict(messages=hashlib.sha256(canonical_json(msgs).encode()).hexdigest()[:16], model=model,
                                              prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, batch=batch))
 
-# %% ../nbs/04b_llm_server.ipynb #c018
+# %% ../nbs/04b_llm_server.ipynb #c020
 def _multipart_file(content_type: str, body: bytes) -> tuple:
     "(file name, bytes, other form fields) of a multipart/form-data upload."
     from email.parser import BytesParser
@@ -268,7 +280,7 @@ def _batch_line(self: OfflineChatServer, line: dict) -> tuple:
     self._bill(msgs, reply['model'], estimate_prompt_tokens(msgs), estimate_tokens(text), batch=True)
     return True, dict(id=f'batch_req_{cid}', custom_id=cid, response=dict(status_code=200, request_id=reply['id'], body=reply), error=None)
 
-# %% ../nbs/04b_llm_server.ipynb #c019
+# %% ../nbs/04b_llm_server.ipynb #c021
 @patch
 def _run_batch(self: OfflineChatServer, bid: str):
     "Answer the lines of batch `bid` (once released, when held) until it is cancelled, and write its output and error files."
@@ -309,7 +321,7 @@ def _create_batch(self: OfflineChatServer, req: dict) -> tuple:
     threading.Thread(target=self._run_batch, args=(bid,), daemon=True).start()
     return 200, self.batches[bid]
 
-# %% ../nbs/04b_llm_server.ipynb #c020
+# %% ../nbs/04b_llm_server.ipynb #c022
 @patch
 def _handle_batch_api(self: OfflineChatServer, h: _Handler, method: str) -> bool:
     "Serve the file and batch routes; False when the path is none of them."

@@ -16,8 +16,8 @@ try: import fcntl  # advisory locks, so that ledger lines and spend-file changes
 except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['MODEL_PRICES', 'BATCH_DISCOUNT', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'model_price', 'api_cost', 'append_durably',
-           'read_ledger', 'SpendLimitError', 'SpendBudget']
+__all__ = ['MODEL_PRICES', 'BATCH_DISCOUNT', 'SPEND_FILE_ENV', 'ASSUMED_MAX_TOKENS', 'model_price', 'higher_price', 'api_cost',
+           'append_durably', 'read_ledger', 'SpendLimitError', 'SpendBudget']
 
 # %% ../nbs/03c_llm_spend.ipynb #c006
 # USD per million tokens: (input, output, cached input). OpenAI list prices as published in 2025; prices change,
@@ -37,6 +37,11 @@ def model_price(model: str):
         if best: return MODEL_PRICES[best]
     return None
 
+def higher_price(*prices):  # price tuples, None for an unknown one
+    "The highest of `prices` item by item (input, output, cached input), unknown ones left out; None if none is known."
+    known = [(*p, p[0])[:3] for p in prices if p is not None]
+    return tuple(max(x) for x in zip(*known)) if known else None
+
 def api_cost(prompt_tokens: int,  # all prompt tokens, cached ones included
              completion_tokens: int,  # generated tokens (reasoning tokens included, as providers bill them)
              price,  # (input, output) or (input, output, cached input), USD per million tokens
@@ -48,7 +53,7 @@ def api_cost(prompt_tokens: int,  # all prompt tokens, cached ones included
     cached = min(cached_prompt_tokens, prompt_tokens)
     return ((prompt_tokens - cached) * p_in + cached * p_cached + completion_tokens * p_out) / 1e6
 
-# %% ../nbs/03c_llm_spend.ipynb #c011
+# %% ../nbs/03c_llm_spend.ipynb #c012
 def append_durably(path: Path, record: dict):
     "Append one JSON line in one `O_APPEND` write and fsync it: once this returns, no crash can lose it."
     data = (json.dumps(record, sort_keys=True, allow_nan=False) + '\n').encode()
@@ -62,20 +67,23 @@ def append_durably(path: Path, record: dict):
         os.fsync(fd)
     finally: os.close(fd)
 
-# %% ../nbs/03c_llm_spend.ipynb #c012
+# %% ../nbs/03c_llm_spend.ipynb #c013
 def _tally(rows: list) -> dict:
     costs = [r.get('cost_usd') for r in rows]
     out = {k: sum(int(r.get(k) or 0) for r in rows) for k in ('prompt_tokens', 'completion_tokens', 'cached_prompt_tokens')}
     return dict(calls=len(rows), **out, cost_usd=None if None in costs else round(sum(costs), 6))
 
 def read_ledger(path) -> dict:
-    "Calls, tokens and cost (None if any call's price is unknown) in a usage ledger, overall and `by_model`."
-    rows, by = read_jsonl(path), {}
+    "Calls, tokens and cost (None if any call's price is unknown) in a usage ledger, overall and `by_model`; a batch's line counted once per key."
+    rows, by, seen = [], {}, set()
+    for r in read_jsonl(path):
+        if r.get('batch') and (r['batch'], r.get('key')) in seen: continue  # the same reply of a batch, collected again after a crash
+        seen.add((r.get('batch'), r.get('key'))); rows.append(r)
     for r in rows: by.setdefault(str(r.get('model')), []).append(r)
     return dict(**_tally(rows), offline_calls=sum(bool(r.get('offline')) for r in rows),
                 by_model={m: _tally(rs) for m, rs in sorted(by.items())})
 
-# %% ../nbs/03c_llm_spend.ipynb #c015
+# %% ../nbs/03c_llm_spend.ipynb #c016
 class SpendLimitError(RuntimeError):
     "A call refused because the run's spend limit (`--max-cost`) is reached, or because a call's price is unknown under a limit."
 
@@ -103,7 +111,7 @@ class SpendBudget:
             raise ValueError(f'a spend limit is a finite number of USD >= 0, got {limit!r}')
         for m, p in (prices or {}).items(): api_cost(0, 0, p)  # checks each price's shape
         write_text_atomic(path, json.dumps(dict(limit=float(limit), prices={m: list(p) for m, p in (prices or {}).items()}, wait_s=wait_s,
-                                                spent=0., calls=0, held={}, stopped=None)))
+                                                spent=0., calls=0, held={}, lines={}, stopped=None)))
         return cls(path)
 
     @classmethod
@@ -114,7 +122,7 @@ class SpendBudget:
 
     def __repr__(self): return f'SpendBudget({self.path})'
 
-# %% ../nbs/03c_llm_spend.ipynb #c017
+# %% ../nbs/03c_llm_spend.ipynb #c018
 @patch
 def _update(self: SpendBudget, fn: Callable):
     "`fn(state)` applied to the file's state under an exclusive lock (the changed state written back); what `fn` returns."
@@ -149,7 +157,7 @@ def stop(self: SpendBudget, why: str):
     def fn(st): st['stopped'] = st['stopped'] or why
     self._update(fn)
 
-# %% ../nbs/03c_llm_spend.ipynb #c019
+# %% ../nbs/03c_llm_spend.ipynb #c020
 @patch
 def hold(self: SpendBudget, usd: float,  # the worst case of the call (or batch) about to be sent
          what: str = 'an LLM call',  # what is sent, for the message
@@ -178,4 +186,19 @@ def settle(self: SpendBudget, ticket: str,  # what `hold` returned
     "Replace a hold by the real cost: counted once, whatever happens later."
     def fn(st):
         st['held'].pop(ticket, None); st['spent'] += usd; st['calls'] += calls
+    self._update(fn)
+
+# %% ../nbs/03c_llm_spend.ipynb #c023
+@patch
+def count_lines(self: SpendBudget, ticket: str | None,  # the batch's hold (None: it holds nothing)
+                source: str,  # the file the lines come from (a batch's output file id)
+                start: int,  # the position of the first of `costs` in that file
+                costs: list):  # USD of each line from `start` on; None for a line not to count here (failed, or bought by an earlier run)
+    "Count the lines of `source` from `start` that no process counted yet (kill-safe, by position); the batch's hold shrinks by what is counted."
+    def fn(st):
+        done = st.setdefault('lines', {}).get(source, 0)
+        new = [c for i, c in enumerate(costs, start) if i >= done and c is not None]
+        st['lines'][source] = max(done, start + len(costs))
+        st['spent'] += sum(new); st['calls'] += len(new)
+        if ticket in st['held']: st['held'][ticket] = max(0., st['held'][ticket] - sum(new))
     self._update(fn)

@@ -3,13 +3,13 @@ and feed the same cache and ledger at the batch price; kill -9 while a batch is 
 submitted twice, and the records equal an uninterrupted run's. Kill -9 at every step (before the batch is created, after
 it is created but before its id is written, while polling, while collecting) and expired batches: every line is billed
 exactly once (issue 41, item 5)."""
-import http.server, json, subprocess, sys, textwrap, threading, time
+import http.server, json, os, subprocess, sys, textwrap, threading, time
 from collections import Counter
 
 import pytest
 
 from kgqa_nb.llm import LLMClient, LLMError, offline_reply, triples_lookup_messages
-from kgqa_nb.llm_spend import BATCH_DISCOUNT, api_cost, model_price, read_ledger
+from kgqa_nb.llm_spend import BATCH_DISCOUNT, SpendBudget, api_cost, model_price, read_ledger
 from kgqa_nb.llm_server import OfflineChatServer
 import kgqa_nb.llm_batch  # LLMClient.chat_batch
 
@@ -168,8 +168,10 @@ STEPPED = textwrap.dedent('''
 
 
 def stepped(url, folder, step):
+    "The stepped client, under the spend limit in `folder / 'spend.json'` (made by the test)."
     folder.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, '-c', STEPPED, url, str(folder), step], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, '-c', STEPPED, url, str(folder), step], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, 'KGQA_SPEND_FILE': str(folder / 'spend.json')})
 
 
 def wait_for(cond, proc, what):
@@ -183,6 +185,7 @@ def wait_for(cond, proc, what):
 @pytest.mark.parametrize('step', ['before-create', 'after-create', 'polling', 'collecting'])
 def test_kill9_at_each_step_bills_every_line_exactly_once(tmp_path, step):
     msgs = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(30)]
+    budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
     with OfflineChatServer(hold_batches=step == 'polling') as srv:
         proc = stepped(srv.url, tmp_path, step)
         if step == 'polling': wait_for(lambda: srv.batch_creations == 3, proc, 'three batches')   # all submitted, none answered
@@ -200,6 +203,10 @@ def test_kill9_at_each_step_bills_every_line_exactly_once(tmp_path, step):
     assert len(billed) == 30 and set(billed.values()) == {1}                  # every line billed, none twice
     assert srv.batch_creations - (120 if step == 'after-create' else 0) == 3  # three jobs, each submitted once
     assert list((tmp_path / 'llm' / 'batches').iterdir()) == []                # every job closed
+    cost = sum(BATCH_DISCOUNT * api_cost(b['prompt_tokens'], b['completion_tokens'], model_price('gpt-4o-mini')) for b in srv.billed)
+    st, led = budget.state(), read_ledger(tmp_path / 'calls.jsonl')
+    assert (st['calls'], led['calls'], st['held']) == (30, 30, {})                # every line counted once by the spend limit and the ledger
+    assert st['spent'] == pytest.approx(cost, rel=1e-9) and led['cost_usd'] == pytest.approx(cost, abs=2e-6)
 
 
 def test_an_expired_batch_resubmits_only_its_unanswered_lines_and_is_not_resumed_forever(tmp_path):

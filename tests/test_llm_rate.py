@@ -64,14 +64,15 @@ def test_client_paces_to_a_stated_token_limit():
     assert srv.throttled == st['throttled'] and len(srv.requests) == 40 + srv.throttled   # a refused request was sent again, once
 
 
-def test_no_stated_limit_a_429_halves_the_calls_in_flight():
+def test_no_stated_limit_429s_cut_the_calls_in_flight_once_per_window():
     msgs = [q(i) for i in range(24)]
     with OfflineChatServer(faults=['429'] * 3, delay_s=0.05) as srv:
         c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, concurrency=8, backoff_base=0.01, say=[].append)
         res = c.chat_many(msgs)
-        assert srv.max_inflight <= 8          # three halvings from 8: 24 calls cannot grow it back past 8
+        assert srv.max_inflight <= 8          # cut from 8 to 5: 21 answers cannot grow it back past 8
     assert [r.text for r in res] == [offline_reply(m) for m in msgs]
     assert c.rate_stats()['throttled'] == 3 and c.rate_stats()['rpm'] is None
+    assert c.rate_stats()['decreases'] == 1  # three 429s to calls sent together: cut once, as TCP cuts once per window
     assert len(srv.requests) == 24 + 3       # each 429 cost one retry, nothing more
 
 
@@ -140,7 +141,7 @@ def test_a_slow_server_that_answers_the_probe_is_waited_for():
     with pytest.raises(ValueError, match='probe_timeout must be a number of seconds >= 0'): LLMClient('offline', probe_timeout=float('nan'))
 
 
-def test_without_rate_limit_headers_the_gate_grows_until_429s_and_halves_after(tmp_path):
+def test_without_rate_limit_headers_the_gate_grows_until_429s_and_falls_after(tmp_path):
     "AIMD against a limited server that states nothing (issue 41, item 6), followed by its steps, not by a clock."
     msgs = [q(i) for i in range(300)]
     with OfflineChatServer(rpm=3000, burst_s=0.5, rate_headers=False, delay_s=0.1) as srv:   # 50 calls/s: ~5 in flight fill it
@@ -152,3 +153,15 @@ def test_without_rate_limit_headers_the_gate_grows_until_429s_and_halves_after(t
     assert g['throttled'] > 0 and g['decreases'] > 0                                          # until the server said 429
     first_down = next(i for i, (k, _) in enumerate(steps) if k == 'down')
     assert steps[first_down][1] < max(n for _, n in steps[:first_down])                       # and fell after it
+
+
+def test_a_queueing_server_without_headers_or_429s_is_driven_to_its_capacity():
+    """A llama.cpp/vLLM-like server works on 4 answers at once and queues the rest, stating nothing and refusing nothing:
+    the gate grows from 2 until every slot is busy, and stops growing once the replies queue (counts, not a clock)."""
+    with OfflineChatServer(slots=4, delay_s=0.1, rate_headers=False) as srv:
+        c = LLMClient('openai', model='kgqa-offline', base_url=srv.url, cache=False, concurrency=2, say=[].append)
+        c.chat_many([q(i % 80) for i in range(400)])
+    g = c.rate_stats()
+    assert srv.max_busy == 4 and srv.admitted == 400 and g['throttled'] == 0   # every slot busy at once; nothing refused
+    assert g['increases'] >= 2 and g['peak_inflight'] <= 16                    # grown past the slots, held once replies queue
+

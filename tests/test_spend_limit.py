@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from kgqa_nb.llm import LLMClient, LLMError, triples_lookup_messages
-from kgqa_nb.llm_spend import BATCH_DISCOUNT, SpendBudget, SpendLimitError, api_cost, model_price, read_ledger
+from kgqa_nb.llm_spend import BATCH_DISCOUNT, SpendBudget, SpendLimitError, api_cost, higher_price, model_price, read_ledger
 from kgqa_nb.llm_server import OfflineChatServer
 import kgqa_nb.llm_batch  # LLMClient.chat_batch
 
@@ -18,9 +18,9 @@ WORLD = [(f'City{i}', 'country', f'Country{i % 7}') for i in range(40)]
 def q(i, tag=''): return triples_lookup_messages(WORLD, (f'City{i}{tag}', 'country', '?'))
 
 
-def billed_usd(srv, model='gpt-4o-mini'):
-    "What the server billed, at the list price of the model that was asked for."
-    price = model_price(model)
+def billed_usd(srv, model='gpt-4o-mini', price=None):
+    "What the server billed, at `price`, else the list price of the model that was asked for."
+    price = price or model_price(model)
     return sum(api_cost(b['prompt_tokens'], b['completion_tokens'], price) * (BATCH_DISCOUNT if b['batch'] else 1) for b in srv.billed)
 
 
@@ -29,21 +29,38 @@ def client(srv, tmp_path, budget, model='gpt-4o-mini', **kw):
                      max_tokens=50, budget=budget, say=[].append, **kw)
 
 
-@pytest.mark.parametrize('reply_model', [None, 'openai/gpt-4o-mini', 'gpt-4o-mini-2024-07-18', 'some-router-alias'])
+@pytest.mark.parametrize('reply_model', [None, 'openai/gpt-4o-mini', 'gpt-4o-mini-2024-07-18', 'some-router-alias', 'gpt-4o'])
 def test_the_run_stops_within_one_call_of_the_limit_whatever_model_answers(tmp_path, reply_model):
+    "'gpt-4o' answers for 'gpt-4o-mini' at 17 times its price: 8 first calls in flight would pass the limit 3 times over."
     limit = 0.002
+    price = higher_price(model_price('gpt-4o-mini'), model_price(reply_model or 'gpt-4o-mini'))   # the dearer name's price
     budget = SpendBudget.create(tmp_path / 'spend.json', limit)
     with OfflineChatServer(reply_model=reply_model) as srv:
         c = client(srv, tmp_path, budget, concurrency=8)
-        worst = c.worst_cost(c.build_request(q(0)), model_price('gpt-4o-mini'))
+        worst = c.worst_cost(c.build_request(q(0)), price)
         with pytest.raises(SpendLimitError, match=r'--max-cost 0.002 is reached'):
             c.chat_many([q(i) for i in range(200)], return_exceptions=True)  # the limit is not an error a role may swallow
         late = len(srv.billed)
         with pytest.raises(SpendLimitError): c.chat(q(199, 'x'))             # stopped stays stopped
-    billed, st = billed_usd(srv), budget.state()
+    billed, st = billed_usd(srv, price=price), budget.state()
     assert limit - worst <= billed <= limit                                  # within one call of the limit, never past it
     assert st['spent'] == pytest.approx(billed, rel=1e-9) and st['calls'] == late == len(srv.billed) and st['held'] == {}
     assert read_ledger(tmp_path / 'calls.jsonl')['cost_usd'] == pytest.approx(billed, abs=1e-5)  # the ledger priced every call
+
+
+def test_a_reply_naming_a_cheaper_model_counts_at_the_price_asked_for_and_a_given_price_wins(tmp_path):
+    """Asked for gpt-4o, answered as gpt-4o-mini: counted at gpt-4o's price. A run's own price for the model asked for (a
+    local server) is the user's word, whatever list-priced name the server answers with."""
+    budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
+    with OfflineChatServer(reply_model='gpt-4o-mini') as srv:
+        client(srv, tmp_path, budget, model='gpt-4o').chat_many([q(i) for i in range(10)])
+    assert budget.state()['spent'] == pytest.approx(billed_usd(srv, 'gpt-4o'), rel=1e-9)
+    assert billed_usd(srv, 'gpt-4o') > 10 * billed_usd(srv, 'gpt-4o-mini')
+    assert read_ledger(tmp_path / 'calls.jsonl')['cost_usd'] == pytest.approx(billed_usd(srv, 'gpt-4o'), abs=1e-5)
+    local = SpendBudget.create(tmp_path / 'local.json', 1.0, prices={'my-llama': [0, 0]})
+    with OfflineChatServer(reply_model='gpt-4o') as srv:
+        client(srv, tmp_path / 'local', local, model='my-llama').chat_many([q(i) for i in range(10)])
+    assert local.state()['spent'] == 0 and local.state()['calls'] == len(srv.billed) == 10
 
 
 def test_an_unknown_price_refuses_the_first_call_unless_a_price_is_given(tmp_path):
