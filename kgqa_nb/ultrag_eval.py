@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .core import UsageError, check_model_flag, check_output_file, say_too_small, write_table
+from .core import UsageError, check_api_key, check_model_flag, check_output_file, say_too_small, write_table
 from .kg import KnowledgeGraph
 from .llm import LLMClient
 from .ultrag import (ORACLE_LABEL, GivenQueryWriter, LLMArbitrator, LLMQueryWriter, NeuralExecutor, Pruned, QueryWriteError,
@@ -297,7 +297,7 @@ MIN_SEPPR_NODES = 100  # fewer SEPPR nodes (--k) and the pruned graph holds litt
 
 def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_parser`)
     "`kgqa ultrag`: answer a question (ask) or a dataset split (batch) with the ULTRAG recipe."
-    check_model_flag(a.backend, a.model)
+    check_model_flag(a.backend, a.model); check_api_key(a.backend, a.base_url)
     if a.mode == 'ask': check_ask_source(a)
     if a.mode == 'batch' and a.out: check_output_file(a.out)
     say_too_small('ultrag', {f'SEPPR nodes (--k {a.k})': (a.k or MIN_SEPPR_NODES, MIN_SEPPR_NODES)},
@@ -317,7 +317,7 @@ def ultrag_cli(a) -> int:  # the arguments `kgqa ultrag` parsed (`cli.ultrag_par
     if pipe.labels()['writer'] == ORACLE_LABEL:
         print("the oracle writes each question's gold query: the scores measure execution on the pruned graph, not reading the question")
     df = evaluate_ultrag(pipe, recs, use_seeds=not a.link, show_progress=True)
-    print(summarise_ultrag(df).round(2).to_string(index=False))
+    print(summarise_ultrag(df).round(2).astype({'n': int}).to_string(index=False))  # a count, not '98.0'
     if a.out:
         write_table(df.drop(columns=['top']), a.out, params=vars(a), kg=kg.name, llm_backend=pipe.labels()['writer'], command='kgqa ultrag batch')
         print(f'wrote {a.out}')

@@ -118,6 +118,8 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
      ['set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give --base-url']),
     ('llm-server-never-answers', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--model', 'gpt-4o-mini', '--base-url', '{silent_url}',
                                   '--out', '{tmp}/silentrun'], 'line', ['accepted the connection but sent nothing back within probe_timeout=10s of first contact']),
+    ('ultrag-batch-openai-without-key', ['ultrag', 'batch', '--dataset', '{gen}', '--backend', 'openai', '--model', 'gpt-4o-mini', '--executor', 'symbolic'], 'line',
+     ['set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give --base-url']),
     ('kgqagen-openai-without-key', ['kgqagen', '--kg', 'toyworld', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line', ['set KGQA_LLM_API_KEY']),
     # inputs too small to mean anything: said first, in one line
     ('ultrag-k-1', ['ultrag', 'ask', *Q, '--k', '1'], 'warn', ['1 SEPPR nodes (--k 1) (fewer than 100)', 'a seed may be ranked as its own answer']),
