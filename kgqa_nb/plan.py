@@ -17,8 +17,8 @@ from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, fu
                               select_artifacts, shown_path, unmet_needs)
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'LLM_WORK', 'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE',
-           'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
+__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOWS', 'LLM_WORK', 'KNOWN_LIMITS',
+           'KNOWN_LIMITS_SOURCE', 'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
            'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'benchmark_calls',
            'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls',
            'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds',
@@ -47,6 +47,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     limits={},  # model -> {rpm, tpm} (a provider's limits) or {concurrency} (a server of yours), and its seconds_per_call; beside KNOWN_LIMITS
     batch_hours=24.0,  # the Batch API's completion window: the longest a batch may take (most finish far sooner)
     prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm_spend.MODEL_PRICES
+    reasoning_tokens=512,  # hidden reasoning tokens per call of a reasoning model (gpt-5, o-series), billed as output (assumed: half the 1,024 max_tokens that bounds reasoning + reply)
     agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
     benchmark_triples={'llm-only': 0, 'pog': 3.72, 'tog': 8.0, 'sr': 72.94, 'gcr': 6.54, 'rog': 72.15, 'subgraphrag': 199.61},  # triples each model gives the reader (SynthKGQA Table 2)
     mintaka_test=4000,  # questions in Mintaka's published test split (Table 3 reads those the KG can answer: an upper bound)
@@ -83,6 +84,12 @@ class CallGroup:
     triples: float = 0.  # triples listed in each prompt (mean), for prompts that list triples
     shared: str = ''  # key of work several artifacts share (planned once)
     model_param: str = 'model'  # the artifact's parameter that names the model (what to set when it is unset)
+    flow: str = 'many'  # how the code sends them: 'many' (`chat_many`: all at once, batched in batch mode), 'streams' (`streams`: questions side by side, `chain` calls in order each), 'serial' (one at a time)
+    chain: float = 1.  # calls one question makes in order, within one stream ('streams')
+    width: int = 0  # questions side by side at most ('streams'; 0: every question of the group)
+    max_tokens: int = 1024  # the reply limit each request sends (a provider counts it against the token limit when the request starts)
+
+FLOWS = ('many', 'streams', 'serial')
 
 def _api(backend, model, base_url, param='model'):
     return dict(backend=backend or 'offline', model=model or '', base_url=base_url or '', model_param=param)
@@ -123,8 +130,8 @@ def sp_reader_calls(p, plan) -> list:
     "Figure 4: generation (when generated), then one reader call per question with its shortest-path triples."
     out = generation_calls(p, plan)
     if p['reader'] == 'llm':
-        out.append(CallGroup('reader', 'kgqa-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
-                             calls=question_count(p, plan), triples=plan['sp_triples']))
+        out.append(CallGroup('reader (SP and GT triples)', 'kgqa-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
+                             calls=2 * question_count(p, plan), triples=plan['sp_triples']))  # answer_many on the SP sets, then on the GT sets
     return out
 
 # %% ../nbs/40a_plan.ipynb #c015
@@ -139,15 +146,16 @@ def retriever_study_calls(p, plan) -> list:
         runs = len(REFERENCE_RETRIEVERS) + trained * len(p['labels']) * int(p['n_seeds'])
         key = f"retriever-study:{p['source']}:{p['kg']}:{p['n_questions']}:{p['seed']}:{p['reader_model']}:{ks}"
         out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
-                             calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key))
+                             calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key,
+                             flow='serial'))  # retriever_study.reader_hits: reader.answer per example and K
     return out
 
 def ultrag_calls(p, plan, evaluations: int = 1) -> list:
     "ULTRAG with an LLM: one query-writer call per test question, one arbitrator call per test question and evaluation."
     if p['backend'] != 'openai': return []
     api, n = _api('openai', p['model'], p['base_url']), test_questions(p, plan)
-    return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n),
-            CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations)]
+    return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n, flow='serial'),  # ultrag: one question after the other
+            CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations, flow='serial')]
 
 # %% ../nbs/40a_plan.ipynb #c017
 def benchmark_calls(p, plan) -> list:
@@ -159,7 +167,7 @@ def benchmark_calls(p, plan) -> list:
     names = [m.strip() for m in str(p['models']).split(',') if m.strip()]
     if p.get('agent_backend') == 'openai':
         api = _api('openai', p['agent_model'], p['reader_base_url'], 'agent_model')
-        out += [CallGroup(f'{m} agent steps', 'kgqa-agent-step', **api, calls=math.ceil(n * plan['agent_calls'][m]))
+        out += [CallGroup(f'{m} agent steps', 'kgqa-agent-step', **api, calls=math.ceil(n * plan['agent_calls'][m]), flow='streams', chain=plan['agent_calls'][m])
                 for m in names if m in plan['agent_calls']]
     if p['reader'] == 'llm':
         api = _api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model')
@@ -186,10 +194,13 @@ def kgrag_calls(p, plan, baselines: bool = False) -> list:
     q = int(p['n_questions']) * len(p['hop_sets']) * len(seeds if isinstance(seeds, list) else [seeds])
     grid = 1 if baselines else len(p['n_hops']) * len(p['top_ks'])
     per = 2 if baselines else 1  # the baselines' figure runs KG-RAG with and without decomposition
-    out = [CallGroup('decomposer', 'kg-rag-decompose', **api, calls=q),
-           CallGroup('sub-question answerer', 'kg-rag-answer', **api, calls=math.ceil(q * grid * plan['subquestions'] * per)),
-           CallGroup('synthesizer', 'kg-rag-synthesize', **api, calls=q * grid * per)]
-    if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q))
+    sq, k = plan['subquestions'], 1 if baselines else len(p['top_ks'])  # evaluate_kgrag: a question through every K in turn, a sample's questions side by side
+    st = dict(flow='streams', chain=k * (2 * sq + 1), width=int(p['n_questions']))
+    out = [CallGroup('decomposer', 'kg-rag-decompose', **api, calls=q, max_tokens=256, **st),
+           CallGroup('sub-question answerer', 'kg-rag-answer', **api, calls=math.ceil(q * grid * sq * per), max_tokens=256, **st),
+           CallGroup('reformulator', 'kg-rag-reformulate', **api, calls=math.ceil(q * grid * (sq - 1) * per), max_tokens=256, **st),
+           CallGroup('synthesizer', 'kg-rag-synthesize', **api, calls=q * grid * per, max_tokens=512, **st)]
+    if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q, max_tokens=256, **st))
     return out
 
 # %% ../nbs/40a_plan.ipynb #c023
@@ -201,7 +212,7 @@ def kgqagen_calls(p, plan) -> list:
     key = f"kgqagen:{p['kg']}:{n}:{p['seed']}:{api['model']}:{p['reviser_model']}"
     return [CallGroup('generator (expansion, question)', 'kgqagen-expand', **api, calls=math.ceil(cands * plan['kgqagen_generator_calls']), shared=key + ':generator'),
             CallGroup('SPARQL reviser', 'kgqagen-revise', **_api('openai', p['reviser_model'] or p['model'], p['base_url'], 'reviser_model'),
-                      calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser')]
+                      calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser', flow='serial')]  # kgqagen.verify: one instance after the other
 
 def kgqagen_table2_calls(p, plan) -> list:
     "KGQAGen Table 2: the dataset's generation (when generated); per question the LLM reader alone, on the proof and on each retriever's top-K (PPR and the trained retrievers); the LASM judge on every row."
@@ -401,16 +412,23 @@ def group_limits(g: CallGroup, plan: dict) -> tuple:
     if known: return dict(none, rpm=KNOWN_LIMITS[known][0], tpm=KNOWN_LIMITS[known][1]), KNOWN_LIMITS_SOURCE
     return none, f'no stated limit: {plan["concurrency"]} calls in flight (plan.concurrency)'
 
-def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict) -> tuple:
-    "(seconds, how) of `calls` API calls of `tokens` tokens in all (None: unmeasured) under limits `lim`, `spc` seconds each."
+def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict,
+                        g: CallGroup | None = None) -> tuple:  # the group: how its code sends the calls (None: all at once)
+    "(seconds, how) of `calls` API calls counting `tokens` against the token limit (None: unmeasured) under `lim`, `spc` s each, sent as `g.flow` says."
     if not calls: return 0., ''
+    flow, chain = (g.flow, max(g.chain, 1.)) if g is not None else ('many', 1.)
+    if flow not in FLOWS: raise ValueError(f'flow must be one of {FLOWS}, got {flow!r}')
+    if flow == 'serial': return calls * spc, f'{calls:,} calls one at a time x {spc:.3g} s (the code sends them in turn)'
+    streams = math.ceil(calls / chain) if flow == 'streams' else calls  # calls that can be in flight at once
+    if flow == 'streams' and g.width: streams = min(streams, int(g.width))
     rates = {k: r for k, r in (('request', lim['rpm'] and lim['rpm'] / 60), ('token', lim['tpm'] and tokens and lim['tpm'] / 60 * calls / tokens)) if r}
+    tail = f', {chain:.3g} in order per question' if flow == 'streams' else ''
     if not rates:
-        n = int(lim['concurrency']); return calls * spc / n, f'{calls:,} calls x {spc:.3g} s / {n} in flight'
+        n = min(int(lim['concurrency']), streams); return calls * spc / n, f'{calls:,} calls x {spc:.3g} s / {n} in flight{tail}'
     which, rate = min(rates.items(), key=lambda kv: kv[1])
-    inflight = min(int(plan['max_concurrency']), math.ceil(1.2 * rate * spc) + 1)
+    inflight = min(int(plan['max_concurrency']), math.ceil(1.2 * rate * spc) + 1, streams)
     secs = max(calls / rate, calls * spc / inflight)
-    return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight'
+    return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight{tail}'
 
 # %% ../nbs/40a_plan.ipynb #c044
 def scale_questions(p: dict, plan: dict) -> int:
@@ -444,6 +462,7 @@ def unknown_cost_fix(art: str, g: CallGroup, row: dict) -> str:
 def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict, shared: dict, spc: float) -> dict:
     "One call group of artifact `art`: calls less cache hits and shared work, tokens, and the interactive and batch cost and time."
     from kgqa_nb.llm_spend import BATCH_DISCOUNT, api_cost
+    from kgqa_nb.llm import _REASONING_PREFIXES
     model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
     row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
     if g.shared and g.shared in shared:
@@ -454,14 +473,17 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     n = g.calls - hits
     size, size_src = prompt_size(g.kind, measured)
     price, price_src = group_price(g, plan)
+    reasoning = int(plan['reasoning_tokens']) if model.startswith(_REASONING_PREFIXES) else 0  # billed as output, within max_tokens
     pt = round(n * (size['prompt'] + size['per_triple'] * g.triples)) if size else None
-    ct = n * size['completion'] if size else None
+    ct = n * min(size['completion'] + reasoning, g.max_tokens) if size else None
     cost = round(api_cost(pt, ct, price), 4) if size and price else (0. if n == 0 else None)
     lim, lim_src = group_limits(g, plan)
-    secs, how = interactive_seconds(n, None if pt is None else pt + ct, lim, lim.get('seconds_per_call') or spc, plan)
-    batch = g.kind in BATCH_KINDS and not (g.base_url or os.environ.get('KGQA_LLM_BASE_URL'))  # a hosted provider's Batch API
+    held = None if pt is None else pt + n * g.max_tokens  # what the provider counts against the token limit as each request starts
+    secs, how = interactive_seconds(n, held, lim, lim.get('seconds_per_call') or spc, plan, g)
+    batch = g.kind in BATCH_KINDS and g.flow == 'many' and not (g.base_url or os.environ.get('KGQA_LLM_BASE_URL'))  # the code batches it (chat_many), at a hosted provider
     row.update(triples_per_prompt=g.triples, cache_hits=hits, api_calls=n, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost,
-               batch_cost_usd=None if cost is None else round(cost * (BATCH_DISCOUNT if batch else 1), 4), batch=batch,
+               batch_cost_usd=None if cost is None else round(cost * (BATCH_DISCOUNT if batch else 1), 4), batch=batch, flow=g.flow,
+               reasoning_tokens_per_call=reasoning,
                seconds=round(secs, 1), rate=how, limits_source=lim_src,
                tokens_source=size_src, price=list(price) if price else None, price_source=price_src)
     if cost is None: row['fix'] = unknown_cost_fix(art, g, row)

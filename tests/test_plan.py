@@ -2,6 +2,9 @@
 is served (a proxy does not make gpt-4.1 free, and an unknown model's cost is unknown, so --max-cost refuses it); encoders
 and local servers are needs the plan checks; interactive and batch cost and time side by side from the limits table or
 the profile's plan.limits; each unknown cost names the one setting that fixes it."""
+import json
+from pathlib import Path
+
 import pytest
 
 import kgqa_nb.plan as pl
@@ -78,8 +81,8 @@ def test_interactive_and_batch_side_by_side(machine):
            'plan:\n  limits: {gpt-4o-mini: {rpm: 60}}\n  batch_hours: 2\n')
     p = plan(profile(machine, sec), ['fig4_sp_reader'])
     a = p['artifacts'][0]; [g] = a['llm']
-    assert g['api_calls'] == 300 and g['batch'] and g['limits_source'] == 'plan.limits.gpt-4o-mini'
-    assert a['seconds'] == pytest.approx(300.0)                 # 300 calls at one a second (no earlier run to add)
+    assert g['api_calls'] == 600 and g['batch'] and g['limits_source'] == 'plan.limits.gpt-4o-mini'  # 300 questions, on SP then on GT triples
+    assert a['seconds'] == pytest.approx(600.0)                 # 600 calls at one a second (no earlier run to add)
     assert a['batch_seconds'] == pytest.approx(2 * 3600)        # the batch's completion window
     assert a['batch_cost_usd'] == pytest.approx(BATCH_DISCOUNT * a['cost_usd'], abs=1e-4)
     text = pl.format_plan(p)
@@ -91,9 +94,11 @@ def test_known_limits_make_a_hosted_model_fast_and_a_server_of_yours_takes_its_c
            'kgrag_hops_topk:\n  backend: openai\n  model: mistral-7b\n  base_url: https://my-gpu-box.example.com/v1\n'
            'plan:\n  limits: {mistral-7b: {concurrency: 32, seconds_per_call: 2}}\n')
     fig4, kgrag = plan(profile(machine, sec), ['fig4_sp_reader', 'kgrag_hops_topk'])['artifacts']
-    assert fig4['llm'][0]['limits_source'].startswith('OpenAI tier 3') and 'request limit, 5,000 calls/min' in fig4['llm'][0]['rate']
-    calls = sum(g['api_calls'] for g in kgrag['llm'])
-    assert kgrag['seconds'] == pytest.approx(calls * 2 / 32, abs=0.3) and calls > 0  # each group's time is rounded to 0.1 s
+    r = fig4['llm'][0]  # the token limit binds: each request holds its prompt + max_tokens (1,024) of the 4M tokens a minute
+    assert r['limits_source'].startswith('OpenAI tier 3') and 'token limit' in r['rate']
+    assert f"{4_000_000 / (r['prompt_tokens'] / r['api_calls'] + 1024):,.0f} calls/min" in r['rate']
+    calls = sum(g['api_calls'] for g in kgrag['llm'])  # evaluate_kgrag runs one sample's questions side by side: 2 (smoke), not 32
+    assert kgrag['seconds'] == pytest.approx(calls * 2 / 2, abs=0.3) and calls > 0  # each group's time is rounded to 0.1 s
     assert not any(g['batch'] for g in kgrag['llm'])            # a server of yours has no Batch API
 
 
@@ -124,3 +129,19 @@ def test_the_benchmark_time_scales_by_the_test_questions_of_its_study():
     study = pr.full_params(m['retriever_study'], pr.check_profile('companion')['retriever_study'])
     ratio = 1622 * 3 / (pl.test_questions(study, plan) * int(companion['n_seeds']))  # paper: 1,622 GTSQA test questions x 3 seeds
     assert secs == pytest.approx(100 * ratio) and ratio < 20 and f'scaled x{ratio:.3g}' in how
+
+
+def test_readme_plan_sentence_comes_from_the_plan(tmp_path, monkeypatch):
+    "tools/readme_plan.py writes the plan's totals into the README's marked block and --check fails when they differ."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('readme_plan', Path(__file__).resolve().parent.parent / 'tools' / 'readme_plan.py')
+    rp = importlib.util.module_from_spec(spec); spec.loader.exec_module(rp)
+    plan = dict(profile='paper', total=dict(api_calls=1234, cost_usd=5.5, seconds=7200, batch_cost_usd=3.25),
+                artifacts=[dict(artifact='a', seconds=3600), dict(artifact='b', seconds=7), dict(artifact='c', seconds=None)])
+    (tmp_path / 'plan.json').write_text(json.dumps(plan)); monkeypatch.setattr(rp, 'ROOT', tmp_path)
+    (tmp_path / 'README.md').write_text(f'Before. {rp.START}old numbers{rp.END} After.\n')
+    assert rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 1
+    assert rp.main(['--plan', str(tmp_path / 'plan.json')]) == 0 and rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 0
+    text = (tmp_path / 'README.md').read_text()
+    assert '1,234 LLM calls: $5.50 and about 2h00m interactive' in text and 'a 1h00m, b 7s.' in text and text.endswith(' After.\n')
+    with pytest.raises(ValueError, match='exactly one'): rp.with_sentence('no block', 'x')

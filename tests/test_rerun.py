@@ -89,12 +89,12 @@ def test_estimates_come_from_measured_records(bare_machine):
     assert plan['measured_prompts']['kgqa-reader'] == dict(prompt=300, per_triple=10.0, completion=7, calls=3)
     assert plan['seconds_per_call'] == dict(value=3.0, source='measured here (2 ledger lines)')
     [g] = plan['artifacts'][0]['llm']
-    assert (g['calls'], g['cache_hits'], g['api_calls']) == (50, 3, 47)
-    assert g['prompt_tokens'] == 47 * (300 + 10 * 10) and g['completion_tokens'] == 47 * 7
+    assert (g['calls'], g['cache_hits'], g['api_calls']) == (100, 3, 97)  # 50 questions read on SP, then on GT triples
+    assert g['prompt_tokens'] == 97 * (300 + 10 * 10) and g['completion_tokens'] == 97 * 7
     assert g['tokens_source'].startswith('measured here')
     from kgqa_nb.llm_spend import api_cost, model_price
-    assert g['cost_usd'] == round(api_cost(47 * 400, 47 * 7, model_price('gpt-4o-mini')), 4)
-    assert plan['artifacts'][0]['seconds'] == pytest.approx(47 * 3.0 / 2)  # no earlier run: API time only
+    assert g['cost_usd'] == round(api_cost(97 * 400, 97 * 7, model_price('gpt-4o-mini')), 4)
+    assert plan['artifacts'][0]['seconds'] == pytest.approx(97 * 3.0 / 2)  # no earlier run: API time only
 
 
 def test_unknown_plan_setting_refused(bare_machine):

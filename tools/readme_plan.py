@@ -1,0 +1,52 @@
+"""The paper plan's totals in README.md, written from the plan itself (issue 41, item 7), never by hand.
+
+    python tools/readme_plan.py            # plan the paper profile (no network call) and rewrite the README's plan sentence
+    python tools/readme_plan.py --check    # exit 1 when the README's sentence is not the plan's
+    python tools/readme_plan.py --plan F   # use a plan JSON `kgqa rerun --plan` wrote (e.g. _smoke/plans/paper.json)
+
+The sentence sits between `<!-- plan:paper -->` and `<!-- /plan:paper -->`. The plan reads this machine's files only
+(measured prompt sizes, earlier runs), so run it where the paper's caches are, and commit the README it writes."""
+import argparse, json, re, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = '<!-- plan:paper -->', '<!-- /plan:paper -->'
+BLOCK = re.compile(re.escape(START) + r'.*?' + re.escape(END), re.S)
+
+
+def plan_sentence(plan: dict) -> str:
+    "The README's one sentence of a plan's totals: calls, interactive cost and hours, batch cost, the slowest artifacts."
+    from kgqa_nb.plan import fmt_seconds
+    t = plan['total']
+    slow = sorted((a for a in plan['artifacts'] if a.get('seconds')), key=lambda a: -a['seconds'])[:3]
+    return (f"`kgqa rerun --profile {plan['profile']} --plan` plans {t['api_calls']:,} LLM calls: ${t['cost_usd']:,.2f} and about "
+            f"{fmt_seconds(t['seconds'])} interactive at the stated limits, ${t['batch_cost_usd']:,.2f} where the code batches a role "
+            f"through the Batch API; the longest artifacts: " + ', '.join(f"{a['artifact']} {fmt_seconds(a['seconds'])}" for a in slow) + '.')
+
+
+def with_sentence(readme: str, sentence: str) -> str:
+    "The README text with its plan block holding `sentence`; ValueError when it has no block."
+    if len(BLOCK.findall(readme)) != 1: raise ValueError(f'README.md must hold exactly one {START} ... {END} block')
+    return BLOCK.sub(lambda m: f'{START}{sentence}{END}', readme)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--check', action='store_true', help='exit 1 when the README differs from the plan')
+    ap.add_argument('--plan', help='a plan JSON written by kgqa rerun --plan (default: plan the paper profile now)')
+    a = ap.parse_args(argv)
+    if a.plan: plan = json.loads(Path(a.plan).read_text())
+    else:
+        from kgqa_nb.plan import plan_profile
+        plan = plan_profile('paper')
+    readme = ROOT / 'README.md'
+    old = readme.read_text(); new = with_sentence(old, plan_sentence(plan))
+    if a.check:
+        if new != old: print('README.md: the paper plan sentence is not the plan\'s; run python tools/readme_plan.py', file=sys.stderr); return 1
+        print('README.md states the paper plan as it is'); return 0
+    if new != old: readme.write_text(new)
+    print(plan_sentence(plan))
+    return 0
+
+
+if __name__ == '__main__': sys.exit(main())
