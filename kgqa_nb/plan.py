@@ -14,7 +14,7 @@ from fastcore.xtras import modified_env
 from .core import data_dir, project_dirs, user_cache_dir
 from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
                               output_root, profile_file, profile_name, read_profile, read_params,
-                              select_artifacts, shown_path, unmet_needs)
+                              select_artifacts, shown_path, unmet_needs, uses_batch)
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOWS', 'LLM_WORK', 'KNOWN_LIMITS',
@@ -558,6 +558,9 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                  seconds_unknown_for=[a['artifact'] for a in arts if a['seconds'] is None],
                  unknown_cost_fixes=list(dict.fromkeys(f"{a['artifact']}: {g['fix']}" for a in arts for g in a['llm'] if g.get('fix'))),
                  blocked=[a['artifact'] for a in arts if a['status'] == 'blocked'])
+    batched = [a['artifact'] for a in arts if uses_batch(a['artifact'], profile)]  # the profile's llm_batch: the run's mode per artifact
+    run = lambda a, k: a[f'batch_{k}' if a['artifact'] in batched else k]
+    total.update(llm_batch=batched, run_cost_usd=round(sum(run(a, 'cost_usd') or 0 for a in arts), 4), run_seconds=round(sum(run(a, 'seconds') or 0 for a in arts), 1))
     from datetime import datetime, timezone
     probes = len({n['need'] for a in arts for n in a['needs'] if n['need'].startswith('server:')})
     return dict(profile=str(profile), created=datetime.now(timezone.utc).isoformat(timespec='seconds'), network_calls=0, local_server_probes=probes,
@@ -595,6 +598,7 @@ def format_plan(plan: dict) -> str:
     lines.append(f"total: {t['api_calls']:,} LLM API calls, {fmt_tokens(t['prompt_tokens'])} prompt + {fmt_tokens(t['completion_tokens'])} completion tokens"
                  + (f"; unmeasured time: {', '.join(t['seconds_unknown_for'])}" if t['seconds_unknown_for'] else ''))
     lines.append(f"  interactive, at the stated limits: {fmt_usd(t['cost_usd'])}, ~{fmt_seconds(t['seconds'])}")
+    if t.get('llm_batch'): lines.append(f"  as this profile runs it (Batch API for {', '.join(t['llm_batch'])}): {fmt_usd(t['run_cost_usd'])}, ~{fmt_seconds(t['run_seconds'])}")
     lines.append(f"  batch where a role can wait: {fmt_usd(t['batch_cost_usd'])}, ~{fmt_seconds(t['batch_seconds'])} "
                  f"(each batch counted at its {plan['settings']['batch_hours']:g} h window; most finish far sooner)")
     if t['cost_unknown_for']: lines.append(f"  + unknown cost for {', '.join(t['cost_unknown_for'])}; one setting fixes each:")

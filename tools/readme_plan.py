@@ -21,7 +21,9 @@ def plan_sentence(plan: dict) -> str:
     slow = sorted((a for a in plan['artifacts'] if a.get('seconds')), key=lambda a: -a['seconds'])[:3]
     return (f"`kgqa rerun --profile {plan['profile']} --plan` plans {t['api_calls']:,} LLM calls: ${t['cost_usd']:,.2f} and about "
             f"{fmt_seconds(t['seconds'])} interactive at the stated limits, ${t['batch_cost_usd']:,.2f} where the code batches a role "
-            f"through the Batch API; the longest artifacts: " + ', '.join(f"{a['artifact']} {fmt_seconds(a['seconds'])}" for a in slow) + '.')
+            f"through the Batch API" + (f"; as the profile runs it (Batch API for {', '.join(t['llm_batch'])}, each batch counted at its "
+               f"{plan['settings']['batch_hours']:g} h window) ${t['run_cost_usd']:,.2f}, about {fmt_seconds(t['run_seconds'])}" if t.get('llm_batch') else '')
+            + f"; the longest artifacts: " + ', '.join(f"{a['artifact']} {fmt_seconds(a['seconds'])}" for a in slow) + '.')
 
 
 def with_sentence(readme: str, sentence: str) -> str:
