@@ -220,7 +220,7 @@ class LLMClient:
         self.ledger = None if ledger is None else Path(ledger)
         self.stream = bool(stream)
         self._lock, self._key_locks, self._oai, self._dead, self._pricing = threading.Lock(), {}, None, None, threading.Lock()
-        self._rng, self._sleep = random.Random(seed), time.sleep
+        self._rng, self._sleep, self._local = random.Random(seed), time.sleep, threading.local()
         self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or stderr_line, False
         self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
         self._gate = RateGate(concurrency, max_concurrency, self._say)
@@ -471,7 +471,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
             if e.status_code == 429: self._gate.pause(delay, 'HTTP 429', announce=False)  # the retry line says it
         except openai.APITimeoutError:
             err = None if self._answered else self._hung()  # marks the client dead *before* the gate lets the next call in
-            self._gate.release()
+            self._gate.release(); self._local.hung = getattr(self._local, 'hung', 0) + 1  # sent, unanswered: maybe billed
             if err: raise err from None
             last, delay = f'no answer within timeout={self.timeout}s', self._backoff(attempt)
         except openai.APIConnectionError as e:
@@ -554,16 +554,16 @@ def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str
 
 @patch
 def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
-    "`call()` (one API call for `request`) under the spend limit: its worst case held before it is sent, its cost counted once it is priced."
+    "`call()` (one API call for `request`) under the spend limit: its worst case held before it is sent, its cost counted once priced (an attempt that timed out: its worst case)."
     budget, first = self.spend_budget(), None
     if budget is not None and self._answer_price is None and self._pricing.acquire():  # no reply priced yet: this call goes alone
         first = self._pricing if self._answer_price is None else self._pricing.release()  # (another was priced while it waited)
     try:
-        ticket, cost, n = self._hold(budget, [request], f'a call to {self.model}'), 0., 0
+        ticket, cost, n, hung = self._hold(budget, [request], f'a call to {self.model}'), 0., 0, getattr(self._local, 'hung', 0)
         try:
-            res = call(); cost, n = self.call_cost(res, budget) or 0., 1
-            return res
+            res = call(); cost, n = self.call_cost(res, budget) or 0., 1; return res
         finally:
+            if ticket and (hung := getattr(self._local, 'hung', 0) - hung): cost, n = cost + hung * budget.state()['held'].get(ticket, 0.), n + hung
             if ticket: budget.settle(ticket, cost, n)
     finally:
         if first: first.release()

@@ -63,6 +63,21 @@ def test_a_reply_naming_a_cheaper_model_counts_at_the_price_asked_for_and_a_give
     assert local.state()['spent'] == 0 and local.state()['calls'] == len(srv.billed) == 10
 
 
+def test_an_attempt_that_timed_out_counts_at_its_worst_case(tmp_path):
+    "The stand-in answers (and bills) a hung request after the client gave up on it; the guard counts it, at its worst case."
+    budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
+    with OfflineChatServer(faults=['ok', 'timeout', 'timeout'], hang_s=1.0) as srv:
+        c = client(srv, tmp_path, budget, timeout=0.3, max_retries=3, backoff_base=0.01)
+        c.chat(q(1)); c.chat(q(2))                                           # warm, then two hung attempts and an answer
+        for _ in range(600):                                                 # the hung requests finish on the server
+            if len(srv.billed) == 4 and srv.inflight == 0: break
+            threading.Event().wait(0.05)
+    st, worst = budget.state(), c.worst_cost(c.build_request(q(2)), model_price('gpt-4o-mini'))
+    assert len(srv.billed) == 4 and st['calls'] == 4 and st['held'] == {}    # every billed request counted
+    one = [api_cost(b['prompt_tokens'], b['completion_tokens'], model_price('gpt-4o-mini')) for b in srv.billed]  # q(1), then three of q(2)
+    assert st['spent'] == pytest.approx(one[0] + one[1] + 2 * worst, rel=1e-9) and st['spent'] >= billed_usd(srv)
+
+
 def test_an_unknown_price_refuses_the_first_call_unless_a_price_is_given(tmp_path):
     budget = SpendBudget.create(tmp_path / 'spend.json', 5.0)
     with OfflineChatServer() as srv:
