@@ -1,8 +1,9 @@
 """The Batch API path (issue 30, item 2) against the stand-in server's batch endpoints: replies equal the interactive ones
 and feed the same cache and ledger at the batch price; kill -9 while a batch is pending, rerun: the batch is fetched, never
 submitted twice, and the records equal an uninterrupted run's. Kill -9 at every step (before the batch is created, after
-it is created but before its id is written, while polling, while collecting) and expired batches: every line is billed
-exactly once (issue 41, item 5)."""
+it is created but before its id is written, while polling, while collecting, between a reply's ledger line and its
+cache record) and expired batches: every line is billed exactly once, and counted once by the spend file and the
+ledger (issue 41, item 5)."""
 import http.server, json, os, subprocess, sys, textwrap, threading, time
 from collections import Counter
 
@@ -163,6 +164,12 @@ STEPPED = textwrap.dedent('''
             record(self, *a); n[0] += 1
             if n[0] == 12: mark.write_text(step); time.sleep(600)
         L.LLMClient._record = stopped
+    if step == 'collecting-ledger':  # the twelfth reply's ledger line written, its cache record not: collected again on the rerun
+        log, n = L.LLMClient._log_call, [0]
+        def stopped(self, *a, **kw):
+            log(self, *a, **kw); n[0] += 1
+            if n[0] == 12: mark.write_text(step); time.sleep(600)
+        L.LLMClient._log_call = stopped
     print(json.dumps([r.text for r in c.chat_batch(MSGS, poll_s=0.02)]))
 ''')
 
@@ -182,7 +189,7 @@ def wait_for(cond, proc, what):
     raise AssertionError(f'no {what} within 60 s')
 
 
-@pytest.mark.parametrize('step', ['before-create', 'after-create', 'polling', 'collecting'])
+@pytest.mark.parametrize('step', ['before-create', 'after-create', 'polling', 'collecting', 'collecting-ledger'])
 def test_kill9_at_each_step_bills_every_line_exactly_once(tmp_path, step):
     msgs = [triples_lookup_messages(WORLD, (f'City{i}', 'country', '?')) for i in range(30)]
     budget = SpendBudget.create(tmp_path / 'spend.json', 1.0)
@@ -207,6 +214,8 @@ def test_kill9_at_each_step_bills_every_line_exactly_once(tmp_path, step):
     st, led = budget.state(), read_ledger(tmp_path / 'calls.jsonl')
     assert (st['calls'], led['calls'], st['held']) == (30, 30, {})                # every line counted once by the spend limit and the ledger
     assert st['spent'] == pytest.approx(cost, rel=1e-9) and led['cost_usd'] == pytest.approx(cost, abs=2e-6)
+    lines = (tmp_path / 'calls.jsonl').read_text().splitlines()               # the twelfth reply's line twice, counted once
+    assert len(lines) == 30 + (step == 'collecting-ledger')
 
 
 def test_an_expired_batch_resubmits_only_its_unanswered_lines_and_is_not_resumed_forever(tmp_path):
