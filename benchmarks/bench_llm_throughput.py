@@ -6,7 +6,9 @@ by side through `LLMClient.streams` (or two `chat_many` rounds), each question's
 
 Reported per role: questions, requests, wall seconds, the achieved rate as a share of the limit, calls in flight at most
 (as the server counted them), HTTP 429s, and the calls lost or doubled: the pipeline's calls (the client's count, no cache)
-against the requests the server admitted. `tests/test_llm_streams.py` runs the same workloads small and checks each
+against the requests the server admitted; and the plan's time for those requests (`kgqa_nb.plan.interactive_seconds`, the
+model `kgqa rerun --plan` uses: the stated limit, the latency, and how the code sends the calls: `chat_many` at once, or
+`streams` with the role's calls per question in order) beside the measured wall time. `tests/test_llm_streams.py` runs the same workloads small and checks each
 role's peak in flight and that its results equal the one-by-one loop's."""
 import json, time
 from contextlib import contextmanager
@@ -94,6 +96,17 @@ def run_role(role: str, n: int, folder, parallel: bool = True, **server) -> dict
                 http_429=srv.throttled, server_admitted=srv.admitted, lost=max(0, calls - srv.admitted), doubled=max(0, srv.admitted - calls))
 
 
+STREAMED = ('kg-rag', 'tog', 'pog')  # roles whose questions run as streams of steps in order
+
+
+def planned_seconds(role: str, requests: int, questions: int) -> float:
+    "The plan's time for a role's requests at the stand-in's limit and latency, sent as the role's code sends them."
+    from kgqa_nb.plan import PLAN_DEFAULTS, CallGroup, interactive_seconds
+    g = CallGroup(role, role, 'openai', 'kgqa-offline', 'http://127.0.0.1', requests, flow='streams' if role in STREAMED else 'many',
+                  chain=requests / questions if role in STREAMED else 1.)
+    return interactive_seconds(requests, None, dict(rpm=RPM, tpm=None, concurrency=8), LATENCY_S, PLAN_DEFAULTS, g)[0]
+
+
 def run(quick: bool = False) -> dict:
     import tempfile
     from pathlib import Path
@@ -104,6 +117,8 @@ def run(quick: bool = False) -> dict:
             r = run_role(role, n, Path(d) / role, rpm=RPM, delay_s=LATENCY_S, burst_s=1.0)
             r.pop('results')
             r['share_of_limit'] = round(r['requests'] / r['wall_s'] * 60 / RPM, 3)
+            r['planned_s'] = round(planned_seconds(role, r['requests'], n), 1)
+            r['measured_over_planned'] = round(r['wall_s'] / r['planned_s'], 3)
             out[role] = r
     return dict(server=dict(rpm=RPM, latency_s=LATENCY_S, bucket_s=1.0), roles=out)
 
