@@ -489,6 +489,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     if cost is None: row['fix'] = unknown_cost_fix(art, g, row)
     return row
 
+# %% ../nbs/40a_plan.ipynb #c047
 def plan_artifact(art: Artifact,  # the artifact
                   params: dict,  # its parameters under the profile (as `check_profile` gives them)
                   plan: dict,  # planning settings (`plan_settings`)
@@ -515,7 +516,7 @@ def plan_artifact(art: Artifact,  # the artifact
                 seconds=None if timed is None else round(timed + llm_s, 1), batch_seconds=None if timed is None else round(timed + batch_s, 1),
                 seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c047
+# %% ../nbs/40a_plan.ipynb #c048
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -567,7 +568,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c051
+# %% ../nbs/40a_plan.ipynb #c052
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -606,7 +607,7 @@ def format_plan(plan: dict) -> str:
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c054
+# %% ../nbs/40a_plan.ipynb #c055
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -635,7 +636,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c056
+# %% ../nbs/40a_plan.ipynb #c057
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -660,7 +661,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c058
+# %% ../nbs/40a_plan.ipynb #c059
 def check_max_cost(max_cost):  # USD, or None (no limit)
     "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
@@ -681,7 +682,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c060
+# %% ../nbs/40a_plan.ipynb #c061
 class SpendGuard:
     "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
     def __init__(self, max_cost: float | None,  # USD; None: no limit
