@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import code_fingerprint, keyed_folder, mark_built, progress, write_text_atomic
+from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, write_text_atomic
 from .qgraphs import build_question_graphs
 from .retriever_study import bootstrap_means, is_validation, paired_matrices, study_dataset, study_step
 from .subgraphrag import (CHEAPER_STEP, ExampleSet, TextFeatures, TrainConfig, config_record, example_metrics, fixed_subset,
@@ -20,7 +20,7 @@ from .text import TextEncoder
 # %% auto #0
 __all__ = ['PROCEDURES', 'SAME', 'RUN_CODE', 'STEP_PARAMS', 'validation_scores', 'stopped_early', 'check_cheaper',
            'fidelity_runs', 'fidelity_summary', 'fidelity_verdict', 'fidelity_costs', 'fidelity_inputs',
-           'fidelity_histories', 'open_fidelity']
+           'fidelity_histories', 'open_fidelity', 'require_same_convergence']
 
 # %% ../nbs/15d_retriever_fidelity.ipynb #c006
 PROCEDURES = ('reference', 'cheaper')  # SubgraphRAG's own step, and the cheaper one (chapter 15's levers)
@@ -180,3 +180,19 @@ def open_fidelity(artifact: str,  # the artifact's name, recorded in its provena
     runs = fidelity_runs(train, val, feats, cheaper, cache, labels=sp['labels'], seeds=range(n_seeds), epochs=epochs, patience=patience,
                          val_metric=sp['val_metric'], threads=sp.get('threads') or None, device=sp.get('device', 'cpu'), procedures=procedures)
     return runs, ctx.prov
+
+# %% ../nbs/15d_retriever_fidelity.ipynb #c024
+def require_same_convergence(step: dict,  # the study's SubgraphRAG step options (`retriever_study.study_step(...)[0]`; {}: the reference step)
+                             report,  # path of the fidelity report (`retriever_fidelity.json` in the profile's results folder)
+                             max_triples: int) -> dict:  # the study's question-graph size
+    "The fidelity report that lets a study train with its cheaper step ({} for the reference step); else one `UsageError` saying why not."
+    if not step: return {}
+    f = Path(report)
+    run = 'run the retriever_fidelity artifact first (kgqa rerun --only retriever_fidelity under the same profile)'
+    if not f.is_file(): raise UsageError(f'the study trains with the cheaper step {step}, but no fidelity report {f} exists: {run}')
+    rep = json.loads(f.read_text())
+    if rep.get('cheaper_step') != step: raise UsageError(f"the fidelity report {f} tested the step {rep.get('cheaper_step')}, the study trains with {step}: {run}")
+    if rep.get('graph_max_triples') != max_triples:
+        raise UsageError(f"the fidelity report {f} was run on {rep.get('graph_max_triples')}-triple graphs, the study's are {max_triples}: {run}")
+    if not rep.get('same_convergence'): raise UsageError(f"the fidelity report {f} says {rep.get('verdict')!r}: the study may not train with the cheaper step")
+    return rep

@@ -4,7 +4,8 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import hashlib, inspect, json, tempfile, time, zlib
+import hashlib, inspect, json, os, tempfile, time, zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from scipy import stats
 from torch import nn
 
 from . import sr, subgraphrag
-from .core import (UsageError, built_by, check_write_target, code_fingerprint, keyed_folder, mark_built, params_key,
+from .core import (LockTimeout, UsageError, built_by, check_write_target, code_fingerprint, folder_lock, keyed_folder, mark_built, params_key,
                           progress, say_too_small, user_cache_dir, write_text_atomic)
 from .dataset import gtsqa_files, question_view, read_gtsqa_parquet
 from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
@@ -25,21 +26,23 @@ from .paths import personalized_pagerank
 from .qgraphs import build_question_graphs, published_question_graphs
 from .spanalysis import gold_answers, records_fingerprint
 from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, TrainConfig, check_val_metric, example_metrics,
-                                 label_key, load_retriever, prepare_examples, score_example, text_features, top_triples, train_retriever)
+                                 fixed_subset, label_key, load_retriever, prepare_examples, score_example, text_features, top_triples, train_retriever)
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED',
-           'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores', 'random_scores', 'embedding_scores',
-           'retriever_scores', 'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation',
-           'study_splits', 'run_ckpt_dir', 'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever',
-           'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'study_code',
-           'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap',
-           'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
-           'reader_metric_name', 'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset',
-           'study_step', 'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows',
-           'FloorRows', 'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file',
-           'retrieval_vs_references', 'train_retriever_cli', 'retrieve_cli']
+__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'TRAIN_CODE', 'STAT_TESTS', 'GATE_REFERENCES',
+           'UNDER_TRAINED', 'DATA_MINIMUMS', 'DATA_HOPS', 'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores',
+           'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'validation_recall',
+           'summarise_retrieval', 'is_validation', 'study_splits', 'run_ckpt_dir', 'link_checkpoints',
+           'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever', 'example_triples',
+           'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'train_code', 'study_code',
+           'train_run', 'claimed', 'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means',
+           'hierarchical_bootstrap', 'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
+           'training_gate', 'gate_verdict', 'cap_single_hop', 'data_gate', 'data_verdict', 'reader_metric_name',
+           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset', 'study_step',
+           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
+           'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file', 'retrieval_vs_references',
+           'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -108,8 +111,19 @@ def study_splits(exs, val_fraction: float = 0.2) -> tuple:
     return train, val, exs.where(lambda r: r.get('split') == 'test')
 
 def run_ckpt_dir(folder, arm: str, seed: int, prefix: str = '') -> Path:
-    "Where a retriever study keeps the checkpoints of one run: `ckpt/<prefix><labels>-<seed>` in its keyed folder."
+    "Where a retriever study keeps the checkpoints of one run: `ckpt/<prefix><labels>-<seed>` in its keyed folder (training folder or study folder)."
     return Path(folder) / 'ckpt' / f"{prefix}{label_key(arm).replace(':', '_')}-{seed}"
+
+def link_checkpoints(folder, trained) -> Path:  # a study folder; the training folder beside it
+    "`<folder>/ckpt` as a relative link to the training folder's checkpoints, so `run_ckpt_dir(folder, ...)` finds the weights the study scored."
+    (Path(trained) / 'ckpt').mkdir(parents=True, exist_ok=True)
+    link, target = Path(folder) / 'ckpt', os.path.relpath(Path(trained) / 'ckpt', folder)
+    if link.is_symlink() and os.readlink(link) == target: return link
+    if link.exists() or link.is_symlink(): raise RuntimeError(f'{link} exists and is not a link to {target}: a study folder of an older format? remove it')
+    try: link.symlink_to(target, target_is_directory=True)
+    except FileExistsError:  # another worker made it at the same moment
+        if os.readlink(link) != target: raise
+    return link
 
 def qgraphs_fingerprint(qgraphs) -> str:
     "What identifies a set of question graphs: their cache files (folder keyed by build parameters), else their arrays."
@@ -193,6 +207,13 @@ def listing_trainer(lr: ListingRetriever, recs: dict):
 # %% ../nbs/15c_retriever_study.ipynb #c025
 STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
 
+TRAIN_CODE = ('subgraphrag', 'sr', 'text', 'qgraphs', 'paths', 'metrics', 'retriever_study:is_validation', 'retriever_study:study_splits',
+              'retriever_study:trained_retriever', 'retriever_study:listing_trainer', 'retriever_study:train_run')  # what trained weights follow
+
+def train_code() -> str:
+    "Fingerprint of the code behind a study's trained weights (`TRAIN_CODE`): the training folder's key."
+    return code_fingerprint(*TRAIN_CODE)
+
 def study_code(*readers) -> str:
     "Fingerprint of the code behind a study's runs: the `STUDY_CODE` chapters, and the readers' chapters when they are ours."
     mods = [type(r).__module__.partition('.') for r in readers if r is not None]
@@ -208,6 +229,36 @@ def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     return cfgs
 
 # %% ../nbs/15c_retriever_study.ipynb #c028
+def train_run(trainer,  # a `TRAINED_RETRIEVERS` trainer (or `listing_trainer`'s)
+              folder,  # the study's training folder
+              stem: str,  # the run's name (its run file's stem)
+              *args, **kw) -> tuple:  # the trainer's arguments
+    "(model, history, seconds): the run trained (or resumed, or reloaded once done) by `trainer`; seconds summed over every session that trained it."
+    folder = Path(folder); done, part = folder / f'{stem}.train.json', folder / f'{stem}.seconds.json'
+    spent = lambda: json.loads(part.read_text()) if part.exists() else []
+    t0 = time.perf_counter()
+    try: model, hist = trainer(*args, **kw)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM's KeyboardInterrupt, an error): the time it trained is kept for the next session
+        if not done.exists(): write_text_atomic(part, json.dumps(spent() + [round(time.perf_counter() - t0, 1)]))
+        raise
+    if done.exists(): return model, hist, json.loads(done.read_text())['seconds']  # trained before: reloaded, no new training time
+    seconds = round(sum(spent()) + time.perf_counter() - t0, 1)
+    write_text_atomic(done, json.dumps(dict(seconds=seconds, sessions=len(spent()) + 1, epochs=len(hist))))
+    return model, hist, seconds
+
+# %% ../nbs/15c_retriever_study.ipynb #c029
+@contextmanager
+def claimed(folder, name: str):  # a lock file name inside folder, one per run
+    "Yields True while this process holds the lock `name` (`core.folder_lock`), or False at once when another process holds it."
+    cm = folder_lock(folder, timeout=0, name=name)
+    try: cm.__enter__()
+    except LockTimeout:
+        yield False
+        return
+    try: yield True
+    finally: cm.__exit__(None, None, None)
+
+# %% ../nbs/15c_retriever_study.ipynb #c030
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -238,42 +289,53 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=cfgs['subgraphrag'],
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
                   extra_readers={p: r.describe() for p, r in (extra_readers or {}).items()} or None,
-                  ks=list(ks), gate_k=gate_k, code=study_code(*readers.values()), format=2)
-    folder = keyed_folder(cache_dir, 'retriever-study', params)
+                  ks=list(ks), gate_k=gate_k, code=study_code(*readers.values()), format=3)
+    trained = keyed_folder(cache_dir, 'retriever-train', dict({k: params[k] for k in ('records', 'qgraphs', 'kg', 'encoder', 'train_cfg', 'val_fraction')},
+                                                               code=train_code(), format=1))
+    folder = keyed_folder(cache_dir, 'retriever-study', dict(params, train=trained.name))
+    link_checkpoints(folder, trained)
     recs = {str(r['id']): r for r in records.to_dict('records')}
     trainers = {**{n: trained_retriever(n) for n in retrievers}, **{n: listing_trainer(l, recs) for n, l in listing.items()}}
     exs = prepare_examples(records, qgraphs, encoder, root=root)  # every graph checked before anything is trained
     feats = text_features(kg, encoder, entities=exs.nodes, root=root)
     train, val, test = study_splits(exs, val_fraction)
     if not test or not train: raise RetrievalInputError('empty_graph', f'{len(train)} training and {len(test)} test questions: need both')
-    runs = [(r, 'none', 0) for r in references] + [(n, a, s) for n in trainers for a in arms for s in seeds]
+    runs = [(r, 'none', 0) for r in references] + [(n, a, s) for n in trainers for s in seeds for a in arms]  # the arms of one seed side by side
     # SubgraphRAG's config is in the folder key; another retriever's run files carry a key of their own config, so adding
     # a retriever to a study reuses the runs already there
     tag = {n: '' if n == 'subgraphrag' else f"-{params_key(cfgs.get(n, {}), 8)}" for n in trainers}
-    frames, added = [], False
-    for name, arm, seed in progress(runs, desc='retriever study'):
-        f = folder / f"run-{name}-{arm.replace(':', '_')}-{seed}{tag.get(name, '')}.csv"
-        if not f.exists():
-            t0, hist = time.perf_counter(), []
-            if name in trainers:
-                sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
-                model, hist = trainers[name](kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
-                                                      run_ckpt_dir(folder, arm, seed, sub), verbose=verbose,
-                                                      threads=threads, device=device, root=root)
-            else: model = name
-            seconds = time.perf_counter() - t0  # training time (0 for a reference retriever)
-            v = validation_recall(model, val, feats, gate_k)
-            df = _run_rows(model, name, arm, seed, test, feats, recs, kg, readers, reader_ks, ks).assign(
-                epochs=len(hist), train_seconds=round(seconds, 1), **{f'val_gt_recall@{gate_k}': v})
-            if hist: write_text_atomic(f.with_suffix('.history.json'), json.dumps(dict(retriever=name, labels=arm, seed=seed, history=hist), default=float))
-            write_text_atomic(f, df.to_csv(index=False)); added = True
-        frames.append(pd.read_csv(f, dtype={'id': str}))
-    if added or not (folder / 'built.json').exists(): mark_built(folder)
+    run_file = lambda name, arm, seed: folder / f"run-{name}-{arm.replace(':', '_')}-{seed}{tag.get(name, '')}.csv"
+
+    def run_once(name, arm, seed, f):  # train (or not: a reference) and evaluate one run, written to f
+        hist, seconds = [], 0.0  # training time: 0 for a reference retriever
+        if name in trainers:
+            sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
+            model, hist, seconds = train_run(trainers[name], trained, f.stem, kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
+                                             run_ckpt_dir(trained, arm, seed, sub), verbose=verbose, threads=threads, device=device, root=root)
+        else: model = name
+        v = validation_recall(model, val, feats, gate_k)
+        df = _run_rows(model, name, arm, seed, test, feats, recs, kg, readers, reader_ks, ks).assign(
+            epochs=len(hist), train_seconds=round(seconds, 1), **{f'val_gt_recall@{gate_k}': v})
+        if hist: write_text_atomic(f.with_suffix('.history.json'), json.dumps(dict(retriever=name, labels=arm, seed=seed, history=hist), default=float))
+        write_text_atomic(f, df.to_csv(index=False))
+
+    added, later = False, []
+    for run in progress(runs, desc='retriever study'):
+        if (f := run_file(*run)).exists(): continue
+        with claimed(folder, f'.{f.stem}.lock') as mine:  # another process training this run: take the next one
+            if not mine: later.append(run); continue
+            if not f.exists(): run_once(*run, f); added = True
+    for run in later:  # wait for the other process's runs; train one it left (it died) ourselves
+        with folder_lock(folder, name=f'.{(f := run_file(*run)).stem}.lock'):
+            if not f.exists(): run_once(*run, f); added = True
+    frames = [pd.read_csv(run_file(*run), dtype={'id': str}) for run in runs]
+    if added or not (folder / 'built.json').exists(): mark_built(folder); mark_built(trained)
     out = pd.concat(frames, ignore_index=True)
-    out.attrs['folder'] = str(folder)  # where its runs and checkpoints are (RetrieverStudy.checkpoint)
+    out.attrs['folder'] = str(folder)  # where its runs and (through its `ckpt` link) checkpoints are (RetrieverStudy.checkpoint)
+    out.attrs['train_folder'] = str(trained)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c032
+# %% ../nbs/15c_retriever_study.ipynb #c039
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -327,7 +389,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c035
+# %% ../nbs/15c_retriever_study.ipynb #c042
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -376,7 +438,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c042
+# %% ../nbs/15c_retriever_study.ipynb #c049
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -400,14 +462,53 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c046
+# %% ../nbs/15c_retriever_study.ipynb #c053
+DATA_MINIMUMS = dict(questions=3000, multi_hop_share=0.35, test_per_hop=30)  # what the study's data must reach
+DATA_HOPS = (1, 2, 3)  # the hops each with enough test questions (4-hop questions are too few in generated data)
+
+def _training(records: pd.DataFrame, val_fraction: float) -> np.ndarray:
+    "Mask of the training questions proper: the train split less the validation questions (`is_validation`)."
+    if 'n_hops' not in records.columns: raise ValueError('the records have no n_hops column: the data gate needs each question\'s hops')
+    return ((records['split'] == 'train') & ~records['id'].map(lambda i: is_validation(i, val_fraction))).to_numpy()
+
+def cap_single_hop(records: pd.DataFrame, min_multi_hop: float,  # the share of multi-hop training questions to reach (0: keep all)
+                   seed: int = 0, val_fraction: float = 0.2) -> pd.DataFrame:
+    "The records with just enough 1-hop training questions dropped (seeded) for multi-hop ones to make `min_multi_hop` of training; the rest as they are."
+    if isinstance(min_multi_hop, bool) or not 0 <= min_multi_hop < 1: raise ValueError(f'min_multi_hop must be a share in [0, 1), not {min_multi_hop!r}')
+    if not min_multi_hop: return records
+    tr = _training(records, val_fraction)
+    one = np.flatnonzero(tr & (records['n_hops'] == 1).to_numpy())
+    multi = int(tr.sum()) - len(one)
+    if multi == 0: raise ValueError('no multi-hop training question: no 1-hop cap can reach a multi-hop share')
+    keep = int(np.floor(multi * (1 - min_multi_hop) / min_multi_hop + 1e-9))
+    if keep >= len(one): return records
+    drop = np.setdiff1d(one, fixed_subset(list(one), keep, seed) if keep else [])
+    return records.drop(records.index[drop]).reset_index(drop=True)
+
+def data_gate(records: pd.DataFrame, val_fraction: float = 0.2, minimums: dict = DATA_MINIMUMS, hops=DATA_HOPS) -> pd.DataFrame:
+    "One row per minimum of the study's data: what the records reach, what is required, and whether it passes."
+    tr, test = _training(records, val_fraction), (records['split'] == 'test').to_numpy()
+    rows = [('questions', len(records), minimums['questions']),
+            ('multi-hop share of training questions', float((records['n_hops'].to_numpy()[tr] > 1).mean()) if tr.any() else 0.0, minimums['multi_hop_share'])]
+    rows += [(f'test questions at {h} hops', int((test & (records['n_hops'] == h).to_numpy()).sum()), minimums['test_per_hop']) for h in hops]
+    out = pd.DataFrame(rows, columns=['check', 'value', 'required'])
+    return out.assign(passes=out.value >= out.required)
+
+def data_verdict(gate: pd.DataFrame) -> str:
+    "One line: 'data: every minimum met', else what falls short."
+    bad = gate[~gate.passes]
+    if bad.empty: return 'data: every minimum met'
+    fmt = lambda v: f'{v:.3f}' if isinstance(v, float) and v < 1 else f'{int(v):,}'
+    return 'data below the study\'s minimums: ' + '; '.join(f'{r.check} {fmt(r.value)} < {fmt(r.required)}' for r in bad.itertuples())
+
+# %% ../nbs/15c_retriever_study.ipynb #c057
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c050
+# %% ../nbs/15c_retriever_study.ipynb #c061
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -428,7 +529,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c052
+# %% ../nbs/15c_retriever_study.ipynb #c063
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -459,7 +560,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c054
+# %% ../nbs/15c_retriever_study.ipynb #c065
 def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
                   answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
                   **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
@@ -473,7 +574,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-# %% ../nbs/15c_retriever_study.ipynb #c055
+# %% ../nbs/15c_retriever_study.ipynb #c066
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -486,7 +587,7 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-# %% ../nbs/15c_retriever_study.ipynb #c056
+# %% ../nbs/15c_retriever_study.ipynb #c067
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -508,6 +609,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          make_filters=None,  # `filters.dataset_filters` (chapter 16a) when a filter is asked for
                          extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
                          listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
+                         min_multi_hop: float = 0.0,  # 1-hop training questions dropped (seeded) until multi-hop ones make this share (`cap_single_hop`; 0: all kept)
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     ctx, cache = study_dataset(artifact, source, kg, n_questions, seed, backend, model, base_url, answerability, newer_kg, make_filters, out_dir, cache_dir,
@@ -516,8 +618,10 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                                reader_ks=list(reader_ks), retrievers=list(retrievers), sr_tune=sr_tune,
                                sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, second_reader=second_reader,
                                neg_sample=neg_sample, questions_per_step=questions_per_step, bf16=bf16, compile_step=compile_step,
-                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen,
+                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen, min_multi_hop=min_multi_hop,
                                **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
+    ctx.records = cap_single_hop(ctx.records, min_multi_hop, seed)
+    data = data_gate(ctx.records)
     qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
     step, sr_step = study_step(neg_sample, questions_per_step, bf16, compile_step, val_subset, sr_cache_frozen)
     sr_cfg = dict(tune=sr_tune, text_encoder=sr_encoder, epochs=sr_epochs, patience=patience, max_hop=sr_max_hop, beam=sr_beam, **sr_step,
@@ -531,7 +635,8 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
     up = list(ctx.prov.get('upstream', []))
     up += [b for b in rs.upstream if b['folder'] not in {u.get('folder') for u in up}]
     readers = '; '.join([reader.describe(), *(f'{p}: {r.describe()}' for p, r in (extra_readers or {}).items())])
-    rs.prov = {**ctx.prov, 'llm_backend': readers, 'question_llm': ctx.prov['llm_backend'], 'upstream': up}
+    rs.prov = {**ctx.prov, 'llm_backend': readers, 'question_llm': ctx.prov['llm_backend'], 'upstream': up,
+               'data_gate': data.to_dict('records'), 'data_verdict': data_verdict(data)}
     return rs
 
 READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorded with a study's parameters
@@ -541,7 +646,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c060
+# %% ../nbs/15c_retriever_study.ipynb #c071
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -554,7 +659,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
                                 **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c064
+# %% ../nbs/15c_retriever_study.ipynb #c075
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -573,7 +678,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c066
+# %% ../nbs/15c_retriever_study.ipynb #c077
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -595,7 +700,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c069
+# %% ../nbs/15c_retriever_study.ipynb #c080
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -636,7 +741,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c073
+# %% ../nbs/15c_retriever_study.ipynb #c084
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -681,7 +786,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c074
+# %% ../nbs/15c_retriever_study.ipynb #c085
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -700,7 +805,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
         print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c075
+# %% ../nbs/15c_retriever_study.ipynb #c086
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
