@@ -143,5 +143,6 @@ def test_readme_plan_sentence_comes_from_the_plan(tmp_path, monkeypatch):
     assert rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 1
     assert rp.main(['--plan', str(tmp_path / 'plan.json')]) == 0 and rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 0
     text = (tmp_path / 'README.md').read_text()
-    assert '1,234 LLM calls: $5.50 and about 2h00m interactive' in text and 'a 1h00m, b 7s.' in text and text.endswith(' After.\n')
+    assert '1,234 LLM calls: $5.50 and about 2h00m interactive' in text and 'b 7s.' in text and text.endswith(' After.\n')
+    assert max(len(l) for l in text.splitlines()) <= 120   # wrapped: the README reads in short lines
     with pytest.raises(ValueError, match='exactly one'): rp.with_sentence('no block', 'x')

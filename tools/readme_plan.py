@@ -29,7 +29,9 @@ def plan_sentence(plan: dict) -> str:
 def with_sentence(readme: str, sentence: str) -> str:
     "The README text with its plan block holding `sentence`; ValueError when it has no block."
     if len(BLOCK.findall(readme)) != 1: raise ValueError(f'README.md must hold exactly one {START} ... {END} block')
-    return BLOCK.sub(lambda m: f'{START}{sentence}{END}', readme)
+    import textwrap  # the README reads in short lines (tests/test_hygiene.py): the sentence wrapped, the block on lines of its own
+    text = textwrap.fill(sentence, width=118, break_long_words=False, break_on_hyphens=False)
+    return BLOCK.sub(lambda m: f'{START}\n{text}\n{END}', readme)
 
 
 def main(argv=None) -> int:
