@@ -8,7 +8,8 @@ subtracted from the wall time. Both stores must produce byte-identical records; 
 import json, tempfile, time
 from pathlib import Path
 
-from kgqa_nb.kgqagen import KGQAGenConfig, run_kgqagen
+from kgqa_nb.kgqagen import KGQAGenConfig
+from kgqa_nb.kgqagen_run import run_kgqagen
 
 from bench_generation import compare_stores  # the same two stores, KGs and record check as the SynthKGQA benchmark
 

@@ -20,10 +20,16 @@ from kgqa_nb.kgrag import KGRAG, MetaQAQuestion, TripleRetriever, evaluate_kgrag
 from kgqa_nb.llm import LLMClient, register_offline_model
 from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.readers import LLMOnlyReader, LLMReader, SubgraphRAGReader
+from kgqa_nb.retriever_study import reader_hits, retriever_scores
+from kgqa_nb.subgraphrag import prepare_examples, text_features, two_hop_dataset
 from kgqa_nb.text import HashingEncoder
+from kgqa_nb.datasources import load_source
+from kgqa_nb.loaders import load_kg
+from kgqa_nb.ultrag import LLMArbitrator, LLMQueryWriter, SEPPRPruner, SymbolicStep, Ultrag, register_oracle_queries
+from kgqa_nb.ultrag_eval import evaluate_ultrag
 
 RPM, LATENCY_S = 600, 1.0
-ROLES = ('reader', 'subgraphrag-reader', 'llm-only', 'kg-rag', 'tog', 'pog')
+ROLES = ('reader', 'subgraphrag-reader', 'llm-only', 'study-reader', 'ultrag', 'kg-rag', 'tog', 'pog')
 
 
 def agents_kg() -> KnowledgeGraph:
@@ -62,12 +68,35 @@ KGRAG_KG = KnowledgeGraph.from_id_triples(
 READER_TRIPLES = [('Alien', 'director', 'Ridley Scott'), ('Alien', 'composer', 'Jerry Goldsmith')]
 
 
+class OneByOne:
+    "A reader asked one prompt after the other (the loop `reader_hits` replaced)."
+    def __init__(self, reader): self.reader = reader
+    def answer_many(self, qs, tris, views): return [self.reader.answer(*x) for x in zip(qs, tris, views)]
+
+
 def workload(role: str, n: int, folder) -> tuple:
     "(parallel, sequential): the role's pipeline on `n` questions as it runs now, and as the one-by-one loop; each takes a client."
     if role in ('reader', 'subgraphrag-reader', 'llm-only'):
         cls = {'reader': LLMReader, 'subgraphrag-reader': SubgraphRAGReader, 'llm-only': LLMOnlyReader}[role]
         qs = [('Who is the director of Alien' if i % 2 else 'Who composed Alien') + f' (question {i})' for i in range(n)]
         return (lambda c: cls(c).answer_many(qs, [READER_TRIPLES] * n), lambda c: [cls(c).answer(q, READER_TRIPLES) for q in qs])
+    if role == 'study-reader':  # the retriever study's reader: every test question at every K of one run (retriever_study.reader_hits)
+        kg, recs, graphs = two_hop_dataset(n, n_distractors=4, seed=1)
+        enc = HashingEncoder(dim=32)
+        exs, feats = prepare_examples(recs, graphs, enc, root=folder), text_features(kg, enc, root=folder)
+        recs = {r['id']: dict(r, answer_node=f"{kg.entity_labels[g.answers[0]]} ({kg.entity_ids[g.answers[0]]})") for r, g in zip(recs, graphs)}
+        scores, ks = [retriever_scores('ppr', e, feats) for e in exs], (3, 10)
+        return (lambda c: reader_hits(exs, scores, recs, kg, SubgraphRAGReader(c), ks),
+                lambda c: reader_hits(exs, scores, recs, kg, OneByOne(SubgraphRAGReader(c)), ks))
+    if role == 'ultrag':  # ULTRAG's writer and arbitrator per question, in order (ultrag_eval.evaluate_ultrag through Ultrag.map)
+        tw = load_kg('toyworld')
+        src = load_source('generated', kg=tw, seed=0)
+        register_oracle_queries(src.all, tw)  # the offline oracle writer answers on the stand-in server
+        recs = src.test.head(n)
+        pipe = lambda c: Ultrag(tw, LLMQueryWriter(c, tw), SymbolicStep(), pruner=SEPPRPruner(k=500), arbitrator=LLMArbitrator(c))
+        key = lambda df: df[['id', 'query', 'error', 'n_answers', 'hits', 'prompt_tokens', 'completion_tokens']].to_dict('records')
+        return (lambda c: key(evaluate_ultrag(pipe(c), recs)),
+                lambda c: [r for i in range(len(recs)) for r in key(evaluate_ultrag(pipe(c), recs.iloc[[i]]))])  # one question at a time
     if role == 'kg-rag':
         topics = ['Tom Hardy', 'Inception', 'Warrior']
         qs = [MetaQAQuestion(f'q{i}', f'who directed the movies starred by [{topics[i % 3]}]', topics[i % 3], ('Christopher Nolan',), 2) for i in range(n)]
@@ -96,7 +125,7 @@ def run_role(role: str, n: int, folder, parallel: bool = True, **server) -> dict
                 http_429=srv.throttled, server_admitted=srv.admitted, lost=max(0, calls - srv.admitted), doubled=max(0, srv.admitted - calls))
 
 
-STREAMED = ('kg-rag', 'tog', 'pog')  # roles whose questions run as streams of steps in order
+STREAMED = ('ultrag', 'kg-rag', 'tog', 'pog')  # roles whose questions run as streams of steps in order
 
 
 def planned_seconds(role: str, requests: int, questions: int) -> float:

@@ -22,7 +22,7 @@ COMMANDS = {
     'benchmark': ('kgqa_nb.benchmark:benchmark_cli', "SynthKGQA's Table 2: chosen models on a dataset folder's test questions, one reader, EM and GT-triple metrics with 95% CIs"),
     'ultrag': ('kgqa_nb.ultrag_eval:ultrag_cli', 'ULTRAG: answer a question (ask) or a dataset split (batch) with query writer, entity linking, SEPPR, UltraQuery and arbitrator'),
     'kgrag': ('kgqa_nb.kgrag:kgrag_cli', 'KG-RAG on MetaQA: kgqa kgrag ask QUESTION prints the decomposition, sub-answers and final answer'),
-    'kgqagen': ('kgqa_nb.kgqagen:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
+    'kgqagen': ('kgqa_nb.kgqagen_run:kgqagen_cli', 'generate a KGQAGen dataset: LLM-guided subgraph expansion, SPARQL verification and revision (crash-safe, resumable)'),
     'serve-offline': ('kgqa_nb.cli:serve_offline_cli', 'serve the offline models as an OpenAI-compatible server on 127.0.0.1'),
     'serve-llm': ('kgqa_nb.llm_local:serve_llm_cli', "serve a GGUF model with llama.cpp's OpenAI-compatible server on 127.0.0.1 (install with make llm-local)"),
 }

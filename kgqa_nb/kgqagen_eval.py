@@ -28,7 +28,8 @@ from .ultrag import NeuralExecutor, SEPPRPruner, Ultrag, fit_tau, oracle_writer,
 from .dataset import load_kgqagen, question_view
 from .datasources import resolve_kg
 from .filters import dataset_filters
-from .kgqagen import KGQAGEN_CODE_MODULES, KGQAGenConfig, proof_answer, run_kgqagen
+from .kgqagen import KGQAGenConfig, proof_answer
+from .kgqagen_run import KGQAGEN_CODE_MODULES, run_kgqagen
 
 # %% auto #0
 __all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'SEED_GRAPH_HOPS', 'SEEDS_ONLY', 'ANSWER_CONDITIONED', 'ROW_TYPES',
@@ -45,7 +46,7 @@ class KGQAGenDataset:
     folder: Path  # the run folder
     kg: KnowledgeGraph  # the KG it was generated on
     records: pd.DataFrame  # GTSQA-schema records plus KGQAGen's fields
-    funnel: dict  # see `kgqagen.select_kgqagen`
+    funnel: dict  # see `kgqagen_run.select_kgqagen`
     summary: dict  # run_summary.json
     built: dict  # `core.built_by` of the cache folder: the commit that built the dataset
 

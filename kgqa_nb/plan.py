@@ -147,15 +147,15 @@ def retriever_study_calls(p, plan) -> list:
         key = f"retriever-study:{p['source']}:{p['kg']}:{p['n_questions']}:{p['seed']}:{p['reader_model']}:{ks}"
         out.append(CallGroup('reader', 'kgqa-subgraphrag-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
                              calls=test_questions(p, plan) * runs * len(ks), triples=sum(ks) / len(ks), shared=key,
-                             flow='serial'))  # retriever_study.reader_hits: reader.answer per example and K
+                             flow='many'))  # retriever_study.reader_hits: one answer_many per run (every example and K)
     return out
 
 def ultrag_calls(p, plan, evaluations: int = 1) -> list:
     "ULTRAG with an LLM: one query-writer call per test question, one arbitrator call per test question and evaluation."
     if p['backend'] != 'openai': return []
     api, n = _api('openai', p['model'], p['base_url']), test_questions(p, plan)
-    return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n, flow='serial'),  # ultrag: one question after the other
-            CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations, flow='serial')]
+    return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n, flow='streams'),  # Ultrag.map: questions side by side,
+            CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations, flow='streams')]  # each one's calls in order
 
 # %% ../nbs/40a_plan.ipynb #c017
 def benchmark_calls(p, plan) -> list:
@@ -212,7 +212,7 @@ def kgqagen_calls(p, plan) -> list:
     key = f"kgqagen:{p['kg']}:{n}:{p['seed']}:{api['model']}:{p['reviser_model']}"
     return [CallGroup('generator (expansion, question)', 'kgqagen-expand', **api, calls=math.ceil(cands * plan['kgqagen_generator_calls']), shared=key + ':generator'),
             CallGroup('SPARQL reviser', 'kgqagen-revise', **_api('openai', p['reviser_model'] or p['model'], p['base_url'], 'reviser_model'),
-                      calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser', flow='serial')]  # kgqagen.verify: one instance after the other
+                      calls=math.ceil(cands * plan['kgqagen_reviser_calls']), shared=key + ':reviser')]  # kgqagen.verify_many: a batch's revisions of one round side by side
 
 def kgqagen_table2_calls(p, plan) -> list:
     "KGQAGen Table 2: the dataset's generation (when generated); per question the LLM reader alone, on the proof and on each retriever's top-K (PPR and the trained retrievers); the LASM judge on every row."

@@ -137,26 +137,30 @@ def reader_record(reader, rec: dict) -> dict:
     "What `reader` may read of `rec`: the whole record when its class declares itself an oracle (`oracle = True`), else `dataset.question_view(rec)`."
     return rec if getattr(type(reader), 'oracle', False) is True else question_view(rec)
 
-def reader_hits(ex: RetrievalExample, scores, rec: dict, kg: KnowledgeGraph, reader, ks,
-                prefix: str = 'hits') -> dict:  # column name before '@K'
-    "hits@K of a reader given the top-K triples, for each K (answers matched by `metrics.answer_hit`); it reads `reader_record(reader, rec)`."
-    ids, labels = gold_answers(kg, rec)
-    out, read = {}, reader_record(reader, rec)
-    for k in ks:
-        tri = [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, scores, k)]
-        out[f'{prefix}@{k}'] = bool(answer_hit([str(a) for a in reader.answer(rec['question'], tri, read)], sorted(ids), labels))
+def reader_hits(examples: list, scores: list, recs: dict, kg: KnowledgeGraph, reader, ks,
+                prefix: str = 'hits') -> list:  # column name before '@K'
+    """Per example, hits@K of a reader given its top-K triples for each K (answers matched by `metrics.answer_hit`). Every
+    (example, K) prompt goes to the reader in one `answer_many` call: an LLM reader sends them side by side at its
+    client's rate (and through the Batch API in batch mode), not one after the other; each reads `reader_record(reader, rec)`."""
+    qs, tris, views = [], [], []
+    for ex, s in zip(examples, scores):
+        rec = recs[ex.id]; read = reader_record(reader, rec)
+        for k in ks:
+            qs.append(rec['question']); views.append(read)
+            tris.append([(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, s, k)])
+    answers, out = iter(reader.answer_many(qs, tris, views) if qs else []), []
+    for ex in examples:
+        ids, labels = gold_answers(kg, recs[ex.id])
+        out.append({f'{prefix}@{k}': bool(answer_hit([str(a) for a in next(answers)], sorted(ids), labels)) for k in ks})
     return out
 
 def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, readers, reader_ks, ks):
-    rows = []
-    for ex in test:
-        s = retriever_scores(retriever, ex, feats, seed)
-        m = example_metrics(s, ex, ks)
-        hits = {k: v for p, rd in readers.items() for k, v in reader_hits(ex, s, recs[ex.id], kg, rd, reader_ks, p).items()}
-        rows.append(dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **m, **hits))
-    return pd.DataFrame(rows)
+    scores = [retriever_scores(retriever, ex, feats, seed) for ex in test]
+    hits = [reader_hits(test, scores, recs, kg, rd, reader_ks, p) for p, rd in readers.items()]  # one call per reader
+    return pd.DataFrame([dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **example_metrics(s, ex, ks),
+                              **{k: v for h in hits for k, v in h[i].items()}) for i, (ex, s) in enumerate(zip(test, scores))])
 
-# %% ../nbs/15c_retriever_study.ipynb #c018
+# %% ../nbs/15c_retriever_study.ipynb #c020
 TRAINED_RETRIEVERS = {'subgraphrag': subgraphrag.study_train, 'sr': sr.study_train}
 
 def trained_retriever(name: str):
@@ -164,7 +168,7 @@ def trained_retriever(name: str):
     if name not in TRAINED_RETRIEVERS: raise ValueError(f'unknown trained retriever {name!r}: use one of {sorted(TRAINED_RETRIEVERS)}')
     return TRAINED_RETRIEVERS[name]
 
-# %% ../nbs/15c_retriever_study.ipynb #c021
+# %% ../nbs/15c_retriever_study.ipynb #c023
 def example_triples(ex: RetrievalExample) -> np.ndarray:
     "(E, 3) KG (head, relation, tail) indices of an example's question-graph triples, in its edge order."
     ei = ex.edge_index.numpy()
@@ -204,7 +208,7 @@ def listing_trainer(lr: ListingRetriever, recs: dict):
         return ListedScores(model, recs, kg), [dict(epoch=1, loss=float(np.mean(loss[-max(1, len(loss) // 10):])) if loss else float('nan'), steps=len(loss))]
     return train
 
-# %% ../nbs/15c_retriever_study.ipynb #c025
+# %% ../nbs/15c_retriever_study.ipynb #c027
 STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
 
 TRAIN_CODE = ('subgraphrag', 'sr', 'text', 'qgraphs', 'paths', 'metrics', 'retriever_study:is_validation', 'retriever_study:study_splits',
@@ -228,7 +232,7 @@ def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     check_val_metric(cfgs['subgraphrag'].get('val_metric', TrainConfig.val_metric))
     return cfgs
 
-# %% ../nbs/15c_retriever_study.ipynb #c028
+# %% ../nbs/15c_retriever_study.ipynb #c030
 def train_run(trainer,  # a `TRAINED_RETRIEVERS` trainer (or `listing_trainer`'s)
               folder,  # the study's training folder
               stem: str,  # the run's name (its run file's stem)
@@ -246,7 +250,7 @@ def train_run(trainer,  # a `TRAINED_RETRIEVERS` trainer (or `listing_trainer`'s
     write_text_atomic(done, json.dumps(dict(seconds=seconds, sessions=len(spent()) + 1, epochs=len(hist))))
     return model, hist, seconds
 
-# %% ../nbs/15c_retriever_study.ipynb #c029
+# %% ../nbs/15c_retriever_study.ipynb #c031
 @contextmanager
 def claimed(folder, name: str):  # a lock file name inside folder, one per run
     "Yields True while this process holds the lock `name` (`core.folder_lock`), or False at once when another process holds it."
@@ -258,7 +262,7 @@ def claimed(folder, name: str):  # a lock file name inside folder, one per run
     try: yield True
     finally: cm.__exit__(None, None, None)
 
-# %% ../nbs/15c_retriever_study.ipynb #c030
+# %% ../nbs/15c_retriever_study.ipynb #c032
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -335,7 +339,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['train_folder'] = str(trained)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c039
+# %% ../nbs/15c_retriever_study.ipynb #c041
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -389,7 +393,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c042
+# %% ../nbs/15c_retriever_study.ipynb #c044
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -438,7 +442,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c049
+# %% ../nbs/15c_retriever_study.ipynb #c051
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -462,7 +466,7 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c053
+# %% ../nbs/15c_retriever_study.ipynb #c055
 DATA_MINIMUMS = dict(questions=3000, multi_hop_share=0.35, test_per_hop=30)  # what the study's data must reach
 DATA_HOPS = (1, 2, 3)  # the hops each with enough test questions (4-hop questions are too few in generated data)
 
@@ -501,14 +505,14 @@ def data_verdict(gate: pd.DataFrame) -> str:
     fmt = lambda v: f'{v:.3f}' if isinstance(v, float) and v < 1 else f'{int(v):,}'
     return 'data below the study\'s minimums: ' + '; '.join(f'{r.check} {fmt(r.value)} < {fmt(r.required)}' for r in bad.itertuples())
 
-# %% ../nbs/15c_retriever_study.ipynb #c057
+# %% ../nbs/15c_retriever_study.ipynb #c059
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c061
+# %% ../nbs/15c_retriever_study.ipynb #c063
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -529,7 +533,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c065
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -560,7 +564,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c065
+# %% ../nbs/15c_retriever_study.ipynb #c067
 def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
                   answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
                   **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
@@ -574,7 +578,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-# %% ../nbs/15c_retriever_study.ipynb #c066
+# %% ../nbs/15c_retriever_study.ipynb #c068
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -587,7 +591,7 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c069
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -646,7 +650,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c071
+# %% ../nbs/15c_retriever_study.ipynb #c073
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -659,7 +663,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
                                 **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c075
+# %% ../nbs/15c_retriever_study.ipynb #c077
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -678,7 +682,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c077
+# %% ../nbs/15c_retriever_study.ipynb #c079
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -700,7 +704,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c080
+# %% ../nbs/15c_retriever_study.ipynb #c082
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -741,7 +745,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c084
+# %% ../nbs/15c_retriever_study.ipynb #c086
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -786,7 +790,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c085
+# %% ../nbs/15c_retriever_study.ipynb #c087
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -805,7 +809,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
         print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c086
+# %% ../nbs/15c_retriever_study.ipynb #c088
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')

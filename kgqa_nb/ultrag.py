@@ -4,7 +4,7 @@
 
 # %% ../nbs/19_ultrag.ipynb #c002
 from __future__ import annotations
-import re, time, zlib
+import re, threading, time, zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError
+from .core import ReasonError, progress
 from .kg import KnowledgeGraph, parse_item
 from .llm import LLMClient, LLMError, register_offline_model
 from .dsl import (Entity, Projection, Intersection, parse_query, format_query, extract_query, DSLSyntaxError,
@@ -130,12 +130,19 @@ class WrittenQuery:
     @property
     def text(self) -> str: return format_query(self.query) if self.valid else ''
 
+_COUNTS = threading.Lock()  # the steps' counters are shared by the questions `Ultrag.map` runs side by side
+_QUESTION = threading.local()  # `.tokens`: the token counter of the question this thread is answering (`Ultrag.answer`)
+
 def llm_text(step, messages: list) -> str:
-    "The reply text of `step.client` to `messages`, its token usage added to `step.tokens` (recorded usage for cached replies, so reruns count the same)."
+    """The reply text of `step.client` to `messages`, its token usage added to `step.tokens` and to the current question's
+    (recorded usage for cached replies, so reruns count the same)."""
     r = step.client.chat(messages)
-    step.tokens.update({k: int(r.usage.get(k) or 0) for k in ('prompt_tokens', 'completion_tokens')})
+    used = {k: int(r.usage.get(k) or 0) for k in ('prompt_tokens', 'completion_tokens')}
+    with _COUNTS: step.tokens.update(used)
+    if getattr(_QUESTION, 'tokens', None) is not None: _QUESTION.tokens.update(used)
     return r.text
 
+# %% ../nbs/19_ultrag.ipynb #c017
 class LLMQueryWriter:
     "Step 1 of ULTRAG: an LLM writes the DSL query; one retry with the error message when the reply is invalid."
     def __init__(self, client: LLMClient,  # the LLM (offline models, or any OpenAI-compatible server)
@@ -149,7 +156,7 @@ class LLMQueryWriter:
     def write(self, question: str, seeds=None, history=()) -> WrittenQuery:
         "The query for `question` (with `seeds` when known); never raises for a bad reply."
         msgs, out = writer_messages(question, self.kg, seeds, history), WrittenQuery()
-        self.stats['questions'] += 1
+        with _COUNTS: self.stats['questions'] += 1
         for attempt in range(self.retries + 1):
             try: out.reply = llm_text(self, msgs)
             except LLMError as e: out.errors.append('llm_error'); out.message = str(e); break
@@ -164,12 +171,13 @@ class LLMQueryWriter:
                 out.errors.append(e.reason); out.message = str(e)
                 msgs = msgs + [dict(role='assistant', content=out.reply),
                                dict(role='user', content=f'That query cannot be run: {e}\nReply again with a corrected `QUERY:` line.')]
-        self.stats['invalid_first'] += bool(out.errors)  # errors are appended in order: any error means attempt 1 failed
-        self.stats['invalid_final'] += not out.valid
-        for r in out.errors: self.stats[r] += 1
+        with _COUNTS:
+            self.stats['invalid_first'] += bool(out.errors)  # errors are appended in order: any error means attempt 1 failed
+            self.stats['invalid_final'] += not out.valid
+            for r in out.errors: self.stats[r] += 1
         return out
 
-# %% ../nbs/19_ultrag.ipynb #c017
+# %% ../nbs/19_ultrag.ipynb #c019
 _ORACLE: dict = {}  # question -> (DSL text with seed IDs, [(seed ID, seed label)])
 ORACLE_LABEL = 'oracle (query writer)'
 
@@ -214,7 +222,7 @@ def oracle_writer(kg: KnowledgeGraph, records: pd.DataFrame | None = None, retri
     if records is not None: register_oracle_queries(records, kg)
     return LLMQueryWriter(LLMClient('offline', model='kgqa-offline', cache=False), kg, retries, label=ORACLE_LABEL)
 
-# %% ../nbs/19_ultrag.ipynb #c020
+# %% ../nbs/19_ultrag.ipynb #c022
 class GivenQueryWriter:
     "Step 1 when the user writes the query (`--query`): parse and check it once; no LLM."
     label = 'given by the user (--query)'
@@ -232,7 +240,7 @@ class GivenQueryWriter:
         except QueryWriteError as e: out.errors.append(e.reason); out.message = str(e)
         return out
 
-# %% ../nbs/19_ultrag.ipynb #c024
+# %% ../nbs/19_ultrag.ipynb #c026
 def gaussian_memberships(sq_dists,  # (k,) squared distances of the k neighbours
                          sigma: float = 0.1,  # kernel width
                         ) -> np.ndarray:
@@ -272,7 +280,7 @@ class EntityLinker:
             out[e] = x
         return out
 
-# %% ../nbs/19_ultrag.ipynb #c028
+# %% ../nbs/19_ultrag.ipynb #c030
 def link_ranks(linker: EntityLinker, mentions: list, ids: list, k: int = 10) -> list:
     "Per mention: the 0-based rank of the right entity ID among the linker's top-k neighbours, or None when it is not there."
     k0, linker.k = linker.k, max(k, linker.k)
@@ -287,7 +295,7 @@ def linking_accuracy(linker: EntityLinker, records: pd.DataFrame, ks=(1, 10)) ->
     ranks = link_ranks(linker, [label for label, _ in pairs], [sid for _, sid in pairs], max(ks))
     return dict(n=len(pairs), **{f'acc@{k}': float(np.mean([r is not None and r < k for r in ranks])) for k in ks})
 
-# %% ../nbs/19_ultrag.ipynb #c032
+# %% ../nbs/19_ultrag.ipynb #c034
 MENTION_KINDS = ('exact label', 'lower-cased', 'partial (a token dropped)', 'reordered tokens', 'misspelt (one edit)', 'alias')
 _LETTERS = 'abcdefghijklmnopqrstuvwxyz'
 
@@ -320,7 +328,7 @@ def perturb_mention(label: str,  # the entity's label
         out = str(rng.choice(pool)) if pool else None
     return out if out and out != label else None
 
-# %% ../nbs/19_ultrag.ipynb #c036
+# %% ../nbs/19_ultrag.ipynb #c038
 def wikidata_aliases(kg: KnowledgeGraph, root=None) -> dict:  # root: the data dir (default `core.data_dir()`)
     "Entity ID -> its Wikidata aliases from the FB15k-237 Wikidata labels file, for the KG's entities ({} where the file names none)."
     from kgqa_nb.core import data_dir
@@ -331,7 +339,7 @@ def wikidata_aliases(kg: KnowledgeGraph, root=None) -> dict:  # root: the data d
     return {v['wikidata_id']: list(v['alternatives']) for v in read_json_file(f).values()
             if v.get('wikidata_id') in idx and v.get('alternatives')}
 
-# %% ../nbs/19_ultrag.ipynb #c039
+# %% ../nbs/19_ultrag.ipynb #c041
 def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
                              kinds=MENTION_KINDS, seed: int = 0,  # which perturbations, and their seed
                              aliases: dict | None = None,  # entity ID -> aliases (`wikidata_aliases`)
@@ -359,7 +367,7 @@ def mention_linking_accuracy(linker: EntityLinker, records: pd.DataFrame,
         rows.append(row)
     return pd.DataFrame(rows).assign(seed_mentions_in_questions=len(every), unnamed_seeds_left_out=len(distinct) - len(pairs), perturbation_seed=seed)
 
-# %% ../nbs/19_ultrag.ipynb #c043
+# %% ../nbs/19_ultrag.ipynb #c045
 @dataclass
 class Pruned:
     "The subgraph the executor runs on: `kg`, `nodes[i]` = the full graph's index of its entity i, and the full graph's size."
@@ -394,7 +402,7 @@ class SEPPRPruner:
         sub, nodes = kg.induced_subgraph(ranked, name=f'{kg.name}[seppr k={self.k}]')
         return Pruned(sub, nodes, kg.num_entities)
 
-# %% ../nbs/19_ultrag.ipynb #c046
+# %% ../nbs/19_ultrag.ipynb #c048
 def _sub_leaf_sets(leaf_sets: dict, pruned: Pruned) -> dict:
     return {e: torch.as_tensor(x)[torch.as_tensor(pruned.nodes)] for e, x in leaf_sets.items()}
 
@@ -402,7 +410,7 @@ def _lift(x: torch.Tensor, pruned: Pruned) -> torch.Tensor:
     out = torch.zeros(pruned.full_size); out[torch.as_tensor(pruned.nodes)] = x.float().cpu()
     return out
 
-# %% ../nbs/19_ultrag.ipynb #c050
+# %% ../nbs/19_ultrag.ipynb #c052
 @torch.no_grad()
 def project_many(ex,  # an `ultra.UltraQueryExecutor`
                  xs: list,  # (V,) fuzzy sets
@@ -418,7 +426,7 @@ def project_many(ex,  # an `ultra.UltraQueryExecutor`
     out = torch.sigmoid(m.entity_model.propagate(g, X.unsqueeze(-1) * q.unsqueeze(0), rel_reprs, q, m.chunk_size))
     return list(out)
 
-# %% ../nbs/19_ultrag.ipynb #c051
+# %% ../nbs/19_ultrag.ipynb #c053
 def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
     "`ex.execute(query, leaf_sets)` with every projection whose input is ready run in one batch (the branches of an AND together)."
     from kgqa_nb.ultra import FUZZY_AND
@@ -443,7 +451,7 @@ def execute_batched(ex, query, leaf_sets: dict | None = None) -> torch.Tensor:
             for n, o in zip(ready, outs): val[id(n)] = o
     return val[id(query)].cpu()
 
-# %% ../nbs/19_ultrag.ipynb #c055
+# %% ../nbs/19_ultrag.ipynb #c057
 class NeuralExecutor:
     "Step 4 of ULTRAG: UltraQuery on the pruned graph (an ULTRA model; product, Gödel or Łukasiewicz AND), projections batched per level."
     label = 'neural (UltraQuery)'
@@ -474,7 +482,7 @@ class SymbolicStep:
         if key not in self._cache: self._cache = {key: SymbolicExecutor(pruned.kg)}
         return _lift(self._cache[key].execute(query, _sub_leaf_sets(leaf_sets, pruned)), pruned)
 
-# %% ../nbs/19_ultrag.ipynb #c060
+# %% ../nbs/19_ultrag.ipynb #c062
 class AlwaysSufficient:
     "Step 5 of ULTRAG-OTS: one round (the decider always returns True)."
     label = 'always (ULTRAG-OTS)'
@@ -505,7 +513,7 @@ class LLMDecider:
         except LLMError: return True
         return 'INSUFFICIENT' not in reply.upper()
 
-# %% ../nbs/19_ultrag.ipynb #c063
+# %% ../nbs/19_ultrag.ipynb #c065
 ARBITRATOR_FIRST_LINE = 'Task: choose the answers to a question from ranked candidate entities.'
 
 def arbitrator_messages(question: str, query_text: str, top: list, kg: KnowledgeGraph) -> list:
@@ -559,7 +567,7 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     best = max(f1)
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
-# %% ../nbs/19_ultrag.ipynb #c066
+# %% ../nbs/19_ultrag.ipynb #c068
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -579,7 +587,7 @@ class UltragResult:
     prompt_tokens: int = 0  # LLM tokens of this question's calls (writer, decider, arbitrator), replies from the cache included
     completion_tokens: int = 0
 
-# %% ../nbs/19_ultrag.ipynb #c068
+# %% ../nbs/19_ultrag.ipynb #c070
 class Ultrag:
     "ULTRAG (Algorithm 1): writer -> linker -> SEPPR pruner -> executor -> decider (loop) -> arbitrator."
     def __init__(self, kg: KnowledgeGraph, writer, executor,
@@ -593,20 +601,20 @@ class Ultrag:
         self.linker, self.pruner = linker or EntityLinker(kg), pruner or SEPPRPruner()
         self.decider, self.arbitrator = decider or AlwaysSufficient(), arbitrator or ThresholdArbitrator()
         self.max_rounds, self.keep_scores = max_rounds, keep_scores
+        self.graph_lock = threading.Lock()  # linking, pruning and execution: one question at a time (`map` runs the LLM steps side by side)
 
     def labels(self) -> dict:
         "What each step is, for tables and provenance."
         return {s: getattr(getattr(self, s), 'label', type(getattr(self, s)).__name__)
                 for s in ('writer', 'linker', 'pruner', 'executor', 'decider', 'arbitrator')}
 
-# %% ../nbs/19_ultrag.ipynb #c071
+# %% ../nbs/19_ultrag.ipynb #c073
 @patch
 def answer(self: Ultrag, question: str,  # the natural-language question
            seeds=None):  # seed entity IDs, or None to link the writer's mentions
     "Run the recipe on one question; never raises for a bad LLM reply (the error's name is in `error`)."
     res, T, history, x = UltragResult(question), Counter(), [], None
-    llm_steps = [getattr(self, s) for s in ('writer', 'decider', 'arbitrator') if hasattr(getattr(self, s), 'tokens')]
-    before = [Counter(st.tokens) for st in llm_steps]
+    _QUESTION.tokens = tokens = Counter()
     def timed(step, fn, *a):
         t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
         return out
@@ -614,11 +622,12 @@ def answer(self: Ultrag, question: str,  # the natural-language question
         res.rounds = rnd
         w = timed('write', self.writer.write, question, seeds, history)
         if not w.valid: res.error, res.message = w.error, w.message; break
-        try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
-        except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
-        pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
-        x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
-        res.flops += getattr(self.executor, 'last_flops', 0)
+        with self.graph_lock:
+            try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
+            except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
+            pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
+            x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
+            res.flops += getattr(self.executor, 'last_flops', 0)
         res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
         res.mentions = dict(w.mentions)
         if timed('decide', self.decider.decide, x, question, self.kg): break
@@ -628,7 +637,19 @@ def answer(self: Ultrag, question: str,  # the natural-language question
         res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
         if self.keep_scores: res.scores = x
     res.timings = {k: float(v) for k, v in T.items()}
-    for st, b in zip(llm_steps, before):
-        res.prompt_tokens += st.tokens['prompt_tokens'] - b['prompt_tokens']
-        res.completion_tokens += st.tokens['completion_tokens'] - b['completion_tokens']
+    res.prompt_tokens, res.completion_tokens, _QUESTION.tokens = tokens['prompt_tokens'], tokens['completion_tokens'], None
     return res
+
+# %% ../nbs/19_ultrag.ipynb #c076
+@patch
+def llm_client(self: Ultrag):
+    "The LLM client of the first step that has one (writer, decider, arbitrator), else None."
+    return next((c for s in (self.writer, self.decider, self.arbitrator) if isinstance(c := getattr(s, 'client', None), LLMClient)), None)
+
+@patch
+def map(self: Ultrag, fn,  # fn(item) -> its result; it may call `self.answer` (e.g. one question and its row)
+        items, desc: str | None = 'ultrag') -> list:  # progress-bar label (None: no bar on the one-after-the-other path)
+    "`[fn(item) for item in items]`, the items side by side through the pipeline's LLM client (in order without one)."
+    c, items = self.llm_client(), list(items)
+    if c is not None and len(items) > 1: return c.streams(fn, items, desc=desc or 'ultrag')
+    return [fn(i) for i in (progress(items, desc=desc) if desc else items)]

@@ -40,23 +40,22 @@ def evaluate_ultrag(pipe: Ultrag,  # the recipe
              use_seeds: bool = True,  # give the seed entities (else the writer's mentions are linked)
              show_progress: bool = False) -> pd.DataFrame:
     "One row per question: answer-set Hits/P/R/F1/EM, the gold rank, the top-50 and gold IDs, error, timings and the question's class."
-    from kgqa_nb.core import progress
-    keep, pipe.keep_scores, rows = pipe.keep_scores, True, []
-    try:
-        for rec in progress(records.to_dict('records'), desc='ultrag', **({} if show_progress else dict(disable=True))):
-            seeds, gold, _ = record_ids(rec)
-            res = pipe.answer(rec['question'], seeds if use_seeds else None)
-            p, rcl, f1 = metrics.set_prf(res.answers, gold)
-            gi = [pipe.kg.entity(a) for a in gold]
-            split = rec.get('split', 'test')
-            rows.append(dict(id=rec['id'], split=split, n_hops=int(rec['n_hops']), graph_isomorphism=rec['graph_isomorphism'],
-                             test_type=_category(rec, split), query=res.query, error=res.error, n_answers=len(res.answers),
-                             hits=metrics.answer_hit(res.answers, gold), precision=p, recall=rcl, f1=f1,
-                             exact_match=metrics.exact_match(res.answers, gold),
-                             rank=gold_rank(res.scores, gi) if res.scores is not None else pipe.kg.num_entities,
-                             subgraph_nodes=res.subgraph_nodes, subgraph_edges=res.subgraph_edges, rounds=res.rounds, gold=gold, top=res.top, flops=res.flops,
-                             prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
-                             **{f't_{k}': v for k, v in res.timings.items()}))
+    def row(rec):  # one question's row; its full fuzzy set is read for the gold rank, then dropped
+        seeds, gold, _ = record_ids(rec)
+        res = pipe.answer(rec['question'], seeds if use_seeds else None)
+        p, rcl, f1 = metrics.set_prf(res.answers, gold)
+        gi = [pipe.kg.entity(a) for a in gold]
+        split = rec.get('split', 'test')
+        return dict(id=rec['id'], split=split, n_hops=int(rec['n_hops']), graph_isomorphism=rec['graph_isomorphism'],
+                    test_type=_category(rec, split), query=res.query, error=res.error, n_answers=len(res.answers),
+                    hits=metrics.answer_hit(res.answers, gold), precision=p, recall=rcl, f1=f1,
+                    exact_match=metrics.exact_match(res.answers, gold),
+                    rank=gold_rank(res.scores, gi) if res.scores is not None else pipe.kg.num_entities,
+                    subgraph_nodes=res.subgraph_nodes, subgraph_edges=res.subgraph_edges, rounds=res.rounds, gold=gold, top=res.top, flops=res.flops,
+                    prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
+                    **{f't_{k}': v for k, v in res.timings.items()})
+    keep, pipe.keep_scores = pipe.keep_scores, True
+    try: rows = pipe.map(row, records.to_dict('records'), 'ultrag' if show_progress else None)  # questions side by side with an LLM step
     finally: pipe.keep_scores = keep
     df = pd.DataFrame(rows)
     for k, v in pipe.labels().items(): df[k] = v

@@ -15,8 +15,9 @@ from kgqa_nb.llm_server import OfflineChatServer
 from kgqa_nb.sparql import OxigraphStore
 from kgqa_nb.core import UsageError
 from kgqa_nb.runs import ManifestMismatch, read_outcomes
-from kgqa_nb.kgqagen import (EXPAND_FIRST_LINE, REVISE_FIRST_LINE, KGQAGenConfig, KGQAGenError, _Run, kgqagen_cli,
-                             process_batch, run_answer_query, run_kgqagen, start_state, stratified_seeds, verify)
+from kgqa_nb.kgqagen import (EXPAND_FIRST_LINE, REVISE_FIRST_LINE, KGQAGenConfig, KGQAGenError, run_answer_query, start_state, stratified_seeds,
+                             verify)
+from kgqa_nb.kgqagen_run import _Run, kgqagen_cli, process_batch, run_kgqagen
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 60  # records of the killed run: enough candidates (~3 s) to kill it in the middle
@@ -24,7 +25,7 @@ SMOKE_N = 30  # records of the smoke-size run whose every query is checked
 
 
 def cli(*args):
-    return [sys.executable, '-c', 'import sys; from kgqa_nb.kgqagen import kgqagen_cli; sys.exit(kgqagen_cli(sys.argv[1:]))', *map(str, args)]
+    return [sys.executable, '-c', 'import sys; from kgqa_nb.kgqagen_run import kgqagen_cli; sys.exit(kgqagen_cli(sys.argv[1:]))', *map(str, args)]
 
 
 @pytest.fixture(scope='module')

@@ -14,7 +14,8 @@ from kgqa_nb.llm import register_offline_model
 from kgqa_nb.readers import QueryReader
 from kgqa_nb.runs import ManifestMismatch
 from kgqa_nb.sparql import OxigraphStore
-from kgqa_nb.kgqagen import (EXPAND_FIRST_LINE, KGQAGenConfig, relation_pattern, run_kgqagen, select_kgqagen, stratified_seeds)
+from kgqa_nb.kgqagen import EXPAND_FIRST_LINE, KGQAGenConfig, stratified_seeds
+from kgqa_nb.kgqagen_run import relation_pattern, run_kgqagen, select_kgqagen
 
 
 @pytest.fixture(scope='module')

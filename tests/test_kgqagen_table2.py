@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kgqa_nb.kgqagen import KGQAGenConfig, run_kgqagen
+from kgqa_nb.kgqagen import KGQAGenConfig
+from kgqa_nb.kgqagen_run import run_kgqagen
 from kgqa_nb.dataset import QUESTION_FIELDS
 from kgqa_nb.kgqagen_eval import (ANSWER_CONDITIONED, ROW_TYPES, SEEDS_ONLY, KGQAGenDataset, Retrieved, Table2Questions, answer_graph_retrieval,
                                   proof_held, proof_triples, retrieval_coverage, score_runs, seed_retrieval, table2_runs, transfer_table)

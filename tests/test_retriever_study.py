@@ -217,6 +217,8 @@ class _SpyReader:
         if oracle is not None: self.oracle = oracle  # an instance attribute does not make an oracle: only the class says
     def answer(self, question, triples, record=None):
         self.seen.append(dict(record)); return []
+    def answer_many(self, questions, triples_lists, records):
+        return [self.answer(*x) for x in zip(questions, triples_lists, records)]
     def describe(self): return 'spy'
 
 
