@@ -13,6 +13,8 @@ role's peak in flight and that its results equal the one-by-one loop's."""
 import json, time
 from contextlib import contextmanager
 
+import pandas as pd
+
 from kgqa_nb import llm
 from kgqa_nb.agents import PoG, ToG, prompt_step
 from kgqa_nb.kg import KnowledgeGraph
@@ -92,7 +94,7 @@ def workload(role: str, n: int, folder) -> tuple:
         tw = load_kg('toyworld')
         src = load_source('generated', kg=tw, seed=0)
         register_oracle_queries(src.all, tw)  # the offline oracle writer answers on the stand-in server
-        recs = src.test.head(n)
+        recs = pd.concat([src.test, src.train.assign(split='train')], ignore_index=True).head(n)  # n questions, test ones first
         pipe = lambda c: Ultrag(tw, LLMQueryWriter(c, tw), SymbolicStep(), pruner=SEPPRPruner(k=500), arbitrator=LLMArbitrator(c))
         key = lambda df: df[['id', 'query', 'error', 'n_answers', 'hits', 'prompt_tokens', 'completion_tokens']].to_dict('records')
         return (lambda c: key(evaluate_ultrag(pipe(c), recs)),

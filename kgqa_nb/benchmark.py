@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch
 
-from .core import UsageError, code_fingerprint, keyed_folder, mark_built, progress, say_too_small, user_cache_dir, write_table
+from .core import UsageError, check_api_key, check_model_flag, code_fingerprint, keyed_folder, mark_built, progress, say_too_small, user_cache_dir, write_table
 from .datasources import dataset_kg, open_dataset_dir
 from .kg import KnowledgeGraph, kg_fingerprint
 from .metrics import answer_hit, pearson, set_prf
@@ -407,6 +407,7 @@ def check_benchmark_args(a) -> list:
         if f and not getattr(a, f): raise UsageError(f"model {n} needs --{f.replace('_', '-')} (a best.pt of kgqa train-retriever)")
         if f and not Path(getattr(a, f)).is_file(): raise FileNotFoundError(f"--{f.replace('_', '-')} {getattr(a, f)}: no such file")
     if not Path(a.dataset).exists(): raise FileNotFoundError(f'--dataset {a.dataset}: no such folder')
+    check_model_flag(a.backend, a.model); check_api_key(a.backend, a.base_url)  # before any work or warning
     return names
 
 # %% ../nbs/25_benchmark.ipynb #c063

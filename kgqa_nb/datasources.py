@@ -299,7 +299,7 @@ def _gtsqa_files_in(folder: Path) -> dict | None:
     return None
 
 # %% ../nbs/10b_datasources.ipynb #c044
-DATASET_FIELDS = ('id', 'question', 'seed_entities', 'answer_subgraph', 'all_answers_wikidata')  # what every --dataset consumer reads
+DATASET_FIELDS = ('id', 'question', 'seed_entities', 'answer_node', 'answer_subgraph', 'all_answers_wikidata')  # what every --dataset consumer reads
 
 def dataset_records(path) -> pd.DataFrame:  # a JSON-lines file of GTSQA records
     "The records of a dataset file, or one `ValueError` naming the file, the first record (by line) that lacks a field every command reads, and the field."

@@ -18,8 +18,8 @@ from . import llm_batch  # LLMClient.chat_batch: chat_many goes through the Batc
 
 # %% auto #0
 __all__ = ['MAX_N_TARGET', 'RunRefused', 'ManifestMismatch', 'GenerationError', 'make_manifest', 'kg_identity', 'manifest_diff',
-           'open_run_folder', 'read_outcomes', 'OutcomeLog', 'client_pair', 'config_client', 'pending_batches',
-           'StatusLine', 'resume_run', 'run_sessions', 'ledger_totals', 'flag_usage_error']
+           'open_run_folder', 'set_aside_damaged', 'read_outcomes', 'OutcomeLog', 'client_pair', 'config_client',
+           'pending_batches', 'StatusLine', 'resume_run', 'run_sessions', 'ledger_totals', 'flag_usage_error']
 
 # %% ../nbs/09b_runs.ipynb #c007
 class RunRefused(RuntimeError):
@@ -72,13 +72,36 @@ def open_run_folder(out_dir, manifest: dict) -> Path:
     return out
 
 # %% ../nbs/09b_runs.ipynb #c021
-def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last line off the file
-    "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about."
+def _outcome_id(o):
+    "The candidate id of a well-formed outcome, else None."
+    try: return int(o['candidate_id']) if o['status'] in ('accepted', 'rejected') and (o['status'] == 'rejected' or isinstance(o['record'], dict)) else None
+    except (KeyError, TypeError, ValueError): return None
+
+def set_aside_damaged(path) -> int:
+    """Move every complete line of a log that is not a well-formed outcome to `<name>.damaged` beside it (appended, then the
+    log rewritten atomically without them), each warned about once with its line number; returns how many."""
+    path = Path(path)
+    if not path.is_file(): return 0
+    lines = path.read_bytes().split(b'\n')
+    tail, good, bad = lines.pop(), [], []  # the text after the last newline is a torn line: read_jsonl's repair cuts it
+    for i, line in enumerate(lines, 1):
+        if not line.strip(): continue
+        try: o = json.loads(line)
+        except ValueError: o = None
+        (good if isinstance(o, dict) and _outcome_id(o) is not None else bad).append((i, line))
+    if not bad: return 0
+    aside = path.with_name(path.name + '.damaged')
+    with open(aside, 'ab') as f: f.write(b''.join(l + b'\n' for _, l in bad)); f.flush(); os.fsync(f.fileno())  # kept before the log loses them
+    write_text_atomic(path, b''.join(l + b'\n' for _, l in good) + tail)  # bytes: the torn tail as it was
+    for i, _ in bad: warnings.warn(f'{path}:{i}: damaged line moved to {aside.name}; its candidate will be redone', JsonlWarning, stacklevel=3)
+    return len(bad)
+
+def read_outcomes(path, repair: bool = True) -> dict:  # repair: cut a torn last line off, set damaged lines aside
+    "Candidate id -> outcome of a log; a torn last line is dropped (cut off with `repair`), a damaged one elsewhere warned about (set aside with `repair`)."
+    if repair: set_aside_damaged(path)
     out = {}
     for o in read_jsonl(path, on_bad='warn', repair=repair, skipped='its candidate will be redone'):
-        try: i, ok = int(o['candidate_id']), o['status'] in ('accepted', 'rejected') and (o['status'] == 'rejected' or isinstance(o['record'], dict))
-        except (KeyError, TypeError, ValueError): i, ok = None, False
-        if ok: out.setdefault(i, o)
+        if (i := _outcome_id(o)) is not None: out.setdefault(i, o)
         else: warnings.warn(f'{path}: an outcome that is not a candidate ({json.dumps(o)[:80]}) was skipped; its candidate will be redone', JsonlWarning, stacklevel=2)
     return out
 

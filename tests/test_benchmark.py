@@ -120,7 +120,7 @@ def test_by_group_refuses_a_baseline_that_did_not_run(toy):
     (['--models', 'sr', '--sr-ckpt', 'no/such/best.pt'], '--sr-ckpt no/such/best.pt: no such file'),
     (['--models', 'llm-only', '--n-questions', '-1'], '--n-questions must be 0 (all) or more, not -1'),
     (['--models', 'llm-only', '--k', '0'], '--k must be at least 1, not 0'),
-    (['--models', 'llm-only', '--reader', 'llm', '--backend', 'openai'], 'needs a model name'),
+    (['--models', 'llm-only', '--reader', 'llm', '--backend', 'openai'], '--backend openai needs --model NAME'),
     (['--models', 'llm-only,rog', '--rog-generator', 'llama'], 'a path generator is tiny, gemma or hf:'),
     (['--models', 'gcr', '--rog-lora-rank', '-1'], '--rog-lora-rank 0 or more'),
 ])

@@ -74,6 +74,9 @@ def world(tmp_path_factory) -> dict:
     (bad / 'train.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in recs[:10]))
     (bad / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'answer_subgraph'}) + '\n' for r in recs[10:]))
     w['badsplit'] = bad
+    nan = d / 'noanswernode'; nan.mkdir(); (nan / 'train.jsonl').write_text((bad / 'train.jsonl').read_text())
+    (nan / 'test.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'answer_node'}) + '\n' for r in recs[10:]))
+    w['noanswernode'] = nan
     sd = d / 'sparseds'; sd.mkdir(); (sd / 'train.jsonl').write_text((bad / 'train.jsonl').read_text())
     with open(sd / 'test.jsonl', 'wb') as f: f.truncate(1 << 30)
     w['sparseds'] = sd
@@ -112,6 +115,8 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('benchmark-missing-field', ['benchmark', '--models', 'llm-only', '--dataset', '{badsplit}', '--kg', 'toyworld', '--cache-dir', '{tmp}/bcache'], 'line',
      ["test.jsonl: record 1 (of", "has no 'answer_subgraph' field"]),
     ('dataset-missing-field', ['ultrag', 'batch', '--dataset', '{badsplit}', '--kg', 'toyworld'], 'line', ["test.jsonl: record 1 (of", "has no 'answer_subgraph' field"]),
+    ('dataset-missing-answer-node', ['retrieve', '--dataset', '{noanswernode}', '--checkpoint', '{ck}', '--out', '{tmp}/never.jsonl'], 'line',
+     ["noanswernode/test.jsonl: record 1 (of", "has no 'answer_node' field"]),
     # the LLM backend, in the command line's words
     ('openai-without-model', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--out', '{tmp}/never'], 'line', ['--backend openai needs --model NAME']),
     ('openai-without-key', ['generate', '--kg', 'toyworld', '--n', '3', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line',
@@ -121,6 +126,10 @@ CASES = [  # (case, argv with {placeholders}, class, fragments)
     ('ultrag-batch-openai-without-key', ['ultrag', 'batch', '--dataset', '{gen}', '--backend', 'openai', '--model', 'gpt-4o-mini', '--executor', 'symbolic'], 'line',
      ['set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give --base-url']),
     ('kgqagen-openai-without-key', ['kgqagen', '--kg', 'toyworld', '--backend', 'openai', '--model', 'gpt-4o-mini', '--out', '{tmp}/never'], 'line', ['set KGQA_LLM_API_KEY']),
+    ('benchmark-openai-without-model', ['benchmark', '--models', 'tog', '--dataset', '{gen}', '--backend', 'openai', '--cache-dir', '{tmp}/bcache'], 'line',
+     ['--backend openai needs --model NAME']),  # refused before the too-small warning of this tiny split
+    ('benchmark-openai-without-key', ['benchmark', '--models', 'tog', '--dataset', '{gen}', '--backend', 'openai', '--model', 'gpt-4o-mini',
+                                      '--cache-dir', '{tmp}/bcache'], 'line', ['set KGQA_LLM_API_KEY or OPENAI_API_KEY, or give --base-url']),
     # inputs too small to mean anything: said first, in one line
     ('ultrag-k-1', ['ultrag', 'ask', *Q, '--k', '1'], 'warn', ['1 SEPPR nodes (--k 1) (fewer than 100)', 'a seed may be ranked as its own answer']),
     ('benchmark-tiny-split', ['benchmark', '--models', 'llm-only', '--dataset', '{gen}', '--cache-dir', '{tmp}/bcache'], 'warn',

@@ -289,8 +289,9 @@ def test_damaged_middle_line_is_reported_and_its_candidate_redone(reference, tmp
     (out / 'outcomes.jsonl').write_bytes(b'\n'.join(lines))
     with pytest.warns(UserWarning, match=r'outcomes\.jsonl:6: damaged line'):
         assert generate_cli(['--kg', 'toyworld', '--n', str(N), '--out', str(out), '--batch-size', '16']) == 0
-    redone = [json.loads(l) for l in (out / 'outcomes.jsonl').read_bytes().split(b'\n')[len(lines) - 1:] if l.strip()]
-    assert [o['candidate_id'] for o in redone] == [victim]  # only that candidate was done again
+    after = [json.loads(l) for l in (out / 'outcomes.jsonl').read_bytes().split(b'\n') if l.strip()]
+    assert [o['candidate_id'] for o in after[len(lines) - 2:]] == [victim]  # the damaged line set aside; only its candidate done again
+    assert (out / 'outcomes.jsonl.damaged').read_bytes() == lines[5] + b'\n'  # kept beside the log, not lost
     assert (out / 'records.jsonl').read_bytes() == (reference / 'records.jsonl').read_bytes()
 
 
