@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser gpu-check
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser gpu-check gpu-study
 
 install: $(STAMP)
 
@@ -76,6 +76,14 @@ bench: install
 # CPU dry run is `$(BIN)/python benchmarks/gpu_check.py --device cpu --tiny` (tests/test_gpu_check.py runs it).
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py --device cuda
+
+# One GPU: the retriever study with the reference training step at 20,000-triple graphs, 5 seeds x GT/SP for SubgraphRAG
+# and SR (params/gpu.yaml), WORKERS training processes side by side on the GPU, then Table 4 and Figures 12 and 14 from
+# it into results/gpu/ and figures/gpu/. The CPU dry run is `$(BIN)/python benchmarks/gpu_study.py --device cpu --tiny`
+# (tests/test_gpu_study.py runs it).
+WORKERS ?= 10
+gpu-study: install
+	$(BIN)/python benchmarks/gpu_study.py --device cuda --workers $(WORKERS)
 
 # Opt-in, not part of install: llama.cpp's OpenAI-compatible server (compiled from source, about 5-7 min on 2 cores; a
 # portable build, GGML_NATIVE=OFF: the native build segfaulted in its first decode on an AVX512/AMX machine here, in
