@@ -4,19 +4,20 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import hashlib, inspect, json, os, tempfile, time, zlib
+import hashlib, inspect, json, os, shutil, tempfile, time, zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from scipy import stats
 from torch import nn
 
 from . import sr, subgraphrag
-from .core import (LockTimeout, UsageError, built_by, check_write_target, code_fingerprint, folder_lock, keyed_folder, mark_built, params_key,
-                          progress, say_too_small, user_cache_dir, write_text_atomic)
+from .core import (LockTimeout, UsageError, atomic_path, built_by, check_write_target, code_fingerprint, folder_lock, keyed_folder, mark_built, params_key,
+                          progress, project_dirs, say_too_small, user_cache_dir, write_text_atomic)
 from .dataset import gtsqa_files, question_view, read_gtsqa_parquet
 from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
@@ -26,7 +27,7 @@ from .paths import personalized_pagerank
 from .qgraphs import build_question_graphs, published_question_graphs
 from .spanalysis import gold_answers, records_fingerprint
 from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, TrainConfig, check_val_metric, example_metrics,
-                                 fixed_subset, label_key, load_retriever, prepare_examples, score_example, text_features, top_triples, train_retriever)
+                                 fixed_subset, label_key, load_retriever, prepare_examples, read_checkpoint, score_example, text_features, top_triples, train_retriever)
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
@@ -36,13 +37,13 @@ __all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'TRAIN_CO
            'summarise_retrieval', 'is_validation', 'study_splits', 'run_ckpt_dir', 'link_checkpoints',
            'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever', 'example_triples',
            'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'train_code', 'study_code',
-           'train_run', 'claimed', 'retriever_study', 'paired_matrices', 'paired_tests', 'bootstrap_means',
-           'hierarchical_bootstrap', 'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
-           'training_gate', 'gate_verdict', 'cap_single_hop', 'data_gate', 'data_verdict', 'reader_metric_name',
-           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset', 'study_step',
-           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
-           'floor_reader_rows', 'check_at_least', 'check_out', 'checkpoint_file', 'retrieval_vs_references',
-           'train_retriever_cli', 'retrieve_cli']
+           'train_run', 'claimed', 'retriever_study', 'compact_checkpoint', 'store_run', 'restore_trained',
+           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
+           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict', 'cap_single_hop',
+           'data_gate', 'data_verdict', 'reader_metric_name', 'attach_published_graphs', 'study_question_graphs',
+           'RetrieverStudy', 'study_dataset', 'study_step', 'open_retriever_study', 'study_params', 'open_study',
+           'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_at_least', 'check_out',
+           'checkpoint_file', 'retrieval_vs_references', 'train_retriever_cli', 'retrieve_cli']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -283,7 +284,8 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                     threads: int | None = None,  # CPU threads for training (None: torch's setting)
                     device: str = 'cpu',  # training device ('auto': CUDA when present)
                     gate_k: int = 100,  # K of the validation GT-triple recall every run records (`training_gate`)
-                    listing: dict | None = None) -> pd.DataFrame:  # name -> `ListingRetriever`: trained retrievers of later chapters (e.g. RoG)
+                    listing: dict | None = None,  # name -> `ListingRetriever`: trained retrievers of later chapters (e.g. RoG)
+                    store=None) -> pd.DataFrame:  # the trained store's parent folder (`store_run`; None: runs live in the cache only)
     "Train every (labels, seed) retriever and evaluate it and the reference retrievers on the test questions; cached."
     arms = [label_key(l) for l in labels]
     listing = dict(listing or {})
@@ -297,6 +299,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     trained = keyed_folder(cache_dir, 'retriever-train', dict({k: params[k] for k in ('records', 'qgraphs', 'kg', 'encoder', 'train_cfg', 'val_fraction')},
                                                                code=train_code(), format=1))
     folder = keyed_folder(cache_dir, 'retriever-study', dict(params, train=trained.name))
+    if store: restore_trained(store, trained)  # finished runs committed by an earlier session: read, not trained
     link_checkpoints(folder, trained)
     recs = {str(r['id']): r for r in records.to_dict('records')}
     trainers = {**{n: trained_retriever(n) for n in retrievers}, **{n: listing_trainer(l, recs) for n, l in listing.items()}}
@@ -314,8 +317,10 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
         hist, seconds = [], 0.0  # training time: 0 for a reference retriever
         if name in trainers:
             sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
+            ckpt = run_ckpt_dir(trained, arm, seed, sub)
             model, hist, seconds = train_run(trainers[name], trained, f.stem, kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
-                                             run_ckpt_dir(trained, arm, seed, sub), verbose=verbose, threads=threads, device=device, root=root)
+                                             ckpt, verbose=verbose, threads=threads, device=device, root=root)
+            if store: store_run(trained, store, f.stem, ckpt)
         else: model = name
         v = validation_recall(model, val, feats, gate_k)
         df = _run_rows(model, name, arm, seed, test, feats, recs, kg, readers, reader_ks, ks).assign(
@@ -339,7 +344,40 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['train_folder'] = str(trained)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c041
+# %% ../nbs/15c_retriever_study.ipynb #c035
+def compact_checkpoint(last, out) -> Path:  # a finished run's last.pt; where its compact copy goes
+    "Write to `out` the `last.pt` of a finished run with the selected weights in place of the last epoch's and no optimiser moments: what reloading it needs, not resuming."
+    ck = read_checkpoint(last, weights_only=False, fix='train the run again')
+    st = ck['state']
+    small = dict(run_key=ck['run_key'], model=st['best_state'], opt=dict(state={}, param_groups=ck['opt']['param_groups']), state=st)
+    with atomic_path(out) as tmp: torch.save(small, tmp)
+    return Path(out)
+
+def store_run(trained, store, stem: str,  # the training folder, the store's parent folder, the run's name (`train_run`'s stem)
+              ckpt) -> list:  # the run's checkpoint folder inside `trained`
+    "Copy one finished run (its train.json and a compact last.pt) into `store/<trained's name>/`; the files written (none when it is there already or not finished)."
+    trained, ckpt = Path(trained), Path(ckpt)
+    done, last = trained / f'{stem}.train.json', ckpt / 'last.pt'
+    if not (done.exists() and last.exists() and (ckpt / 'best.pt').exists()): return []  # not finished (or not ours: a listing model)
+    to = Path(store) / trained.name
+    out = [to / done.name, to / ckpt.relative_to(trained) / 'last.pt']
+    if all(f.exists() for f in out): return []
+    write_text_atomic(out[0], done.read_text())
+    compact_checkpoint(last, out[1])
+    return out
+
+def restore_trained(store, trained) -> list:  # the store's parent folder, the training folder
+    "Copy into `trained` every stored file of its key that it lacks (`store_run`'s): the finished runs a `retriever_study` then reads instead of training."
+    src, trained = Path(store) / Path(trained).name, Path(trained)
+    added = []
+    for f in sorted(src.rglob('*')) if src.is_dir() else []:
+        if f.is_file() and not (t := trained / f.relative_to(src)).exists():
+            t.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(t) as tmp: shutil.copyfile(f, tmp)
+            added.append(t)
+    return added
+
+# %% ../nbs/15c_retriever_study.ipynb #c045
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -393,7 +431,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c044
+# %% ../nbs/15c_retriever_study.ipynb #c048
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -442,7 +480,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c051
+# %% ../nbs/15c_retriever_study.ipynb #c055
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -466,7 +504,7 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c055
+# %% ../nbs/15c_retriever_study.ipynb #c059
 DATA_MINIMUMS = dict(questions=3000, multi_hop_share=0.35, test_per_hop=30)  # what the study's data must reach
 DATA_HOPS = (1, 2, 3)  # the hops each with enough test questions (4-hop questions are too few in generated data)
 
@@ -505,14 +543,14 @@ def data_verdict(gate: pd.DataFrame) -> str:
     fmt = lambda v: f'{v:.3f}' if isinstance(v, float) and v < 1 else f'{int(v):,}'
     return 'data below the study\'s minimums: ' + '; '.join(f'{r.check} {fmt(r.value)} < {fmt(r.required)}' for r in bad.itertuples())
 
-# %% ../nbs/15c_retriever_study.ipynb #c059
+# %% ../nbs/15c_retriever_study.ipynb #c063
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c067
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -533,7 +571,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c065
+# %% ../nbs/15c_retriever_study.ipynb #c069
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -564,7 +602,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c071
 def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
                   answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
                   **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
@@ -578,7 +616,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-# %% ../nbs/15c_retriever_study.ipynb #c068
+# %% ../nbs/15c_retriever_study.ipynb #c072
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -591,7 +629,7 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-# %% ../nbs/15c_retriever_study.ipynb #c069
+# %% ../nbs/15c_retriever_study.ipynb #c073
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
@@ -614,6 +652,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                          extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
                          listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
                          min_multi_hop: float = 0.0,  # 1-hop training questions dropped (seeded) until multi-hop ones make this share (`cap_single_hop`; 0: all kept)
+                         trained_store: str = '',  # the committed store of finished runs (`store_run`; relative: to the project root); '': none
                          cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
     ctx, cache = study_dataset(artifact, source, kg, n_questions, seed, backend, model, base_url, answerability, newer_kg, make_filters, out_dir, cache_dir,
@@ -622,7 +661,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
                                reader_ks=list(reader_ks), retrievers=list(retrievers), sr_tune=sr_tune,
                                sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, second_reader=second_reader,
                                neg_sample=neg_sample, questions_per_step=questions_per_step, bf16=bf16, compile_step=compile_step,
-                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen, min_multi_hop=min_multi_hop,
+                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen, min_multi_hop=min_multi_hop, trained_store=trained_store,
                                **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
     ctx.records = cap_single_hop(ctx.records, min_multi_hop, seed)
     data = data_gate(ctx.records)
@@ -633,7 +672,7 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
     study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
                             train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric, **step), retrievers=retrievers,
                             retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device,
-                            listing=listing)
+                            listing=listing, store=project_dirs.root / trained_store if trained_store else None)
     extra = {f'reader_{p}': r.describe() for p, r in (extra_readers or {}).items()}  # e.g. reader_hits_nonoracle: who gave that column
     rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe(), **extra), {}, Path(study.attrs['folder']), reader)
     up = list(ctx.prov.get('upstream', []))
@@ -650,7 +689,7 @@ def study_params(ns: dict) -> dict:
     names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
     return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c073
+# %% ../nbs/15c_retriever_study.ipynb #c077
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -663,7 +702,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
                                 **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c077
+# %% ../nbs/15c_retriever_study.ipynb #c081
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -682,7 +721,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c079
+# %% ../nbs/15c_retriever_study.ipynb #c083
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -704,7 +743,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c082
+# %% ../nbs/15c_retriever_study.ipynb #c086
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -745,7 +784,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c086
+# %% ../nbs/15c_retriever_study.ipynb #c090
 def check_at_least(a, lowest: int, *flags: str) -> None:
     "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
     for f in flags:
@@ -790,7 +829,7 @@ def _cli_examples(a) -> tuple:
     exs = prepare_examples(recs, qgs, enc)
     return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
 
-# %% ../nbs/15c_retriever_study.ipynb #c087
+# %% ../nbs/15c_retriever_study.ipynb #c091
 def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
     "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
@@ -809,7 +848,7 @@ def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parse
         print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
     return 0
 
-# %% ../nbs/15c_retriever_study.ipynb #c088
+# %% ../nbs/15c_retriever_study.ipynb #c092
 def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
     "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
     check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
