@@ -15,7 +15,7 @@ from .core import artifact_dirs, built_by, code_fingerprint, data_dir, folder_lo
 from .dataset import (SplitConfig, build_split, check_split, dataset_card, load_gtsqa, read_records, type_shape,
                              write_jsonl)
 from .kg import KnowledgeGraph, kg_fingerprint
-from .loaders import KG_REGISTRY, load_kg
+from .loaders import KGS, load_kg
 
 # %% auto #0
 __all__ = ['GTSQA_SIZE', 'GENERATION_PARAMS', 'SOURCES', 'DATASET_FIELDS', 'GENERATION_KEYS', 'FILTER_KEYS', 'is_complex_type',
@@ -63,9 +63,9 @@ def resolve_kg(kg) -> KnowledgeGraph:  # a KnowledgeGraph, a `load_kg` name, a p
     if isinstance(kg, KnowledgeGraph): return kg
     if not isinstance(kg, (str, Path)): raise TypeError(f'kg must be a KnowledgeGraph or a name, not {type(kg).__name__}')
     name = str(kg)
-    if name in KG_REGISTRY or Path(name).expanduser().exists(): return load_kg(name)
+    if name in KGS or Path(name).expanduser().exists(): return load_kg(name)
     if name and data_dir(name).exists(): return load_kg(str(data_dir(name)))
-    raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KG_REGISTRY)}) nor a folder under {data_dir()}: '
+    raise FileNotFoundError(f'KG {name!r} is neither a known KG ({sorted(KGS)}) nor a folder under {data_dir()}: '
                             f'put it there in synth-kgqa or TSV layout (for GTSQA: ogbl-wikikg2 as {data_dir(name)})')
 
 # %% ../nbs/10b_datasources.ipynb #c022
@@ -342,7 +342,7 @@ def dataset_kg(src: Source,  # from `open_dataset_dir`
     spec = kg or src.kg_spec
     if not spec: raise ValueError(f'--dataset ({src.name}) does not name its KG: give --kg')
     base = str(spec).split('(')[0]  # a registry KG's full name, e.g. toyworld(seed=0,...): its defaults, checked by fingerprint below
-    graph = resolve_kg(base if not kg and base != spec and base in KG_REGISTRY and not Path(spec).exists() else spec)
+    graph = resolve_kg(base if not kg and base != spec and base in KGS and not Path(spec).exists() else spec)
     want = (src.kg_identity or {}).get('fingerprint')
     if want and kg_fingerprint(graph) != want:
         raise ValueError(f"--dataset ({src.name}) was generated on {src.kg_identity.get('name')}, not on {graph.name} "

@@ -18,11 +18,11 @@ from .toyworld import make_toyworld
 
 # %% auto #0
 __all__ = ['CODEX_VIEWS', 'LP_LAYOUTS', 'LP_SPLITS', 'METAQA_ERRATA', 'OGB_WIKIKG2_SPLITS', 'HETIONET_DIRECTIONS', 'DOWNLOADS',
-           'KG_REGISTRY', 'KG_DATA', 'codex_labels', 'load_codex_m', 'load_codex_m_labelled', 'LinkPredictionSplit',
-           'load_split', 'load_ilpc2022', 'load_metaqa_kb', 'read_ogb_mapping', 'read_ogb_split', 'read_wikikg90m_text',
+           'KGS', 'codex_labels', 'load_codex_m', 'load_codex_m_labelled', 'LinkPredictionSplit', 'load_split',
+           'load_ilpc2022', 'load_metaqa_kb', 'read_ogb_mapping', 'read_ogb_split', 'read_wikikg90m_text',
            'with_wikikg90m_text', 'read_ogbl_wikikg2', 'write_ogb_layout', 'load_wikikg2', 'hetionet_id',
            'metaedge_abbrev', 'read_hetionet_json', 'read_hetionet_tsv', 'load_hetionet', 'Download', 'human_size',
-           'download_table', 'remote_size', 'fetch', 'ilpc_small_graph', 'load_kg']
+           'download_table', 'remote_size', 'fetch', 'ilpc_small_graph', 'KGSpec', 'kg_table', 'load_kg']
 
 # %% ../nbs/02a_loaders.ipynb #c007
 def codex_labels(root=None  # data dir (default: `core.data_dir()`)
@@ -498,23 +498,33 @@ def ilpc_small_graph(**kw) -> KnowledgeGraph:
     "The graph of ILPC2022-small's inference split (what ULTRA message-passes over at test time)."
     return load_ilpc2022('small', **kw).graph
 
-KG_REGISTRY = {  # registered name -> the function that builds it
-    'toyworld': make_toyworld,
-    'codex-m': load_codex_m,
-    'codex-m-labelled': load_codex_m_labelled,
-    'ilpc2022-small': ilpc_small_graph,
-    'metaqa': load_metaqa_kb,
-    'wikikg2': load_wikikg2,
-    'hetionet': load_hetionet,
-}
-KG_DATA = {  # registered name -> the data-dir folder it reads (None: built in code)
-    'toyworld': None, 'codex-m': 'codex', 'codex-m-labelled': 'codex', 'ilpc2022-small': 'ilpc2022/data/small', 'metaqa': 'metaqa',
-    'wikikg2': 'ogbl_wikikg2', 'hetionet': 'hetionet',
+@dataclass(frozen=True)
+class KGSpec:
+    "One KG the library loads by name: the function that builds it, the data-dir folder it reads, and the `DOWNLOADS` entries that fill that folder."
+    build: object  # (**kwargs) -> KnowledgeGraph
+    folder: str | None = None  # data-dir folder it reads (None: built in code)
+    downloads: tuple = ()  # `DOWNLOADS` names that fill `folder` (empty: built in code, or in the shared data folder only)
+    about: str = ''  # what it is, in one line (the KG table below, the profiles' needs)
+
+KGS = {  # registered name -> its spec: the loaders, the profiles' data needs and the docs all read this one record
+    'toyworld': KGSpec(make_toyworld, None, (), 'the synthetic toy world of chapter 01, built in code'),
+    'codex-m': KGSpec(load_codex_m, 'codex', (), 'CoDEx-M: Wikidata-derived triples with QIDs, PIDs and English labels'),
+    'codex-m-labelled': KGSpec(load_codex_m_labelled, 'codex', (), 'CoDEx-M restricted to entities with an English label'),
+    'ilpc2022-small': KGSpec(ilpc_small_graph, 'ilpc2022/data/small', (), "ILPC2022-small's inference graph (ULTRA's zero-shot test)"),
+    'metaqa': KGSpec(load_metaqa_kb, 'metaqa', (), "MetaQA's movie KB (KG-RAG's benchmark)"),
+    'wikikg2': KGSpec(load_wikikg2, 'ogbl_wikikg2', ('ogbl-wikikg2',), "ogbl-wikikg2, GTSQA's KG (labels from wikikg90mv2-mapping when present)"),
+    'hetionet': KGSpec(load_hetionet, 'hetionet', ('hetionet-json', 'hetionet-metagraph'), 'Hetionet v1.0, the biomedical KG'),
 }
 
+def kg_table(root=None) -> pd.DataFrame:  # data dir (default: `core.data_dir()`)
+    "Every registered KG: its data folder, the downloads that fill it, whether that folder is here, and what it is."
+    root = Path(root) if root else data_dir()
+    return pd.DataFrame([dict(name=n, folder=s.folder or '(built in code)', downloads=', '.join(s.downloads) or '-',
+                              present=s.folder is None or (root / s.folder).exists(), about=s.about) for n, s in KGS.items()])
+
 def load_kg(name: str = 'toyworld', **kwargs) -> KnowledgeGraph:
-    "Load a KG by name (see `KG_REGISTRY`), or from a folder (TSV or synth-kgqa layout) or an N-Triples file."
-    if name in KG_REGISTRY: return KG_REGISTRY[name](**kwargs)
+    "Load a KG by name (see `KGS`), or from a folder (TSV or synth-kgqa layout) or an N-Triples file."
+    if name in KGS: return KGS[name].build(**kwargs)
     p = Path(name).expanduser()
     if p.is_dir() and (p / 'triples.tsv').exists(): return read_tsv(p)
     if p.is_dir() and (p / 'edge_ids.npy').exists(): return read_synth_kgqa(p)
@@ -523,4 +533,4 @@ def load_kg(name: str = 'toyworld', **kwargs) -> KnowledgeGraph:
     if p.is_dir(): raise UnknownIdError(f'{p} is not a KG folder: expected {layouts}')
     if p.is_file(): raise UnknownIdError(f'{p} is a file but not N-Triples: a KG is {layouts}')
     if p.name != name or p.suffix: raise UnknownIdError(f'no KG at {p}: nothing exists there')
-    raise UnknownIdError(f'unknown KG {name!r}: use one of {sorted(KG_REGISTRY)}, or {layouts}')
+    raise UnknownIdError(f'unknown KG {name!r}: use one of {sorted(KGS)}, or {layouts}')

@@ -208,8 +208,8 @@ def data_folders(param: str) -> dict:  # 'kg' or 'dataset'
     if param == 'dataset':
         from kgqa_nb.loaders import LP_SPLITS  # link-prediction splits, by name
         return LP_SPLITS
-    from kgqa_nb.loaders import KG_DATA  # registered KGs, by name -> the data-dir folder each reads
-    return KG_DATA
+    from kgqa_nb.loaders import KGS  # registered KGs, by name -> their spec (the data-dir folder each reads)
+    return {n: s.folder for n, s in KGS.items()}
 
 def _matches(value, accepted) -> bool: return accepted(value) if callable(accepted) else value in accepted
 

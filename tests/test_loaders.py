@@ -210,8 +210,9 @@ def test_load_wikikg2_prefers_the_synth_layout(tmp_path):
 
 
 def test_registry_names_its_data_folders():
-    assert sorted(K.KG_DATA) == sorted(K.KG_REGISTRY)
-    assert K.KG_DATA['wikikg2'] == 'ogbl_wikikg2' and K.KG_DATA['hetionet'] == 'hetionet'
+    assert K.KGS['wikikg2'].folder == 'ogbl_wikikg2' and K.KGS['hetionet'].folder == 'hetionet' and K.KGS['toyworld'].folder is None
+    assert K.KGS['wikikg2'].downloads == ('ogbl-wikikg2',)
+    with pytest.raises(K.UnknownIdError, match='unknown KG'): K.load_kg('not-registered')
 
 
 @pytest.mark.data('ogbl-wikikg')
