@@ -615,29 +615,31 @@ def answer(self: Ultrag, question: str,  # the natural-language question
     "Run the recipe on one question; never raises for a bad LLM reply (the error's name is in `error`)."
     res, T, history, x = UltragResult(question), Counter(), [], None
     _QUESTION.tokens = tokens = Counter()
-    def timed(step, fn, *a):
-        t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
-        return out
-    for rnd in range(1, self.max_rounds + 1):
-        res.rounds = rnd
-        w = timed('write', self.writer.write, question, seeds, history)
-        if not w.valid: res.error, res.message = w.error, w.message; break
-        with self.graph_lock:
-            try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
-            except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
-            pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
-            x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
-            res.flops += getattr(self.executor, 'last_flops', 0)
-        res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
-        res.mentions = dict(w.mentions)
-        if timed('decide', self.decider.decide, x, question, self.kg): break
-        history.append(top_members(x, self.kg, 10))
-    if x is not None:
-        res.top = top_members(x, self.kg, 50)
-        res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
-        if self.keep_scores: res.scores = x
-    res.timings = {k: float(v) for k, v in T.items()}
-    res.prompt_tokens, res.completion_tokens, _QUESTION.tokens = tokens['prompt_tokens'], tokens['completion_tokens'], None
+    try:  # the thread's token counter is this question's until it returns or raises
+        def timed(step, fn, *a):
+            t0 = time.perf_counter(); out = fn(*a); T[step] += time.perf_counter() - t0
+            return out
+        for rnd in range(1, self.max_rounds + 1):
+            res.rounds = rnd
+            w = timed('write', self.writer.write, question, seeds, history)
+            if not w.valid: res.error, res.message = w.error, w.message; break
+            with self.graph_lock:
+                try: leaf_sets = timed('link', self.linker.link, w.query, w.mentions)
+                except QueryWriteError as e: res.error, res.message = e.reason, str(e); break
+                pruned = timed('prune', self.pruner.prune, self.kg, leaf_sets)
+                x = timed('execute', self.executor.execute, w.query, leaf_sets, pruned)
+                res.flops += getattr(self.executor, 'last_flops', 0)
+            res.query, res.subgraph_nodes, res.subgraph_edges, res.error, res.message = w.text, pruned.kg.num_entities, pruned.kg.num_triples, '', ''
+            res.mentions = dict(w.mentions)
+            if timed('decide', self.decider.decide, x, question, self.kg): break
+            history.append(top_members(x, self.kg, 10))
+        if x is not None:
+            res.top = top_members(x, self.kg, 50)
+            res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
+            if self.keep_scores: res.scores = x
+        res.timings = {k: float(v) for k, v in T.items()}
+        res.prompt_tokens, res.completion_tokens = tokens['prompt_tokens'], tokens['completion_tokens']
+    finally: _QUESTION.tokens = None
     return res
 
 # %% ../nbs/19_ultrag.ipynb #c076
