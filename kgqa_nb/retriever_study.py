@@ -146,9 +146,9 @@ def reader_hits(examples: list, scores: list, recs: dict, kg: KnowledgeGraph, re
     qs, tris, views = [], [], []
     for ex, s in zip(examples, scores):
         rec = recs[ex.id]; read = reader_record(reader, rec)
+        text = [(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, s, max(ks))]  # each top-K is its prefix
         for k in ks:
-            qs.append(rec['question']); views.append(read)
-            tris.append([(kg.entity_text(h), kg.relation_text(r), kg.entity_text(t)) for h, r, t in top_triples(ex, s, k)])
+            qs.append(rec['question']); views.append(read); tris.append(text[:k])
     answers, out = iter(reader.answer_many(qs, tris, views) if qs else []), []
     for ex in examples:
         ids, labels = gold_answers(kg, recs[ex.id])
