@@ -4,7 +4,7 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import hashlib, inspect, json, os, shutil, tempfile, time, zlib
+import gzip, hashlib, inspect, json, os, shutil, tempfile, time, zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +17,9 @@ from torch import nn
 
 from . import sr, subgraphrag
 from .core import (LockTimeout, UsageError, atomic_path, built_by, check_write_target, code_fingerprint, folder_lock, keyed_folder, mark_built, params_key,
-                          progress, project_dirs, say_too_small, user_cache_dir, write_text_atomic)
+                          progress, project_dirs, write_text_atomic)
 from .dataset import gtsqa_files, question_view, read_gtsqa_parquet
-from .datasources import dataset_kg, load_source, open_artifact, open_dataset_dir, resolve_kg
+from .datasources import open_artifact, resolve_kg
 from .kg import KnowledgeGraph, kg_fingerprint
 from .llm_local import REGISTRY_MODEL, registry_model_try
 from .metrics import RETRIEVAL_KS, answer_hit, one_sided_test
@@ -27,23 +27,23 @@ from .paths import personalized_pagerank
 from .qgraphs import build_question_graphs, published_question_graphs
 from .spanalysis import gold_answers, records_fingerprint
 from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, TrainConfig, check_val_metric, example_metrics,
-                                 fixed_subset, label_key, load_retriever, prepare_examples, read_checkpoint, score_example, text_features, top_triples, train_retriever)
+                                 fixed_subset, label_key, load_retriever, prepare_examples, read_checkpoint, score_example, text_features, top_triples)
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'TRAIN_CODE', 'STAT_TESTS', 'GATE_REFERENCES',
+__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'TRAIN_CODE', 'LISTED', 'STAT_TESTS', 'GATE_REFERENCES',
            'UNDER_TRAINED', 'DATA_MINIMUMS', 'DATA_HOPS', 'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores',
            'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'validation_recall',
            'summarise_retrieval', 'is_validation', 'study_splits', 'run_ckpt_dir', 'link_checkpoints',
            'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever', 'example_triples',
            'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'train_code', 'study_code',
-           'train_run', 'claimed', 'retriever_study', 'compact_checkpoint', 'store_run', 'restore_trained',
-           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
-           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict', 'cap_single_hop',
-           'data_gate', 'data_verdict', 'reader_metric_name', 'attach_published_graphs', 'study_question_graphs',
-           'RetrieverStudy', 'study_dataset', 'study_step', 'open_retriever_study', 'study_params', 'open_study',
-           'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_at_least', 'check_out',
-           'checkpoint_file', 'retrieval_vs_references', 'train_retriever_cli', 'retrieve_cli']
+           'train_run', 'claimed', 'retriever_study', 'compact_checkpoint', 'store_run', 'ReplayedListing',
+           'keep_listed', 'replayed_run', 'restore_trained', 'paired_matrices', 'paired_tests', 'bootstrap_means',
+           'hierarchical_bootstrap', 'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
+           'training_gate', 'gate_verdict', 'cap_single_hop', 'data_gate', 'data_verdict', 'reader_metric_name',
+           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset', 'study_step',
+           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
+           'floor_reader_rows', 'check_out']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
@@ -197,8 +197,11 @@ class ListedScores:
     model: object
     recs: dict  # id -> record; the model is given only its question view (question, paraphrase, seeds)
     kg: KnowledgeGraph
+    lists: dict | None = None  # id -> the triples the model listed, kept while it is scored when a dict (what a stored run keeps)
     def example_scores(self, ex: RetrievalExample) -> np.ndarray:
-        return ranked_scores(ex, self.model.retrieve(question_view(self.recs[ex.id]), self.kg, example_triples(ex)))
+        ranked = self.model.retrieve(question_view(self.recs[ex.id]), self.kg, example_triples(ex))
+        if self.lists is not None: self.lists[ex.id] = np.asarray(ranked, np.int64).reshape(-1, 3).tolist()
+        return ranked_scores(ex, ranked)
 
 def listing_trainer(lr: ListingRetriever, recs: dict):
     "A training function like `TRAINED_RETRIEVERS`' for a `ListingRetriever`, reading the records by id."
@@ -318,13 +321,17 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
         if name in trainers:
             sub = '' if name == 'subgraphrag' else f'{name}{tag[name]}-'
             ckpt = run_ckpt_dir(trained, arm, seed, sub)
-            model, hist, seconds = train_run(trainers[name], trained, f.stem, kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
-                                             ckpt, verbose=verbose, threads=threads, device=device, root=root)
-            if store: store_run(trained, store, f.stem, ckpt)
+            model, hist, seconds = replayed_run(trained, f.stem, ckpt) if name in listing else (None, [], 0.)  # a listing run kept before
+            if model is None:
+                model, hist, seconds = train_run(trainers[name], trained, f.stem, kg, encoder, train, val, feats, arm, seed, cfgs.get(name, {}),
+                                                 ckpt, verbose=verbose, threads=threads, device=device, root=root)
+                if name in listing: model.lists = {}  # what it lists is kept as it is scored
         else: model = name
         v = validation_recall(model, val, feats, gate_k)
         df = _run_rows(model, name, arm, seed, test, feats, recs, kg, readers, reader_ks, ks).assign(
             epochs=len(hist), train_seconds=round(seconds, 1), **{f'val_gt_recall@{gate_k}': v})
+        if isinstance(model, ListedScores): keep_listed(ckpt, model, hist)
+        if store and name in trainers: store_run(trained, store, f.stem, ckpt)
         if hist: write_text_atomic(f.with_suffix('.history.json'), json.dumps(dict(retriever=name, labels=arm, seed=seed, history=hist), default=float))
         write_text_atomic(f, df.to_csv(index=False))
 
@@ -355,16 +362,42 @@ def compact_checkpoint(last, out) -> Path:  # a finished run's last.pt; where it
 
 def store_run(trained, store, stem: str,  # the training folder, the store's parent folder, the run's name (`train_run`'s stem)
               ckpt) -> list:  # the run's checkpoint folder inside `trained`
-    "Copy one finished run (its train.json and a compact last.pt) into `store/<trained's name>/`; the files written (none when it is there already or not finished)."
+    "Copy one finished run (its train.json and a compact last.pt, or a listing run's kept lists) into `store/<trained's name>/`; the files written (none when there already or not finished)."
     trained, ckpt = Path(trained), Path(ckpt)
-    done, last = trained / f'{stem}.train.json', ckpt / 'last.pt'
-    if not (done.exists() and last.exists() and (ckpt / 'best.pt').exists()): return []  # not finished (or not ours: a listing model)
+    done, last, listed = trained / f'{stem}.train.json', ckpt / 'last.pt', ckpt / LISTED
+    weights = last.exists() and (ckpt / 'best.pt').exists()
+    if not (done.exists() and (weights or listed.exists())): return []  # not finished
     to = Path(store) / trained.name
-    out = [to / done.name, to / ckpt.relative_to(trained) / 'last.pt']
+    out = [to / done.name, to / ckpt.relative_to(trained) / ('last.pt' if weights else LISTED)]
     if all(f.exists() for f in out): return []
     write_text_atomic(out[0], done.read_text())
-    compact_checkpoint(last, out[1])
+    if weights: compact_checkpoint(last, out[1])
+    else:
+        with atomic_path(out[1]) as tmp: shutil.copyfile(listed, tmp)
     return out
+
+LISTED = 'listed.json.gz'  # a finished listing run's lists (and curve), in its checkpoint folder
+
+@dataclass
+class ReplayedListing:
+    "A finished listing run read back from its kept lists: the triples its model listed for each validation and test question."
+    lists: dict  # id -> [[head, relation, tail], ...], best first
+    def example_scores(self, ex: RetrievalExample) -> np.ndarray:
+        if ex.id not in self.lists: raise RetrievalInputError('unknown_question', f'the kept listing run has no list for question {ex.id!r}: delete its {LISTED} to train it again')
+        return ranked_scores(ex, self.lists[ex.id])
+
+def keep_listed(ckpt, model: ListedScores, history: list) -> Path:
+    "Write what a scored listing run listed, with its curve, to `ckpt/LISTED` (gzip without a timestamp: the same lists give the same bytes)."
+    with atomic_path(Path(ckpt) / LISTED) as tmp:
+        Path(tmp).write_bytes(gzip.compress(json.dumps(dict(history=history, lists=model.lists), default=float, sort_keys=True).encode(), mtime=0))
+    return Path(ckpt) / LISTED
+
+def replayed_run(trained, stem: str, ckpt) -> tuple:
+    "(`ReplayedListing`, its curve, its training seconds) of a finished listing run whose lists are kept in `ckpt`; (None, [], 0.) when none are."
+    f, done = Path(ckpt) / LISTED, Path(trained) / f'{stem}.train.json'
+    if not (f.exists() and done.exists()): return None, [], 0.
+    kept = json.loads(gzip.decompress(f.read_bytes()))
+    return ReplayedListing(kept['lists']), kept['history'], json.loads(done.read_text())['seconds']
 
 def restore_trained(store, trained) -> list:  # the store's parent folder, the training folder
     "Copy into `trained` every stored file of its key that it lacks (`store_run`'s): the finished runs a `retriever_study` then reads instead of training."
@@ -785,11 +818,6 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
 # %% ../nbs/15c_retriever_study.ipynb #c090
-def check_at_least(a, lowest: int, *flags: str) -> None:
-    "UsageError naming the first of `flags` (argparse names such as 'n_questions') whose value is below `lowest`."
-    for f in flags:
-        if getattr(a, f) < lowest: raise UsageError(f"--{f.replace('_', '-')} must be at least {lowest}, not {getattr(a, f)}")
-
 def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else a file)
     "UsageError unless `--out` can be written (a folder, or a file in a folder; created) without destroying anything (`core.check_write_target`), checked before any work."
     p = Path(path)
@@ -802,68 +830,3 @@ def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else 
     return p
 
 MIN_QUESTIONS = dict(train=20, validation=5, test=10)  # fewer questions than these and a command's numbers mean nothing (it says so first)
-
-def checkpoint_file(path) -> Path:  # what --checkpoint names: best.pt, or the folder of kgqa train-retriever
-    "The checkpoint file `--checkpoint` names: the file itself, or `best.pt` in a checkpoint folder."
-    p = Path(path)
-    if p.is_dir():
-        if (p / 'best.pt').is_file(): return p / 'best.pt'
-        raise FileNotFoundError(f'--checkpoint {path}: a folder without best.pt (give the folder or best.pt of a finished kgqa train-retriever run)')
-    if not p.is_file(): raise FileNotFoundError(f'--checkpoint {path}: no such file')
-    return p
-
-def retrieval_vs_references(ev: pd.DataFrame, exs, feats, name: str = 'checkpoint') -> pd.DataFrame:
-    "The printed summary of `kgqa retrieve`: the checkpoint's mean metrics above those of PPR, the training-free retriever it must beat."
-    cols = ['gt_recall@10', 'gt_recall@100', 'answer_recall@100', 'gt_mrr', 'n_questions']
-    rows = [summarise_retrieval(ev)[cols].assign(retriever=f'{name} (trained)'),
-            summarise_retrieval(evaluate_retriever('ppr', exs, feats))[cols].assign(retriever='ppr (training-free reference)')]
-    return pd.concat(rows, ignore_index=True)[['retriever', *cols]].round(4)
-
-def _cli_examples(a) -> tuple:
-    root = Path(a.cache_dir) if a.cache_dir else user_cache_dir() / 'retriever-cli'
-    if a.dataset: src = open_dataset_dir(a.dataset, a.seed); graph = dataset_kg(src, a.kg or None)
-    else: graph = resolve_kg(a.kg or 'toyworld'); src = load_source('generated', kg=graph, n_target=a.n_questions, seed=a.seed, root=root)
-    recs = pd.concat([src.train.assign(split='train'), src.test.assign(split='test')], ignore_index=True)
-    qgs = build_question_graphs(graph, recs, root / 'cache', seed=a.seed, n_nodes=a.n_nodes, max_triples=a.max_triples)
-    enc = TextEncoder(a.encoder)
-    exs = prepare_examples(recs, qgs, enc)
-    return graph, exs, text_features(graph, enc, entities=exs.nodes), enc
-
-# %% ../nbs/15c_retriever_study.ipynb #c091
-def train_retriever_cli(a) -> int:  # the arguments `kgqa train-retriever` parsed (`cli.retriever_parser`)
-    "kgqa train-retriever: train one SubgraphRAG retriever (GT or SP labels) with per-epoch checkpoints."
-    check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'epochs', 'patience')
-    if not 0 <= a.val_fraction < 1: raise UsageError(f'--val-fraction must be at least 0 and below 1, not {a.val_fraction}')
-    label_key(a.labels); check_val_metric(a.val_metric); check_out(a.out, folder=True)
-    _, exs, feats, _ = _cli_examples(a)
-    train, val, _ = study_splits(exs.where(lambda r: r['split'] == 'train'), a.val_fraction)
-    say_too_small('train-retriever', {'training questions': (len(train), MIN_QUESTIONS['train']),
-                                      'validation questions': (len(val), MIN_QUESTIONS['validation'] if a.val_fraction else 0)},
-                  'generate more (kgqa generate --n 200)' if a.dataset else 'raise --n-questions')
-    cfg = TrainConfig(labels=a.labels, seed=a.run_seed, epochs=a.epochs, patience=a.patience, val_metric=a.val_metric if len(val) else None)
-    model, hist = train_retriever(train, val, feats, cfg, a.out, verbose=True)
-    print(f"{len(train)} training / {len(val)} validation questions, {len(hist)} epochs; best checkpoint {Path(a.out) / 'best.pt'}")
-    if len(val):  # the study's gate on this one run: the trained retriever against the training-free PPR, same questions
-        mine, ppr = validation_recall(model, val, feats), validation_recall('ppr', val, feats)
-        print(f"validation GT-triple recall@100: trained {mine:.4f}, PPR {ppr:.4f} ({'above' if mine > ppr else 'NOT above'} PPR)")
-    return 0
-
-# %% ../nbs/15c_retriever_study.ipynb #c092
-def retrieve_cli(a) -> int:  # the arguments `kgqa retrieve` parsed (`cli.retriever_parser`)
-    "kgqa retrieve: score a split's questions with a checkpoint; top-K triples as JSON lines and the retrieval metrics."
-    check_at_least(a, 1, 'n_questions', 'n_nodes', 'max_triples', 'k')
-    ckpt = checkpoint_file(a.checkpoint)
-    check_out(a.out, folder=False); load_retriever(ckpt)  # a damaged checkpoint or a bad --out stops here, before any work
-    graph, exs, feats, enc = _cli_examples(a)
-    model, _ = load_retriever(ckpt, dim=enc.dim, encoder=enc.key)
-    exs, lines = exs.where(lambda r: r['split'] == a.split), []
-    say_too_small('retrieve', {f'{a.split} questions': (len(exs), MIN_QUESTIONS['test'])}, 'generate more (kgqa generate --n 200)' if a.dataset else 'raise --n-questions')
-    for ex in exs:
-        s = score_example(model, ex, feats); o = np.argsort(-s, kind='stable')[:a.k]
-        lines.append(json.dumps(dict(id=ex.id, triples=[[graph.entity_text(h), graph.relation_text(r), graph.entity_text(t)] for h, r, t in top_triples(ex, s, a.k)],
-                                     scores=[round(float(x), 6) for x in s[o]])))
-    ev = evaluate_retriever(model, exs, feats)
-    out = Path(a.out)
-    write_text_atomic(out, '\n'.join(lines) + '\n'); write_text_atomic(out.with_suffix('.csv'), ev.to_csv(index=False))
-    print(retrieval_vs_references(ev, exs, feats, ckpt.parent.name).to_string(index=False))
-    return 0

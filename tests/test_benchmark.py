@@ -159,7 +159,7 @@ def test_kgqa_benchmark_runs_on_a_split_folder_and_writes_its_rows(tmp_path, cap
 def test_kgqa_benchmark_reads_a_trained_subgraphrag_checkpoint(tmp_path, capsys):
     "A checkpoint of kgqa train-retriever as a benchmark model: its top-k triples of each question graph, every row labelled."
     from kgqa_nb.qgraphs import random_tree_question
-    from kgqa_nb.retriever_study import train_retriever_cli
+    from kgqa_nb.retriever_cli import train_retriever_cli
     kg = make_toyworld()
     recs = [dict(random_tree_question(kg, n_seeds=1, hops=1 + i % 2, seed=300 + i, qid=f'b{i}'), question=f'question {i}') for i in range(14)]
     folder = tmp_path / 'mine'

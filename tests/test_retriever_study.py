@@ -15,8 +15,8 @@ from scipy import stats
 from kgqa_nb.cli import PARSERS
 from kgqa_nb.dataset import QUESTION_FIELDS
 from kgqa_nb.readers import TextPathReader
-from kgqa_nb.retriever_study import (gate_verdict, gt_vs_sp, hierarchical_bootstrap, paired_matrices, reader_record, retrieve_cli,
-                                     retriever_study, train_retriever_cli, training_gate)
+from kgqa_nb.retriever_cli import retrieve_cli, train_retriever_cli
+from kgqa_nb.retriever_study import gate_verdict, gt_vs_sp, hierarchical_bootstrap, paired_matrices, reader_record, retriever_study, training_gate
 from kgqa_nb.subgraphrag import RetrievalInputError, two_hop_dataset
 from kgqa_nb.text import HashingEncoder
 
