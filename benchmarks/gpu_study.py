@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 STUDY_ARTIFACTS = ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')
 TINY = dict(source='generated', kg='toyworld', n_questions=300, n_nodes=200, max_triples=1000, n_seeds=1, epochs=3, patience=1,
-            sr_epochs=2, answerability='', min_multi_hop=0.0, reader_ks=[10, 50], second_reader='')  # the dry run's sizes
+            sr_epochs=2, answerability='', min_multi_hop=0.0, reader_ks=[10, 50], second_reader='', rog_generator='')  # the dry run's sizes
 
 
 def study_parameters(profile: str, device: str, tiny: bool, out_dir: str) -> dict:
@@ -37,12 +37,20 @@ def study_parameters(profile: str, device: str, tiny: bool, out_dir: str) -> dic
     return {**p, **(TINY if tiny else {}), 'device': device, 'out_dir': out_dir, 'threads': 1 if device == 'cpu' else 0}
 
 
-def open_the_study(p: dict, **changes):
-    "The study of `p` (with `changes`), trained where its cache lacks a run this process can claim."
+def rog_listing(p: dict) -> dict:
+    "RoG's arm as the study notebook builds it (`benchmark.rog_study_listing`, the same cache key), or {} when the profile names no generator."
+    from kgqa_nb.benchmark import rog_study_listing
+    return rog_study_listing(p.get('rog_generator', ''), p.get('rog_steps', 0), p.get('rog_batch_size', 0), p.get('rog_lr', 0.), p.get('rog_beams', 5),
+                             p.get('threads', 0), p.get('rog_lora_rank', 0))[0]
+
+
+def open_the_study(p: dict, rog: bool = True, **changes):
+    "The study of `p` (with `changes`; RoG's arm when the profile names one and `rog`), trained where its cache lacks a run this process can claim."
     from kgqa_nb.filters import dataset_filters
     from kgqa_nb.readers import make_reader
     from kgqa_nb.retriever_study import open_study
-    return open_study('retriever_study', {**p, **changes}, make_reader, p['out_dir'], make_filters=dataset_filters)
+    return open_study('retriever_study', {**p, **changes}, make_reader, p['out_dir'], make_filters=dataset_filters,
+                      **({'listing': rog_listing(p)} if rog and p.get('rog_generator') else {}))
 
 
 def worker(params_file: str) -> int:
@@ -59,7 +67,15 @@ def expected_runs(p: dict) -> set:
     from kgqa_nb.retriever_study import REFERENCE_RETRIEVERS
     from kgqa_nb.subgraphrag import label_key
     arms = [label_key(a) for a in p['labels']]
-    return {(r, 'none', 0) for r in REFERENCE_RETRIEVERS} | {(r, a, s) for r in p['retrievers'] for a in arms for s in range(int(p['n_seeds']))}
+    trained = [*p['retrievers'], *(['rog'] if p.get('rog_generator') else [])]
+    return {(r, 'none', 0) for r in REFERENCE_RETRIEVERS} | {(r, a, s) for r in trained for a in arms for s in range(int(p['n_seeds']))}
+
+
+def cpu_refusal(p: dict, profile: str, device: str, tiny: bool) -> str:
+    "Why this study must not train on `device` ('' when it may): the reference step on the CPU takes days; the cheaper step is the CPU route."
+    if device != 'cpu' or tiny or p.get('neg_sample'): return ''
+    return (f'profile {profile} trains with the reference step, which takes days on the CPU; use --device cuda, '
+            'a profile with the cheaper step (--profile companion), or --tiny for the dry run')
 
 
 def main(argv=None) -> int:
@@ -69,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument('--tiny', action='store_true', help='the dry run: toy sizes, no rerun, nothing under results/')
     ap.add_argument('--profile', default='gpu')
     ap.add_argument('--out', default='', help='the study cache folder (default: the profile\'s output folder; the dry run: a scratch folder)')
+    ap.add_argument('--no-rerun', action='store_true', help='train and print the runs table, but do not rerun the study artifacts (a study that spans sessions)')
     ap.add_argument('--worker', default='', help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker: return worker(a.worker)
@@ -76,14 +93,13 @@ def main(argv=None) -> int:
     import torch
     if a.device.startswith('cuda') and not torch.cuda.is_available():
         print('gpu_study: no CUDA device here (torch.cuda.is_available() is False); the dry run is --device cpu --tiny', file=sys.stderr); return 2
-    if a.device == 'cpu' and not a.tiny:
-        print('gpu_study: the reference step at 20,000-triple graphs on the CPU takes days; use --device cuda, or --tiny for the dry run', file=sys.stderr); return 2
     from kgqa_nb.core import project_dirs
     from kgqa_nb.profiles import output_root
     out = a.out or str(project_dirs.scratch / 'gpu-study-dry-run' if a.tiny else output_root(a.profile))
     p = study_parameters(a.profile, a.device, a.tiny, out)
+    if (why := cpu_refusal(p, a.profile, a.device, a.tiny)): print(f'gpu_study: {why}', file=sys.stderr); return 2
     t0 = time.time()
-    open_the_study(p, retrievers=[])  # step 1: the shared inputs, built once, and the references
+    open_the_study(p, rog=False, retrievers=[])  # step 1: the shared inputs, built once, and the references
     prepared = time.time() - t0
     pfile = Path(out) / 'gpu_study.params.json'; pfile.parent.mkdir(parents=True, exist_ok=True)
     pfile.write_text(json.dumps(p, default=list))
@@ -100,7 +116,7 @@ def main(argv=None) -> int:
     print(json.dumps(dict(device=a.device, workers=a.workers, worker_exit_codes=codes, prepare_s=round(prepared, 1), train_s=round(trained, 1),
                           runs=len(have), distinct=len(set(have)), missing=sorted(missing))))
     if any(codes) or missing or len(set(have)) != len(have): return 1
-    if a.tiny: return 0
+    if a.tiny or a.no_rerun: return 0
     cmd = [sys.executable, '-m', 'kgqa_nb.cli', 'rerun', '--profile', a.profile, '--only', *STUDY_ARTIFACTS]  # step 3
     return subprocess.call(cmd, cwd=ROOT, env=env)
 

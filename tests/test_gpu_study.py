@@ -31,3 +31,14 @@ def test_the_route_refuses_what_it_cannot_do_in_one_line(tmp_path):
     assert res.returncode == 2 and 'takes days' in res.stderr
     res = run('--workers', '0', tmp=tmp_path)
     assert res.returncode == 2 and '--workers must be at least 1' in res.stderr
+
+
+def test_the_cpu_route_is_the_cheaper_step():
+    "The companion profile (the fidelity-checked cheaper step) may train on the CPU (make companion-study); the gpu profile's reference step may not."
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_study
+    companion, gpu = (gpu_study.study_parameters(n, 'cpu', False, '/tmp/x') for n in ('companion', 'gpu'))
+    assert gpu_study.cpu_refusal(companion, 'companion', 'cpu', False) == ''
+    assert 'takes days' in gpu_study.cpu_refusal(gpu, 'gpu', 'cpu', False)
+    assert gpu_study.cpu_refusal(gpu, 'gpu', 'cpu', True) == gpu_study.cpu_refusal(gpu, 'gpu', 'cuda', False) == ''
+    assert ('rog', 'sp:synth-kgqa', 4) in gpu_study.expected_runs(companion) and not any(r == 'rog' for r, _, _ in gpu_study.expected_runs(gpu))
