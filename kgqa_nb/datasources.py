@@ -384,6 +384,7 @@ def _select(src: Source, split: str, per_split: int, seed: int) -> pd.DataFrame:
         frames.append(df.assign(split=s))
     return pd.concat(frames, ignore_index=True)
 
+# %% ../nbs/10b_datasources.ipynb #c052
 def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), recorded in every provenance file
                   source='generated',  # 'generated', 'gtsqa', or a `Source` the caller built
                   kg='toyworld',  # the KnowledgeGraph, or anything `resolve_kg` understands
@@ -417,7 +418,7 @@ def open_artifact(artifact: str,  # the artifact's name (params/manifest.yaml), 
                 upstream=[built_by(f) for f in (src.paths.generation, src.paths.folder, src.filtered) if f] if src.paths else [])
     return ArtifactContext(_select(src, split, per_split, seed), graph, results_dir, figures_dir, prov, src)
 
-# %% ../nbs/10b_datasources.ipynb #c057
+# %% ../nbs/10b_datasources.ipynb #c058
 def open_generation(artifact: str,  # the reading artifact's name (params/manifest.yaml), recorded in every provenance file
                     run: dict,  # the generation artifact's parameters: source, kg, n_target, seed, backend, model (its out_dir is ignored)
                     source: str = 'generated',  # 'generated' reads what `run` names; 'gtsqa' the published GTSQA files instead
@@ -428,7 +429,7 @@ def open_generation(artifact: str,  # the reading artifact's name (params/manife
     if source == 'gtsqa': return open_artifact(artifact, source='gtsqa', out_dir=out_dir, **recorded)
     return open_artifact(artifact, **{k: v for k, v in run.items() if k != 'out_dir'}, out_dir=out_dir, **recorded)
 
-# %% ../nbs/10b_datasources.ipynb #c061
+# %% ../nbs/10b_datasources.ipynb #c062
 def read_filter_log(gen_dir) -> dict:
     "The filter log of a generation run folder (`filter_log.json`)."
     p = Path(gen_dir) / 'filter_log.json'

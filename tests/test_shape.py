@@ -19,7 +19,6 @@ LONG_MODULES = {}
 # notebook -> the lines of its longest exported cell now: notebooks with exported cells over CELL_MAX, awaiting a split
 LONG_CELLS = {
     '04_llm.ipynb': 69,
-    '10b_datasources.ipynb': 67,
     '15_subgraphrag.ipynb': 76,
     '15b_sr.ipynb': 63,
     '15c_retriever_study.ipynb': 85,
