@@ -22,7 +22,7 @@ def store_problems(store: Path) -> list:
     if len(ckpts) != len(runs): bad.append(f'{store.name}: {len(runs)} run records but {len(ckpts)} checkpoints')
     for f in runs.values():
         rec = json.loads(f.read_text())
-        if not (rec['seconds'] > 0 and rec['sessions'] >= 1 and rec['epochs'] >= 1): bad.append(f'{f.name}: {rec}')
+        if not (rec['seconds'] >= 0 and rec['sessions'] >= 1 and rec['epochs'] >= 1): bad.append(f'{f.name}: {rec}')
     for f in store.glob('ckpt/*/last.pt'):
         ck = torch.load(f, map_location='cpu', weights_only=False)
         if ck['opt']['state']: bad.append(f'{f.parent.name}/last.pt: holds the optimiser moments (not compacted)')
