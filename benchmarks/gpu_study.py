@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 STUDY_ARTIFACTS = ('retriever_study', 'table4_gt_vs_sp', 'fig14_metric_vs_k', 'fig12_gap_by_group')
 TINY = dict(source='generated', kg='toyworld', n_questions=300, n_nodes=200, max_triples=1000, n_seeds=1, epochs=3, patience=1,
-            sr_epochs=2, answerability='', min_multi_hop=0.0, reader_ks=[10, 50], second_reader='', rog_generator='')  # the dry run's sizes
+            sr_epochs=2, answerability='', min_multi_hop=0.0, reader_ks=[10, 50], second_reader='', rog_generator='',
+            trained_store='')  # the dry run's sizes; its runs stay in its scratch cache, never in the committed store
 
 
 def study_parameters(profile: str, device: str, tiny: bool, out_dir: str) -> dict:

@@ -13,13 +13,19 @@ def run(*args, tmp):
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 
+def committed_store() -> set:
+    return {p.relative_to(ROOT).as_posix() for p in (ROOT / 'trained').rglob('*')} if (ROOT / 'trained').exists() else set()
+
+
 def test_the_dry_run_trains_every_run_once_in_two_processes(tmp_path):
+    before = committed_store()
     res = run('--device', 'cpu', '--tiny', '--workers', '2', '--out', str(tmp_path / 'study'), tmp=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary['worker_exit_codes'] == [0, 0] and summary['missing'] == []
     assert summary['runs'] == summary['distinct'] == 3 + 2 * 2  # PPR, embedding, random; SubgraphRAG and SR x GT/SP x 1 seed
     assert not list((ROOT / 'results').glob('gpu*'))  # the dry run publishes nothing
+    assert committed_store() == before  # and writes nothing into the committed trained store
 
 
 def test_the_route_refuses_what_it_cannot_do_in_one_line(tmp_path):
