@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser gpu-check gpu-study
+.PHONY: install test sync-check nbtest pytest smoke companion figures chapters bench lab clean-scratch llm-local book browser gpu-check gpu-study companion-study
 
 install: $(STAMP)
 
@@ -54,9 +54,11 @@ companion: install
 
 # Paper scale (GPU box, LLM API key, full data): writes results/ and figures/ with provenance. Prints the plan (needs, LLM
 # calls, tokens, cost, time; no network call) first; MAX_COST=USD refuses a run planned above it and stops one that spends past it.
+# JOBS artifacts run at once (params/paper.yaml's plan.jobs, which the plan's total assumes; tests/test_plan.py keeps them equal).
+JOBS ?= 4
 figures: install
-	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) --plan
-	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) $(if $(MAX_COST),--max-cost $(MAX_COST))
+	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) --plan --jobs $(JOBS)
+	$(BIN)/kgqa rerun --profile paper $(if $(ONLY),--only $(ONLY)) $(if $(MAX_COST),--max-cost $(MAX_COST)) --jobs $(JOBS)
 
 # Re-execute the library chapters in place so they are committed with their outputs (deterministic; see the tool's help).
 chapters: install
@@ -84,6 +86,14 @@ gpu-check: install
 WORKERS ?= 10
 gpu-study: install
 	$(BIN)/python benchmarks/gpu_study.py --device cuda --workers $(WORKERS)
+
+# The companion's retriever study on this machine's 2 CPU cores (params/companion.yaml: the fidelity-checked cheaper step),
+# two training processes side by side. It spans several sessions: each finished run is written to trained/companion/ as
+# it finishes (commit it before the session ends) and the next session copies it back and trains only the rest. No rerun
+# here: once every run is in, `kgqa rerun --profile companion --only retriever_study table4_gt_vs_sp fig14_metric_vs_k
+# fig12_gap_by_group` publishes from a clean tree.
+companion-study: install
+	$(BIN)/python benchmarks/gpu_study.py --profile companion --device cpu --workers 2 --no-rerun
 
 # Opt-in, not part of install: llama.cpp's OpenAI-compatible server (compiled from source, about 5-7 min on 2 cores; a
 # portable build, GGML_NATIVE=OFF: the native build segfaulted in its first decode on an AVX512/AMX machine here, in

@@ -12,20 +12,21 @@ from fastcore.basics import patch
 from fastcore.xtras import modified_env
 
 from .core import data_dir, project_dirs, user_cache_dir
-from .profiles import (Artifact, ProfileError, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
+from .profiles import (Artifact, ProfileError, _reads, artifact_needs, check_profile, full_params, load_manifest, nearest_hint,
                               output_root, profile_file, profile_name, read_profile, read_params,
                               select_artifacts, shown_path, unmet_needs, uses_batch)
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOWS', 'LLM_WORK', 'KNOWN_LIMITS',
-           'KNOWN_LIMITS_SOURCE', 'BATCH_KINDS', 'CallGroup', 'question_count', 'test_questions', 'generation_calls',
-           'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'benchmark_calls',
-           'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls',
-           'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds',
-           'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits',
-           'interactive_seconds', 'scale_questions', 'estimate_seconds', 'unknown_cost_fix', 'plan_group',
-           'plan_artifact', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter', 'spent_since',
-           'check_max_cost', 'check_budget', 'SpendGuard']
+           'KNOWN_LIMITS_SOURCE', 'BATCH_KINDS', 'PROFILE_READS', 'CallGroup', 'question_count', 'test_questions',
+           'generation_calls', 'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls',
+           'benchmark_calls', 'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups',
+           'artifact_calls', 'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status',
+           'fmt_seconds', 'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs',
+           'group_limits', 'interactive_seconds', 'limit_share', 'scale_questions', 'estimate_seconds',
+           'unknown_cost_fix', 'plan_group', 'plan_artifact', 'reads_from', 'run_after', 'simulate_schedule',
+           'artifact_phases', 'start_order', 'side_by_side', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan',
+           'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -51,6 +52,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
     benchmark_triples={'llm-only': 0, 'pog': 3.72, 'tog': 8.0, 'sr': 72.94, 'gcr': 6.54, 'rog': 72.15, 'subgraphrag': 199.61},  # triples each model gives the reader (SynthKGQA Table 2)
     mintaka_test=4000,  # questions in Mintaka's published test split (Table 3 reads those the KG can answer: an upper bound)
+    jobs=1,  # artifacts run side by side (`kgqa rerun --jobs`): the plan's total schedules them so, each model's limits shared
 )
 
 # Tokens of one call per prompt kind, measured on the smoke-size prompts with the offline models (same prompt builders as the
@@ -368,6 +370,8 @@ def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path 
     for m, lim in (plan.get('limits') or {}).items():
         if not isinstance(lim, dict) or not lim or any(k not in ('rpm', 'tpm', 'concurrency', 'seconds_per_call') or not isinstance(v, (int, float)) or v <= 0 for k, v in lim.items()):
             raise ProfileError(f'{shown_path(profile_file(profile))}: plan.limits.{m}: expected rpm, tpm, concurrency and/or seconds_per_call, numbers > 0, got {lim!r}')
+    if 'jobs' in plan and (isinstance(plan['jobs'], bool) or not isinstance(plan['jobs'], int) or plan['jobs'] < 1):
+        raise ProfileError(f'{shown_path(profile_file(profile))}: plan.jobs: expected a whole number of artifacts >= 1, got {plan["jobs"]!r}')
     return {**PLAN_DEFAULTS, **plan, 'split_sizes': {**PLAN_DEFAULTS['split_sizes'], **(plan.get('split_sizes') or {})}}
 
 def group_price(g: CallGroup, plan: dict):
@@ -430,6 +434,12 @@ def interactive_seconds(calls: int, tokens, lim: dict, spc: float, plan: dict,
     secs = max(calls / rate, calls * spc / inflight)
     return secs, f'{calls:,} calls at the {which} limit, {rate * 60:,.0f} calls/min, {inflight} in flight{tail}'
 
+def limit_share(calls: int, tokens, seconds: float, lim: dict, spc: float) -> float:
+    "The share of its server's limit a group uses alone: its request and token rates over the stated ones (the larger), else its calls in flight over `concurrency`."
+    if not calls or not seconds: return 0.
+    used = [n / seconds / (per_min / 60) for n, per_min in ((calls, lim['rpm']), (tokens, lim['tpm'] if tokens else None)) if per_min]
+    return round(min(max(used) if used else calls * spc / seconds / lim['concurrency'], 1.), 4)
+
 # %% ../nbs/40a_plan.ipynb #c044
 def scale_questions(p: dict, plan: dict) -> int:
     "Questions an artifact works through: those it reads itself, or, for one that reads a study (the benchmark), the study's test questions under the artifact's own cap."
@@ -467,7 +477,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
     if g.shared and g.shared in shared:
         return {**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0, 'completion_tokens': 0,
-                'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'batch': False}
+                'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'share': 0., 'batch': False}
     if g.shared: shared[g.shared] = art
     hits = min(g.calls, cached.get((g.kind, model), 0)); cached[(g.kind, model)] = cached.get((g.kind, model), 0) - hits
     n = g.calls - hits
@@ -480,11 +490,12 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     lim, lim_src = group_limits(g, plan)
     held = None if pt is None else pt + n * g.max_tokens  # what the provider counts against the token limit as each request starts
     secs, how = interactive_seconds(n, held, lim, lim.get('seconds_per_call') or spc, plan, g)
+    share = limit_share(n, held, secs, lim, lim.get('seconds_per_call') or spc)  # of the model's limit, while the group runs alone
     batch = g.kind in BATCH_KINDS and g.flow == 'many' and not (g.base_url or os.environ.get('KGQA_LLM_BASE_URL'))  # the code batches it (chat_many), at a hosted provider
     row.update(triples_per_prompt=g.triples, cache_hits=hits, api_calls=n, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost,
                batch_cost_usd=None if cost is None else round(cost * (BATCH_DISCOUNT if batch else 1), 4), batch=batch, flow=g.flow,
                reasoning_tokens_per_call=reasoning,
-               seconds=round(secs, 1), rate=how, limits_source=lim_src,
+               seconds=round(secs, 1), share=share, rate=how, limits_source=lim_src,
                tokens_source=size_src, price=list(price) if price else None, price_source=price_src)
     if cost is None: row['fix'] = unknown_cost_fix(art, g, row)
     return row
@@ -514,9 +525,97 @@ def plan_artifact(art: Artifact,  # the artifact
                 prompt_tokens=sum(g['prompt_tokens'] or 0 for g in groups), completion_tokens=sum(g['completion_tokens'] or 0 for g in groups),
                 cost_usd=None if None in costs else round(sum(costs), 4), batch_cost_usd=None if None in bcosts else round(sum(bcosts), 4),
                 seconds=None if timed is None else round(timed + llm_s, 1), batch_seconds=None if timed is None else round(timed + batch_s, 1),
+                own_seconds=None if timed is None else round(timed, 1),  # its work besides the LLM calls (the schedule's first phase)
                 seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c048
+# %% ../nbs/40a_plan.ipynb #c049
+PROFILE_READS = (('retriever_profile', 'retriever_study'),)  # (parameter naming a profile, the artifact whose run under it a notebook reads), beside `READS`
+
+def reads_from(art: Artifact,  # the artifact
+               params: dict) -> list:  # its parameters under the profile
+    "(artifact, profile) of every run a notebook reads: the `READS` pair its parameters follow, and `PROFILE_READS`."
+    p = full_params(art, params)
+    out = [(p[r[0]], p[r[1]])] if (r := _reads(p)) and p[r[1]] else []
+    return out + [(a, p[k]) for k, a in PROFILE_READS if p.get(k)]
+
+def run_after(names: list,  # the artifacts of the run
+              profile: str,  # profile name or YAML path
+              params: dict | None = None,  # `check_profile(profile)` (default: checked here)
+              manifest: dict | None = None) -> dict:
+    "artifact -> those of `names` whose run under this same profile it reads: it starts once they have finished."
+    manifest = manifest or load_manifest(); params = params or check_profile(profile, manifest)
+    me = profile_name(profile)
+    return {n: [a for a, prof in reads_from(manifest[n], params[n]) if a in names and a != n and profile_name(prof) == me] for n in names}
+
+# %% ../nbs/40a_plan.ipynb #c052
+def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), phases [(seconds alone, model or '', share of its limit)]
+                      slots: int) -> dict:  # tasks running at once at most (`--jobs`)
+    "name -> (start, end) seconds: each task starts in order once those it waits for ended and a slot is free; phases calling one model at once split its limit."
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1: raise ValueError(f'jobs must be a whole number >= 1, got {slots!r}')
+    known = {t['name'] for t in tasks}
+    waiting, running, out, now = list(tasks), {}, {}, 0.
+    while waiting or running:
+        for t in list(waiting):
+            if len(running) == slots: break
+            if all(d in out or d not in known for d in t['after']):
+                waiting.remove(t); running[t['name']] = (now, [list(p) for p in t['phases'] if p[0] > 0])
+        ended = [n for n, (_, ph) in running.items() if not ph]
+        for n in ended: out[n] = (running.pop(n)[0], now)
+        if ended: continue
+        if not running: raise ValueError(f'artifacts that wait for each other: {", ".join(t["name"] for t in waiting)}')
+        asked = {}  # model -> the sum of the shares of its limit the phases calling it now ask for
+        for _, ph in running.values(): asked[ph[0][1]] = asked.get(ph[0][1], 0.) + ph[0][2]
+        speed = {n: 1 / max(1., asked[ph[0][1]]) if ph[0][1] else 1. for n, (_, ph) in running.items()}
+        step = min(ph[0][0] / speed[n] for n, (_, ph) in running.items())
+        now += step
+        for n, (_, ph) in running.items():
+            ph[0][0] -= step * speed[n]
+            if ph[0][0] <= 1e-6: ph.pop(0)
+    return out
+
+# %% ../nbs/40a_plan.ipynb #c056
+def artifact_phases(a: dict,  # an artifact of the plan (`plan_artifact`)
+                    batch: bool = False,  # its roles that can wait go through the Batch API
+                    window: float = 0.) -> list:  # the batch completion window, seconds
+    "What an artifact does in turn, as `simulate_schedule` sees it: its own work, its call groups (seconds alone, model, share), a batch window."
+    if a.get('seconds') is None or a.get('own_seconds') is None: return []  # not run, or time unknown
+    waiting = [g for g in a['llm'] if batch and g['batch'] and g['api_calls']]
+    out = [(a['own_seconds'], '', 0.)] + [(g['seconds'], g['model'] or '$KGQA_LLM_MODEL', g['share']) for g in a['llm'] if g not in waiting]
+    return out + ([(window, '', 0.)] if waiting else [])
+
+def _chain(when: dict, after: dict) -> list:
+    "The artifact that ends last, behind those it waited for, each of which it started at the end of."
+    if not when: return []
+    out = [max(when, key=lambda n: when[n][1])]
+    while (d := next((d for d in after.get(out[0], []) if d in when and abs(when[d][1] - when[out[0]][0]) < 1e-3), None)): out.insert(0, d)
+    return out
+
+def start_order(arts: list) -> list:  # the plan's artifacts, with their `after`
+    "Names in the order free slots take them: the longest planned chain first (an artifact's time plus the longest chain of those that wait for it), ties in the manifest's order."
+    secs, chain = {a['artifact']: a.get('seconds') or 0. for a in arts}, {}
+    waits = {n: [a['artifact'] for a in arts if n in a.get('after', [])] for n in secs}
+    def length(n):
+        if n not in chain: chain[n] = secs[n]; chain[n] = secs[n] + max((length(m) for m in waits[n]), default=0.)  # a cycle stops at itself
+        return chain[n]
+    return sorted(secs, key=lambda n: -length(n))
+
+def side_by_side(arts: list,  # the plan's artifacts, with their `after`
+                 plan: dict,  # planning settings: `jobs`, `batch_hours`
+                 batched: list) -> dict:  # the artifacts the profile sends through the Batch API
+    "The plan's three totals as `kgqa rerun --jobs` runs the artifacts, the chain that ends last, and each model's busy time at its full limit."
+    window, after, order = plan['batch_hours'] * 3600, {a['artifact']: a.get('after', []) for a in arts}, start_order(arts)
+    arts = sorted(arts, key=lambda a: order.index(a['artifact']))
+    run = lambda batch: simulate_schedule([dict(name=a['artifact'], after=after[a['artifact']], phases=artifact_phases(a, batch(a), window))
+                                           for a in arts], plan['jobs'])
+    when = {k: run(b) for k, b in (('seconds', lambda a: False), ('run_seconds', lambda a: a['artifact'] in batched), ('batch_seconds', lambda a: True))}
+    busy = {}
+    for a in arts:
+        for g in a['llm']: busy[g['model'] or '$KGQA_LLM_MODEL'] = busy.get(g['model'] or '$KGQA_LLM_MODEL', 0.) + g['seconds'] * g.get('share', 0.)
+    return dict(jobs=plan['jobs'], **{k: round(max((e for _, e in w.values()), default=0.), 1) for k, w in when.items()},
+                order=order, chain=_chain(when['seconds'], after), schedule={n: [round(s, 1), round(e, 1)] for n, (s, e) in when['seconds'].items()},
+                model_busy_seconds=dict(sorted(((m, round(s, 1)) for m, s in busy.items() if s), key=lambda kv: -kv[1])))
+
+# %% ../nbs/40a_plan.ipynb #c058
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -531,12 +630,13 @@ def llm_roots(profile: str,  # profile name or YAML path
 def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                  only=None,  # artifact names (default: all in the manifest)
                  roots=None,  # folders of LLM caches / ledgers to measure from (default: `llm_roots(profile, measure=True)`)
-                 prior=None) -> dict:  # provenance records of earlier runs (default: `prior_runs()`)
+                 prior=None,  # provenance records of earlier runs (default: `prior_runs()`)
+                 jobs: int | None = None) -> dict:  # artifacts run side by side (default: the profile's `plan.jobs`)
     "What running `profile` needs, calls, spends and takes, per artifact and in total, from files on this machine only."
     import statistics
     manifest = load_manifest()
     names = select_artifacts(only, manifest)
-    params, plan = check_profile(profile, manifest), plan_settings(profile)
+    params, plan = check_profile(profile, manifest), {**plan_settings(profile), **({} if jobs is None else {'jobs': jobs})}
     not_run = read_profile(profile).get('not_run') or {}
     rows = measured_usage(llm_roots(profile, measure=True) if roots is None else roots)
     measured, cached = usage_by_kind(rows), {}
@@ -549,6 +649,8 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
         if n in not_run: arts.append(dict(artifact=n, status='not run', reason=not_run[n], needs=[], llm=[], api_calls=0, cost_usd=0., seconds=0.,
                                           batch_cost_usd=0., batch_seconds=0.)); continue
         arts.append(plan_artifact(manifest[n], params[n], plan, measured, cached, shared, prior, spc, profile_name(profile)))
+    after = run_after(names, profile, params, manifest)  # and the artifact whose LLM work it replays:
+    for a in arts: a['after'] = list(dict.fromkeys(after[a['artifact']] + [g['shared_with'] for g in a['llm'] if g.get('shared_with') not in (None, a['artifact'])]))
     costs = [a['cost_usd'] for a in arts]
     total = dict(api_calls=sum(a['api_calls'] for a in arts), prompt_tokens=sum(a.get('prompt_tokens', 0) for a in arts),
                  completion_tokens=sum(a.get('completion_tokens', 0) for a in arts),
@@ -561,14 +663,15 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                  blocked=[a['artifact'] for a in arts if a['status'] == 'blocked'])
     batched = [a['artifact'] for a in arts if uses_batch(a['artifact'], profile)]  # the profile's llm_batch: the run's mode per artifact
     run = lambda a, k: a[f'batch_{k}' if a['artifact'] in batched else k]
-    total.update(llm_batch=batched, run_cost_usd=round(sum(run(a, 'cost_usd') or 0 for a in arts), 4), run_seconds=round(sum(run(a, 'seconds') or 0 for a in arts), 1))
+    total.update(llm_batch=batched, run_cost_usd=round(sum(run(a, 'cost_usd') or 0 for a in arts), 4), run_seconds=round(sum(run(a, 'seconds') or 0 for a in arts), 1),
+                 side_by_side=side_by_side(arts, plan, batched))  # the totals above are the artifacts one after another
     from datetime import datetime, timezone
     probes = len({n['need'] for a in arts for n in a['needs'] if n['need'].startswith('server:')})
     return dict(profile=str(profile), created=datetime.now(timezone.utc).isoformat(timespec='seconds'), network_calls=0, local_server_probes=probes,
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c052
+# %% ../nbs/40a_plan.ipynb #c062
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -598,16 +701,24 @@ def format_plan(plan: dict) -> str:
     t = plan['total']
     lines.append(f"total: {t['api_calls']:,} LLM API calls, {fmt_tokens(t['prompt_tokens'])} prompt + {fmt_tokens(t['completion_tokens'])} completion tokens"
                  + (f"; unmeasured time: {', '.join(t['seconds_unknown_for'])}" if t['seconds_unknown_for'] else ''))
-    lines.append(f"  interactive, at the stated limits: {fmt_usd(t['cost_usd'])}, ~{fmt_seconds(t['seconds'])}")
-    if t.get('llm_batch'): lines.append(f"  as this profile runs it (Batch API for {', '.join(t['llm_batch'])}): {fmt_usd(t['run_cost_usd'])}, ~{fmt_seconds(t['run_seconds'])}")
-    lines.append(f"  batch where a role can wait: {fmt_usd(t['batch_cost_usd'])}, ~{fmt_seconds(t['batch_seconds'])} "
-                 f"(each batch counted at its {plan['settings']['batch_hours']:g} h window; most finish far sooner)")
+    sb = t['side_by_side']; one = sb['jobs'] == 1
+    seq = lambda k: '' if one else f" (one after another: ~{fmt_seconds(t[k])})"
+    how = 'one artifact at a time (--jobs 1)' if one else f"side by side (--jobs {sb['jobs']}, per-model limits shared)"
+    lines.append(f"  {how}, interactive at the stated limits: {fmt_usd(t['cost_usd'])}, ~{fmt_seconds(sb['seconds'])}{seq('seconds')}")
+    if t.get('llm_batch'): lines.append(f"  as this profile runs it (Batch API for {', '.join(t['llm_batch'])}): {fmt_usd(t['run_cost_usd'])}, ~{fmt_seconds(sb['run_seconds'])}{seq('run_seconds')}")
+    lines.append(f"  batch where a role can wait: {fmt_usd(t['batch_cost_usd'])}, ~{fmt_seconds(sb['batch_seconds'])} ("
+                 + ('' if one else f"one after another: ~{fmt_seconds(t['batch_seconds'])}; ")
+                 + f"each batch counted at its {plan['settings']['batch_hours']:g} h window; most finish far sooner)")
+    if not one and sb['chain']:
+        lines.append(f"  ends last: {' -> '.join(sb['chain'])}" + (', each starting when the one before it ends' if len(sb['chain']) > 1 else '')
+                     + "; each model's limit busy (its calls at the full limit): "
+                     + ', '.join(f'{m} ~{fmt_seconds(s)}' for m, s in list(sb['model_busy_seconds'].items())[:3]))
     if t['cost_unknown_for']: lines.append(f"  + unknown cost for {', '.join(t['cost_unknown_for'])}; one setting fixes each:")
     lines += [f"    {f}" for f in t.get('unknown_cost_fixes', [])]
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c055
+# %% ../nbs/40a_plan.ipynb #c067
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -636,7 +747,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c057
+# %% ../nbs/40a_plan.ipynb #c069
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -661,7 +772,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c059
+# %% ../nbs/40a_plan.ipynb #c071
 def check_max_cost(max_cost):  # USD, or None (no limit)
     "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
@@ -682,7 +793,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c061
+# %% ../nbs/40a_plan.ipynb #c073
 class SpendGuard:
     "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
     def __init__(self, max_cost: float | None,  # USD; None: no limit

@@ -18,8 +18,8 @@ from .plan import (SpendGuard, SpendMeter, check_budget, fmt_seconds, fmt_tokens
 
 # %% auto #0
 __all__ = ['same_bytes', 'publish_outputs', 'PublishError', 'check_publishable', 'resolve_params', 'notebook_error_line',
-           'without_timestamps', 'failed_notebook', 'execute_artifact', 'run_artifact', 'Heartbeat', 'run_guarded',
-           'rerun', 'list_artifacts', 'rerun_cli']
+           'without_timestamps', 'failed_notebook', 'kernel_manager', 'execute_artifact', 'run_artifact', 'Heartbeat',
+           'LineWriter', 'run_guarded', 'rerun', 'list_artifacts', 'rerun_cli']
 
 # %% ../nbs/40b_rerun.ipynb #c005
 def same_bytes(a: Path, b: Path) -> bool:
@@ -95,22 +95,33 @@ def failed_notebook(name: str) -> Path:
     "Where the executed notebook of a failed or interrupted run is kept: the scratch folder, never beside the published ones."
     return project_dirs.scratch / 'failed' / f'{name}.ipynb'
 
+# %% ../nbs/40b_rerun.ipynb #c012
+def kernel_manager(env: dict) -> type:  # variables the kernel sees on top of this process's environment
+    "A kernel manager class whose kernels start with `env` over this process's environment: no thread changes `os.environ`, so artifacts side by side each give their kernel its own."
+    from jupyter_client.manager import AsyncKernelManager
+    class EnvKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw): return await super().start_kernel(**{**kw, 'env': {**os.environ, **kw.get('env', {}), **env}})
+    return EnvKernelManager
+
 def execute_artifact(art: Artifact,  # the artifact to run
                      executed: Path,  # where the executed notebook goes (replaced only when the run finished)
                      params: dict,  # its parameters (`resolve_params`)
-                     profile: str) -> None:  # profile name or YAML path
+                     profile: str,  # profile name or YAML path
+                     stderr=None) -> None:  # where the kernel's stderr goes (default: this process's)
     "Run the notebook with papermill in nbs/ into a temporary file (profile in $KGQA_PROFILE, Batch API per `llm_batch`); moved into place when it finished."
     import papermill as pm
-    bar = sys.stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
+    stderr = stderr or sys.stderr
+    bar = stderr.isatty() and os.environ.get('KGQA_PROGRESS', '1') != '0'
     running = project_dirs.scratch / 'running' / f'{art.name}.{os.getpid()}.ipynb'  # never in a committed folder, even if killed
     running.parent.mkdir(parents=True, exist_ok=True)
     try:
         # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
         # echo it a second time through its logger); its stdout stays in the notebook
         env = dict(KGQA_PROFILE=profile_name(profile), **({'KGQA_LLM_BATCH': '1'} if uses_batch(art.name, profile) else {}))
-        with open(os.devnull, 'w') as quiet, modified_env(**env):
+        with open(os.devnull, 'w') as quiet:
             pm.execute_notebook(str(art.notebook), str(running), parameters=params, kernel_name='python3', language='python',
-                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=sys.stderr)
+                                cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=stderr,
+                                kernel_manager_class=kernel_manager(env))
     except BaseException as e:  # failed or interrupted: the previous executed notebook stays; this one goes to the scratch folder
         kept = failed_notebook(art.name)
         if running.exists(): write_text_atomic(kept, portable(running.read_text())); running.unlink()
@@ -118,13 +129,14 @@ def execute_artifact(art: Artifact,  # the artifact to run
         raise ArtifactError(f'{art.name}: {notebook_error_line(e)}; executed notebook: {shown_path(kept)}') from None
     write_text_atomic(executed, portable(without_timestamps(running.read_text(), str(executed)))); running.unlink()
 
-# %% ../nbs/40b_rerun.ipynb #c012
+# %% ../nbs/40b_rerun.ipynb #c013
 def run_artifact(art: Artifact,  # the artifact to run
                  profile: str = 'smoke',  # profile name or YAML path
                  overrides: dict | None = None,  # parameters that replace the profile's
                  out_root=None,  # output folder (default: the profile's; given, nothing is published)
                  plan: dict | None = None,  # this artifact's entry of `plan_profile` (recorded in the provenance)
-                 meter=None) -> dict:  # a `SpendMeter`: the LLM spend measured during the run is recorded
+                 meter=None,  # a `SpendMeter`: the LLM spend measured during the run is recorded
+                 stderr=None) -> dict:  # where the kernel's stderr goes (default: this process's)
     "Execute one artifact notebook with papermill and verify its outputs; returns a run record."
     publish = publish_dirs(profile) if out_root is None else None
     if publish: check_publishable(profile)
@@ -132,7 +144,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     params = resolve_params(art, profile, out_root, overrides)
     executed = out_root / 'results' / 'executed' / f'{art.name}.ipynb'; executed.parent.mkdir(parents=True, exist_ok=True)
     before, last = meter.poll() if meter else None, executed.read_bytes() if executed.is_file() else None
-    with Timer() as t: execute_artifact(art, executed, params, profile)
+    with Timer() as t: execute_artifact(art, executed, params, profile, stderr)
     missing = [o for o in art.outputs if not (out_root / o).exists()]
     if missing: raise ArtifactError(f'{art.name}: finished but did not write {missing}')
     spent = spent_since(before, meter.poll()) if meter else None
@@ -145,7 +157,7 @@ def run_artifact(art: Artifact,  # the artifact to run
     if publish and publish[0].resolve() != (out_root / 'results').resolve(): outputs = publish_outputs(art, out_root, *publish)
     return dict(artifact=art.name, status='ok', seconds=round(t.s, 1), outputs=[str(o) for o in outputs], **({'llm_spent': spent} if meter else {}))
 
-# %% ../nbs/40b_rerun.ipynb #c018
+# %% ../nbs/40b_rerun.ipynb #c019
 class Heartbeat:
     "Context manager printing '<label>: still running (<elapsed>)' every `every` seconds until the block ends."
     def __init__(self, label: str,  # what is running, e.g. '[2/12] synthkgqa_dataset'
@@ -167,24 +179,42 @@ class Heartbeat:
 
     def __exit__(self, *a): self._stop.set(); self._thread.join()
 
-# %% ../nbs/40b_rerun.ipynb #c021
+# %% ../nbs/40b_rerun.ipynb #c022
+class LineWriter:
+    "A text stream that hands `log` whole lines only, each after `prefix` (what is left when it closes, too); not a terminal."
+    def __init__(self, log, prefix: str = ''): self.log, self.prefix, self._buf = log, prefix, ''
+    def write(self, text: str) -> int:
+        *whole, self._buf = (self._buf + text).split('\n')
+        for line in whole: self.log(self.prefix + line)
+        return len(text)
+    def flush(self): pass
+    def isatty(self) -> bool: return False  # no progress bar: it would redraw over other artifacts' lines
+    def close(self):
+        if self._buf: self.log(self.prefix + self._buf); self._buf = ''
+    def __enter__(self): return self
+    def __exit__(self, *a): self.close()
+
+# %% ../nbs/40b_rerun.ipynb #c025
 def run_guarded(art: Artifact,  # the artifact to run
                 profile: str,  # profile name or YAML path
                 guard: SpendGuard,  # the run's spend guard
                 meter: SpendMeter,  # the run's spend meter (what each artifact spent, for its record and the heartbeat)
                 head: str,  # its progress label, e.g. '[2/12] synthkgqa_dataset'
-                log, run, out_root=None, plan: dict | None = None, heartbeat: float = 60.):
+                log, run, out_root=None, plan: dict | None = None, heartbeat: float = 60.,
+                beside: bool = False):  # other artifacts run at the same time (`--jobs`): see below
     "One artifact's run under the heartbeat: its record, or a `stopped` record when the spend guard refused one of its calls."
     start = meter.poll()
-    spend = lambda s: f"LLM so far: {s['api_calls']:,} API calls, {fmt_tokens(s['prompt_tokens'] + s['completion_tokens'])} tokens, {fmt_usd(s['cost_usd'])}"
+    spend = lambda s: (f"LLM so far{' (the whole run)' if beside else ''}: {s['api_calls']:,} API calls, "
+                       f"{fmt_tokens(s['prompt_tokens'] + s['completion_tokens'])} tokens, {fmt_usd(s['cost_usd'])}")
     try:
         with Heartbeat(head, heartbeat, log, detail=lambda: spend(meter.poll()) if meter.calls or (plan or {}).get('api_calls') else ''):
-            return run(art, profile, out_root=out_root, plan=plan, meter=meter)
+            if not beside: return run(art, profile, out_root=out_root, plan=plan, meter=meter)
+            with LineWriter(log, f'{head}: ') as err: return run(art, profile, out_root=out_root, plan=plan, meter=None, stderr=err)
     except Exception:  # a refused call ends the artifact: SpendLimitError here, a failed notebook from a kernel
         if not guard.tripped: raise
-        return dict(artifact=art.name, status='stopped', reason=guard.total(), llm_spent=spent_since(start, meter.poll()))
+        return dict(artifact=art.name, status='stopped', reason=guard.total(), **({} if beside else {'llm_spent': spent_since(start, meter.poll())}))
 
-# %% ../nbs/40b_rerun.ipynb #c024
+# %% ../nbs/40b_rerun.ipynb #c028
 def _run_one(i, n, names, art, profile, pa, skip, guard, meter, records, log, run, out_root, heartbeat, t0, keep_going) -> bool:
     "Run artifact `n` (the i-th of `names`) and append its record (and, when the guard stopped, the others'); True: stop the run."
     head = f'[{i}/{len(names)}] {n}'
@@ -206,7 +236,7 @@ def _run_one(i, n, names, art, profile, pa, skip, guard, meter, records, log, ru
     records += [dict(artifact=m, status='stopped', reason=why) for m in names[i:]]
     return True
 
-# %% ../nbs/40b_rerun.ipynb #c025
+# %% ../nbs/40b_rerun.ipynb #c029
 def rerun(profile: str = 'smoke',  # profile name or YAML path
           only=None,  # artifact names (default: all in the manifest)
           keep_going: bool = True,  # run the rest after a failure
@@ -214,24 +244,65 @@ def rerun(profile: str = 'smoke',  # profile name or YAML path
           log=None,  # callable taking a progress line (default: print to stderr)
           heartbeat: float = 60.,  # seconds between 'still running' lines
           max_cost: float | None = None,  # USD: refuse a run planned above it; refuse any call that could pass it
-          run=None) -> list:  # the function that runs one artifact (default: `run_artifact`)
+          run=None,  # the function that runs one artifact (default: `run_artifact`)
+          jobs: int = 1) -> list:  # artifacts run at once, each in its own kernel (1: one after another, in the manifest's order)
     "Run every (or `only` the named) artifact under `profile`; returns one status record per artifact."
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1: raise UsageError(f'--jobs must be a whole number >= 1, got {jobs!r}')
     log, run = log or (lambda s: print(s, file=sys.stderr, flush=True)), run or run_artifact
     manifest = load_manifest()
     names, params = select_artifacts(only, manifest), check_profile(profile, manifest)
     not_run = read_profile(profile).get('not_run') or {}
     skip = {n: [f'not in this profile: {not_run[n]}'] if n in not_run else unmet_needs(artifact_needs(manifest[n], params[n])) for n in names}
     if out_root is None and not all(skip.values()): check_publishable(profile)  # before anything runs
-    planned = {a['artifact']: a for a in plan_profile(profile, names)['artifacts']}
+    plan = plan_profile(profile, names, jobs=jobs)
+    planned = {a['artifact']: a for a in plan['artifacts']}
     if max_cost is not None: check_budget(dict(artifacts=list(planned.values())), max_cost)
     prices = plan_settings(profile)['prices']
     meter, records, t0 = SpendMeter(llm_roots(profile), prices), [], time.perf_counter()
     with SpendGuard(max_cost, prices) as guard:
+        if jobs > 1: return _side_by_side(names, plan['total']['side_by_side']['order'], manifest, profile, planned, skip, guard, meter, log, run,
+                                          out_root, heartbeat, t0, keep_going, jobs)
         for i, n in enumerate(names, 1):
             if _run_one(i, n, names, manifest[n], profile, planned[n], skip[n], guard, meter, records, log, run, out_root, heartbeat, t0, keep_going): break
     return records
 
-# %% ../nbs/40b_rerun.ipynb #c030
+# %% ../nbs/40b_rerun.ipynb #c033
+def _side_by_side(names, order, manifest, profile, planned, skip, guard, meter, log, run, out_root, heartbeat, t0, keep_going, jobs) -> list:
+    "Run `names` up to `jobs` at a time, free slots taking them in `order` once those they wait for finished ok; one record each, in the order of `names`."
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    lock, head = threading.Lock(), {n: f'[{i}/{len(names)}] {n}' for i, n in enumerate(names, 1)}
+    def say(line):
+        with lock: log(line)
+    recs, bad, waiting, running, stop = {}, set(), [n for n in order if n in names], {}, False  # bad: its dependents are skipped
+    def end(n, rec, line):
+        recs[n] = rec; say(f'{head[n]}: {line}')
+        if rec['status'] != 'ok' and not skip[n]: bad.add(n)
+    with ThreadPoolExecutor(jobs) as pool:
+        while waiting or running:
+            for n in [] if stop else list(waiting):
+                after, pa = [d for d in planned[n].get('after', []) if d in names], planned[n]
+                why = skip[n] or [f"needs {d}, which {'failed' if recs[d]['status'] == 'failed' else 'was ' + recs[d]['status']}" for d in after if d in bad]
+                if why: waiting.remove(n); end(n, dict(artifact=n, status='skipped', reason='; '.join(why)), f'skipped, {"; ".join(why)}'); continue
+                if len(running) == jobs or not all(d in recs for d in after): continue
+                waiting.remove(n)
+                say(f'{head[n]}: running' + (f" (planned: {pa['api_calls']:,} LLM API calls, {fmt_usd(pa['cost_usd'])}, ~{fmt_seconds(pa['seconds'])} alone)" if pa['api_calls'] else ''))
+                running[pool.submit(run_guarded, manifest[n], profile, guard, meter, head[n], say, run, out_root, pa, heartbeat, True)] = n
+            if not running: break
+            for f in wait(running, return_when=FIRST_COMPLETED)[0]:
+                n = running.pop(f)
+                try: rec = f.result()
+                except ArtifactError as e: end(n, dict(artifact=n, status='failed', reason=str(e)), f'FAILED, {str(e).splitlines()[0]}'); stop |= not keep_going; continue
+                if guard.tripped: end(n, {**rec, 'status': 'stopped', 'reason': guard.total()}, f'STOPPED, {guard.total()}'); continue
+                end(n, rec, f'ok in {fmt_seconds(rec["seconds"])} (total {fmt_seconds(time.perf_counter() - t0)})' if rec['status'] == 'ok' else f"{rec['status'].upper()}, {rec.get('reason', '')}")
+            if guard.tripped and waiting:
+                why = guard.total(); say(f'[{len(names)} artifacts] STOPPED, {why}; the {len(waiting)} not started are not run')
+                recs.update({m: dict(artifact=m, status='stopped', reason=why) for m in waiting}); waiting = []
+    s = meter.poll()
+    if s['api_calls']: say(f"[{len(names)} artifacts, {jobs} at a time] LLM spend of the run: {s['api_calls']:,} API calls, {fmt_usd(s['cost_usd'])} "
+                           f"(planned {sum(planned[n]['api_calls'] for n in recs if recs[n]['status'] != 'skipped'):,})")
+    return [recs[n] for n in names if n in recs]
+
+# %% ../nbs/40b_rerun.ipynb #c038
 def list_artifacts(profile: str,  # profile name or YAML path
                    only=None) -> list:  # artifact names (default: all in the manifest)
     "The lines of `kgqa rerun --list`: each artifact, its outputs and needs, and each parameter with the value `profile` gives it."
@@ -256,10 +327,12 @@ def rerun_cli(argv=None) -> int:
     ap.add_argument('--plan', action='store_true', help='print what the run needs, calls, spends and takes per artifact (no network call), write it as JSON, and exit')
     ap.add_argument('--plan-json', metavar='PATH', help='where --plan writes the JSON plan (default: _smoke/plans/<profile>.json)')
     ap.add_argument('--max-cost', type=float, metavar='USD', help='refuse to start (or, with --plan, refuse the plan) when the plan costs more; refuse any LLM call that could pass it')
+    ap.add_argument('--jobs', type=int, metavar='N', help="run up to N artifacts at once, each after those it reads (default 1; with --plan: the profile's plan.jobs)")
     a = ap.parse_args(argv)
     if a.max_cost is not None and not (math.isfinite(a.max_cost) and a.max_cost >= 0): raise UsageError(f'--max-cost must be >= 0 USD, got {a.max_cost:g}')
+    if a.jobs is not None and a.jobs < 1: raise UsageError(f'--jobs must be a whole number >= 1, got {a.jobs}')
     if a.plan:
-        plan = plan_profile(a.profile, a.only)
+        plan = plan_profile(a.profile, a.only, jobs=a.jobs)
         out = Path(a.plan_json) if a.plan_json else project_dirs.scratch / 'plans' / f'{Path(a.profile).stem}.json'
         write_text_atomic(out, json.dumps(jsonable(plan), indent=1) + '\n')
         print(format_plan(plan)); print(f'plan written to {shown_path(out)}')
@@ -268,7 +341,7 @@ def rerun_cli(argv=None) -> int:
     if a.list:
         print('\n'.join(list_artifacts(a.profile, a.only)))
         return 0
-    recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error, max_cost=a.max_cost)
+    recs = rerun(a.profile, a.only, keep_going=not a.stop_on_error, max_cost=a.max_cost, jobs=a.jobs or 1)
     for r in recs: print(f"{r['status']:>7}  {r['artifact']:<30} {fmt_seconds(r['seconds']) if 'seconds' in r else ''} {r.get('reason', '').splitlines()[0] if r.get('reason') else ''}")
     pub = publish_dirs(a.profile)
     print(f'outputs under {shown_path(output_root(a.profile))}' + (f', published to {shown_path(pub[0])}/ and {shown_path(pub[1])}/' if pub else ''))

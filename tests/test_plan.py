@@ -136,13 +136,46 @@ def test_readme_plan_sentence_comes_from_the_plan(tmp_path, monkeypatch):
     import importlib.util
     spec = importlib.util.spec_from_file_location('readme_plan', Path(__file__).resolve().parent.parent / 'tools' / 'readme_plan.py')
     rp = importlib.util.module_from_spec(spec); spec.loader.exec_module(rp)
-    plan = dict(profile='paper', total=dict(api_calls=1234, cost_usd=5.5, seconds=7200, batch_cost_usd=3.25),
+    plan = dict(profile='paper', total=dict(api_calls=1234, cost_usd=5.5, seconds=7200, batch_cost_usd=3.25,
+                                            side_by_side=dict(jobs=2, seconds=3600, chain=['a', 'b'])),
                 artifacts=[dict(artifact='a', seconds=3600), dict(artifact='b', seconds=7), dict(artifact='c', seconds=None)])
     (tmp_path / 'plan.json').write_text(json.dumps(plan)); monkeypatch.setattr(rp, 'ROOT', tmp_path)
     (tmp_path / 'README.md').write_text(f'Before. {rp.START}old numbers{rp.END} After.\n')
     assert rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 1
     assert rp.main(['--plan', str(tmp_path / 'plan.json')]) == 0 and rp.main(['--check', '--plan', str(tmp_path / 'plan.json')]) == 0
     text = (tmp_path / 'README.md').read_text()
-    assert '1,234 LLM calls: $5.50 and about 2h00m interactive' in text and 'b 7s.' in text and text.endswith(' After.\n')
+    flat = ' '.join(text.split())
+    assert '1,234 LLM calls: $5.50 and about 1h00m interactive' in flat and '(`--jobs 2`' in flat and '2h00m one after another' in flat
+    assert 'it ends with a -> b' in flat and 'b 7s.' in text and text.endswith(' After.\n')
     assert max(len(l) for l in text.splitlines()) <= 120   # wrapped: the README reads in short lines
     with pytest.raises(ValueError, match='exactly one'): rp.with_sentence('no block', 'x')
+
+
+def test_figures_runs_as_many_artifacts_at_once_as_the_paper_plan_assumes():
+    "Issue 41, item 3: the plan is the run: `make figures` passes --jobs JOBS, and JOBS is the paper profile's plan.jobs."
+    import re
+    make = (Path(__file__).resolve().parent.parent / 'Makefile').read_text()
+    target = make.split('\nfigures:')[1].split('\n\n')[0]
+    assert target.count('--jobs $(JOBS)') == 2  # the plan it prints and the run
+    assert int(re.search(r'^JOBS \?= (\d+)$', make, re.M)[1]) == pl.plan_settings('paper')['jobs'] > 1
+
+
+def test_bad_jobs_are_refused(machine):
+    for bad in (0, 'four', True):
+        with pytest.raises(pr.ProfileError, match=r'plan.jobs: expected a whole number of artifacts >= 1'):
+            pl.plan_settings(profile(machine, f'plan:\n  jobs: {bad}\n'))
+
+
+def test_the_paper_plan_schedules_its_artifacts_side_by_side(machine):
+    "Readers of a run start after it (Table 4, Table 2 after the study; Figure 9 after Table 6); the total is the schedule's, under the sum."
+    p = pl.plan_profile('paper', roots=[], prior=[])
+    by, sb = {a['artifact']: a for a in p['artifacts']}, p['total']['side_by_side']
+    assert by['table4_gt_vs_sp']['after'] == ['retriever_study'] and by['kgqagen_table2']['after'] == ['retriever_study']
+    assert by['fig9_shortcuts_parallel_paths']['after'] == ['table6_gt_vs_sp'] and by['table1_dataset_overview']['after'] == []
+    when = sb['schedule']
+    for a in p['artifacts']:
+        for d in a['after']: assert when[a['artifact']][0] >= when[d][1], (a['artifact'], d)
+    assert sb['jobs'] == pl.plan_settings('paper')['jobs'] and sb['seconds'] < p['total']['seconds']
+    assert sb['seconds'] >= max(a['seconds'] or 0 for a in p['artifacts'])
+    one = pl.plan_profile('paper', roots=[], prior=[], jobs=1)['total']
+    assert one['side_by_side']['seconds'] == pytest.approx(one['seconds'], abs=1.)  # one slot: the sum

@@ -286,3 +286,37 @@ def test_llm_batch_profile_key_reaches_the_notebook(tmp_path, monkeypatch, liste
     prof = profile(tmp_path, f'llm_batch: [{"batchy" if listed else "other"}]\n')
     rr.execute_artifact(rr.Artifact('batchy', p), tmp_path / 'executed.ipynb', dict(out_dir=str(tmp_path)), prof)
     assert (tmp_path / 'env.txt').read_text() == ('1' if listed else 'unset')
+
+
+def _side_by_side_profile(tmp, table6='n_questions: 20'):
+    "Smoke-size: the KG overview of the toy world, Table 6 on 20 generated questions, and Figure 9, which reads Table 6's."
+    p = tmp / 'jobs.yaml'
+    p.write_text(f'kg_overview:\n  kgs: [toyworld]\ntable6_gt_vs_sp:\n  {table6}\nfig9_shortcuts_parallel_paths:\n  analysis_profile: {p}\n')
+    return str(p)
+
+
+def test_jobs_runs_artifacts_side_by_side_after_what_they_read(bare_machine):
+    "Issue 41, item 3: `--jobs 2` runs two notebooks at once, each in its own kernel; Figure 9 starts only after Table 6, which it reads, ended ok."
+    prof, lines = _side_by_side_profile(bare_machine), []
+    names = ['kg_overview', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths']
+    assert pl.plan_profile(prof, names, roots=[], prior=[])['artifacts'][2]['after'] == ['table6_gt_vs_sp']
+    recs = rr.rerun(prof, names, out_root=bare_machine / 'out', log=lines.append, jobs=2)
+    assert [(r['artifact'], r['status']) for r in recs] == [(n, 'ok') for n in names], recs
+    for n in names: assert (bare_machine / 'out' / 'results' / 'executed' / f'{n}.ipynb').is_file()
+    at = lambda n, what: lines.index(next(l for l in lines if l.startswith(f'[{names.index(n) + 1}/3] {n}: {what}')))
+    assert at('table6_gt_vs_sp', 'ok') < at('fig9_shortcuts_parallel_paths', 'running')        # after what it reads
+    first_end = min(at(n, 'ok') for n in names[:2])
+    assert at('kg_overview', 'running') < first_end and at('table6_gt_vs_sp', 'running') < first_end  # the two ran at once
+    assert all(l.startswith('[') for l in lines)  # every line is one artifact's (or the run's), whole
+
+
+def test_jobs_skips_what_reads_a_failed_artifact(bare_machine):
+    "A real notebook failure (Table 6 with an unknown shortest-path convention) skips Figure 9 with the reason; --jobs 1 is unchanged."
+    prof, lines = _side_by_side_profile(bare_machine, 'convention: no-such-convention'), []
+    names = ['table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths']
+    recs = rr.rerun(prof, names, out_root=bare_machine / 'out', log=lines.append, jobs=2)
+    assert [r['status'] for r in recs] == ['failed', 'skipped'], recs
+    assert recs[1]['reason'] == 'needs table6_gt_vs_sp, which failed'
+    assert '[2/2] fig9_shortcuts_parallel_paths: skipped, needs table6_gt_vs_sp, which failed' in lines
+    rr.failed_notebook('table6_gt_vs_sp').unlink(missing_ok=True)  # the failed run's notebook, kept in the scratch folder
+    with pytest.raises(UsageError, match='--jobs must be a whole number >= 1, got 0'): rr.rerun(prof, names, jobs=0)

@@ -15,14 +15,18 @@ BLOCK = re.compile(re.escape(START) + r'.*?' + re.escape(END), re.S)
 
 
 def plan_sentence(plan: dict) -> str:
-    "The README's one sentence of a plan's totals: calls, interactive cost and hours, batch cost, the slowest artifacts."
+    "The README's one sentence of a plan's totals: calls, interactive cost and hours side by side (and one after another), batch cost, what ends last, the slowest artifacts."
     from kgqa_nb.plan import fmt_seconds
-    t = plan['total']
+    t, sb = plan['total'], plan['total']['side_by_side']
     slow = sorted((a for a in plan['artifacts'] if a.get('seconds')), key=lambda a: -a['seconds'])[:3]
+    how = (f"with {sb['jobs']} artifacts side by side (`--jobs {sb['jobs']}`, each model's limits shared by the artifacts calling it at "
+           f"once; {fmt_seconds(t['seconds'])} one after another)" if sb['jobs'] > 1 else 'one artifact at a time')
     return (f"`kgqa rerun --profile {plan['profile']} --plan` plans {t['api_calls']:,} LLM calls: ${t['cost_usd']:,.2f} and about "
-            f"{fmt_seconds(t['seconds'])} interactive at the stated limits, ${t['batch_cost_usd']:,.2f} where the code batches a role "
+            f"{fmt_seconds(sb['seconds'])} interactive at the stated limits {how}, ${t['batch_cost_usd']:,.2f} where the code batches a role "
             f"through the Batch API" + (f"; as the profile runs it (Batch API for {', '.join(t['llm_batch'])}, each batch counted at its "
-               f"{plan['settings']['batch_hours']:g} h window) ${t['run_cost_usd']:,.2f}, about {fmt_seconds(t['run_seconds'])}" if t.get('llm_batch') else '')
+               f"{plan['settings']['batch_hours']:g} h window) ${t['run_cost_usd']:,.2f}, about {fmt_seconds(sb['run_seconds'])}"
+               + (f" ({fmt_seconds(t['run_seconds'])} one after another)" if sb['jobs'] > 1 else '') if t.get('llm_batch') else '')
+            + (f"; it ends with {' -> '.join(sb['chain'])}, each starting when the one before it ends" if sb['jobs'] > 1 and len(sb['chain']) > 1 else '')
             + f"; the longest artifacts: " + ', '.join(f"{a['artifact']} {fmt_seconds(a['seconds'])}" for a in slow) + '.')
 
 
