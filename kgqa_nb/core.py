@@ -28,7 +28,7 @@ __all__ = ['PKG_DIR', 'ROOT', 'TRACKED_PACKAGES', 'OUTPUT_DIRS', 'SECRET_HINTS',
            'atomic_path', 'write_text_atomic', 'run_folder_kind', 'check_write_target', 'generation_run',
            'check_output_file', 'artifact_dirs', 'write_table', 'write_provenance', 'save_figure', 'JsonlCache',
            'CacheMissError', 'ReplayCache', 'MalformedFileError', 'JsonlWarning', 'check_input_size', 'read_jsonl',
-           'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by']
+           'params_key', 'keyed_folder', 'code_fingerprint', 'mark_built', 'built_by', 'artifact_params']
 
 # %% ../nbs/00_core.ipynb #c005
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().resolve().parent / 'kgqa_nb'
@@ -637,3 +637,13 @@ def built_by(folder) -> dict:  # a cached folder
     f = Path(folder) / 'built.json'
     rec = json.loads(f.read_text()) if f.exists() else dict(git=None, created=None)
     return dict(folder=Path(folder).name, **rec)
+
+# %% ../nbs/00_core.ipynb #c076
+def artifact_params(ns: dict,  # the notebook's namespace (`globals()`), or a dict of its parameters
+                    names,  # the parameters the caller reads
+                    artifact: str):  # the artifact they belong to, for the error
+    "The named parameters as attributes of a `types.SimpleNamespace`; a `UsageError` names those missing."
+    from types import SimpleNamespace
+    missing = [n for n in names if n not in ns]
+    if missing: raise UsageError(f'{artifact}: parameters {", ".join(missing)} missing (its notebook declares them in its parameters cell)')
+    return SimpleNamespace(**{n: ns[n] for n in names})
