@@ -21,7 +21,7 @@ from .subgraphrag import label_key, torch_threads
 
 # %% auto #0
 __all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDGET', 'path_text', 'relation_vocab', 'parse_path',
-           'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'gold_answers', 'label_triples',
+           'path_prompt', 'record_seeds', 'as_triples', 'gold_triples', 'answer_indices', 'label_triples',
            'training_paths', 'ground_path', 'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator',
            'word_tokenizer', 'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'entity_walks',
            'walk_entities', 'walk_text', 'walk_triples', 'training_walks', 'entity_training_pairs', 'RoG',
@@ -70,14 +70,14 @@ def gold_triples(rec: dict, kg: KnowledgeGraph) -> np.ndarray:
     ids = [[parse_item(x)[1] for x in tr] for tr in rec['answer_subgraph']]
     return np.array([[kg.entity(h), kg.relation(r), kg.entity(t)] for h, r, t in ids], np.int64).reshape(-1, 3)
 
-def gold_answers(rec: dict, kg: KnowledgeGraph) -> list:
+def answer_indices(rec: dict, kg: KnowledgeGraph) -> list:
     "KG indices of the record's answers that the KG holds (gold: training only)."
     return sorted(kg.entity_index[a] for a in record_answers(rec) if a in kg.entity_index)
 
 # %% ../nbs/24_pathgen.ipynb #c014
 def label_triples(rec: dict, kg: KnowledgeGraph, graph=None, labels: str = 'gt') -> np.ndarray:
     "(n, 3) triples the supervision walks: the answer subgraph ('gt'), or the shortest seed-answer paths of the question graph ('sp...')."
-    key, seeds, answers = label_key(labels), record_seeds(rec, kg), gold_answers(rec, kg)
+    key, seeds, answers = label_key(labels), record_seeds(rec, kg), answer_indices(rec, kg)
     if key == 'gt': return gold_triples(rec, kg)
     tri = kg.triples if graph is None else as_triples(graph)
     sp = shortest_path_labels((tri[:, 0], tri[:, 1], tri[:, 2]), seeds, answers, convention=key.split(':', 1)[1], num_nodes=kg.num_entities)
@@ -87,7 +87,7 @@ def training_paths(rec: dict, kg: KnowledgeGraph, graph=None,  # the question gr
                    labels: str = 'gt',  # 'gt': inside the answer subgraph; 'sp' or 'sp:<convention>': shortest paths
                    max_paths: int = 20) -> list:
     "Distinct directed relation paths from each seed to an answer, the supervision of the path generator."
-    seeds, answers, tri = record_seeds(rec, kg), gold_answers(rec, kg), label_triples(rec, kg, graph, labels)
+    seeds, answers, tri = record_seeds(rec, kg), answer_indices(rec, kg), label_triples(rec, kg, graph, labels)
     g, out = RelGraph(tri[:, 0], tri[:, 1], tri[:, 2], kg.num_relations), []
     for s in seeds:
         out += [p for p in label_paths(g, s, answers, np.ones(len(tri), bool), max_paths) if p not in out]
@@ -346,7 +346,7 @@ def walk_triples(g: RelGraph, walks) -> np.ndarray:
 def training_walks(rec: dict, kg: KnowledgeGraph, graph=None, labels: str = 'gt', max_paths: int = 20,
                    max_hops: int = 4) -> tuple:  # GTSQA's longest ground-truth paths
     "(the labelled triples' RelGraph, their seed-to-answer walks, shortest first, at most `max_paths`)."
-    tri, answers = label_triples(rec, kg, graph, labels), set(gold_answers(rec, kg))
+    tri, answers = label_triples(rec, kg, graph, labels), set(answer_indices(rec, kg))
     g = RelGraph(tri[:, 0], tri[:, 1], tri[:, 2], kg.num_relations)
     walks = [w for w in entity_walks(g, record_seeds(rec, kg), max_hops) if walk_entities(g, w)[-1] in answers]
     return g, sorted(walks, key=lambda w: len(w[1]))[:max_paths]

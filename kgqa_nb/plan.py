@@ -339,7 +339,7 @@ def need_status(need: str) -> dict:
             known = sum(s for s in sizes if s)
             pre = os.path.commonprefix(names)
             pick = f'DOWNLOADS if n.startswith({pre!r})' if len(names) > 3 and [k for k in DOWNLOADS if k.startswith(pre)] == names else repr(tuple(names))
-            out['fix'] = f'python -c "from kgqa_nb.kg import DOWNLOADS, fetch; [fetch(n) for n in {pick}]"'
+            out['fix'] = f'python -c "from kgqa_nb.loaders import DOWNLOADS, fetch; [fetch(n) for n in {pick}]"'
             out['download'] = f'{len(names)} file(s), ' + (f'{human_size(known)} stated' if known else 'sizes not stated') + \
                               (f', {sum(s is None for s in sizes)} of unstated size' if known and None in sizes else '')
         else: out['fix'] = f'no published download is registered for it: place the files under {data_dir(need[5:])} (or set KGQA_DATA)'

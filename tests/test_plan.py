@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import kgqa_nb.plan as pl
+from kgqa_nb.core import project_dirs
 import kgqa_nb.profiles as pr
 from kgqa_nb.llm_spend import BATCH_DISCOUNT
 from kgqa_nb.llm_server import OfflineChatServer
@@ -179,3 +180,14 @@ def test_the_paper_plan_schedules_its_artifacts_side_by_side(machine):
     assert sb['seconds'] >= max(a['seconds'] or 0 for a in p['artifacts'])
     one = pl.plan_profile('paper', roots=[], prior=[], jobs=1)['total']
     assert one['side_by_side']['seconds'] == pytest.approx(one['seconds'], abs=1.)  # one slot: the sum
+
+
+def test_the_plans_fix_commands_import_what_they_name():
+    "Every `python -c \"from kgqa_nb.X import A, B; ...\"` hint the plan prints names things that module has (a hint once named kg.DOWNLOADS)."
+    import importlib, re
+    src = (project_dirs.root / 'kgqa_nb' / 'plan.py').read_text()
+    hints = re.findall(r'python -c \\?"from (kgqa_nb\.\w+) import ([\w, ]+);', src)
+    assert hints, 'no python -c hint found: the pattern is out of date'
+    for mod, names in hints:
+        m = importlib.import_module(mod)
+        assert all(hasattr(m, n.strip()) for n in names.split(',')), f'{mod} has not all of {names}'

@@ -66,11 +66,7 @@ SAME_PROTOCOL = {
 }
 
 # name -> its two meanings: one name defined in two modules with different meanings, awaiting a rename (issue 40, item 5)
-AWAITING_RENAME = {
-    'gold_answers': ('pathgen (answer KG indices; rec, kg) vs spanalysis (answer IDs and labels; kg, rec). Waits: spanalysis\'s is '
-                     'imported by the frozen retriever_study, and any change to pathgen re-keys the trained RoG/GCR path models '
-                     '(benchmark keys them on code_fingerprint("pathgen")): rename pathgen\'s with its next change'),
-}
+AWAITING_RENAME: dict = {}  # name -> why its rename waits (none waits now: pathgen's gold_answers became answer_indices)
 
 
 # ---- the checks: each takes a project root (with kgqa_nb/ and nbs/) and names the file and the number ----
