@@ -6,6 +6,7 @@
 from __future__ import annotations
 import itertools, json, re, time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,8 +37,9 @@ __all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'SEED_GRAPH_HOPS', 'SEEDS_O
            'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table', 'dataset_statistics', 'gold_names',
            'published_gold_names', 'Table2Questions', 'table2_questions', 'seed_question_graph', 'seed_example',
            'Retrieved', 'triple_labels', 'proof_held', 'proof_triples', 'seed_retrieval', 'answer_graph_retrieval',
-           'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_runs', 'score_runs',
-           'transfer_table', 'Table2', 'retrieval_coverage', 'coverage_columns', 'kgqagen_table2']
+           'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_stream', 'table2_runs',
+           'score_run', 'score_runs', 'transfer_table', 'Table2', 'retrieval_coverage', 'coverage_columns',
+           'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -289,51 +291,58 @@ def llm_row_type(llm: LLMClient) -> str:
     return ROW_TYPES[1] if llm.backend == 'offline' else ROW_TYPES[2]
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c046
-def table2_runs(q: Table2Questions, llm: LLMClient,  # the readers' client
+def table2_stream(q: Table2Questions, llm: LLMClient,  # the readers' client
                 retrievers: list,  # a `Retrieved` (or a (name, {id: top-K triples as text}) pair, seeds only) per retriever
                 ultrag: dict | None = None, ultrag_idx=(),  # `ultrag_rows` and the positions of its questions
-                text_reader: TextPathReader | None = None) -> list:  # the offline (non-oracle) reader (None: a new one)
-    "(group, type, model, question positions, predictions) of every row of Table 2."
+                text_reader: TextPathReader | None = None):  # the offline (non-oracle) reader (None: a new one)
+    "(group, type, model, question positions, predictions) of each row of Table 2 in turn, as soon as its reader has answered."
     qs, proofs, rows, oracle = [r['question'] for r in q.rows], proof_triples(q), q.rows, QueryReader()
     tp, lt, O, S = text_reader or TextPathReader(), llm_row_type(llm), ROW_TYPES[0], ROW_TYPES[1]
     generated, everyone = q.dataset is not None, range(len(rows))
     view = lambda reader, rs: [reader_record(reader, r) for r in rs]  # the question view, unless the reader is the oracle
-    runs = [('Pure LLM', lt, f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)),
-            ('LLM-SP', lt, f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs)),
-            ('LLM-SP', S, 'offline (non-oracle) reader + supporting subgraph', everyone, tp.answer_many(qs, proofs, view(tp, rows)))]
-    if generated: runs.append(('LLM-SP', O, 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, view(oracle, rows))))
+    yield 'Pure LLM', lt, f'LLM only ({llm.describe()})', everyone, LLMOnlyReader(llm).answer_many(qs)
+    yield 'LLM-SP', lt, f'LLM reader + supporting subgraph ({llm.describe()})', everyone, LLMReader(llm).answer_many(qs, proofs)
+    yield 'LLM-SP', S, 'offline (non-oracle) reader + supporting subgraph', everyone, tp.answer_many(qs, proofs, view(tp, rows))
+    if generated: yield 'LLM-SP', O, 'full-pattern recall (oracle) + supporting subgraph', everyone, oracle.answer_many(qs, proofs, view(oracle, rows))
     for ret in (r if isinstance(r, Retrieved) else Retrieved(*r) for r in retrievers):
         sub = [i for i, r in enumerate(rows) if r['id'] in ret.top]
         if not sub: continue
         tri, sq, sr = [ret.top[rows[i]['id']] for i in sub], [qs[i] for i in sub], [rows[i] for i in sub]
         lt_, S_ = (O, O) if ret.oracle else (lt, S)  # a graph built from the answer makes every row reading it an oracle
         sg = SubgraphRAGReader(llm)
-        runs += [('Retriever + reader', lt_, f'{ret.name} + SubgraphRAG reader ({llm.describe()})', sub, sg.answer_many(sq, tri, view(sg, sr))),
-                 ('Retriever + reader', S_, f'{ret.name} + offline (non-oracle) reader', sub, tp.answer_many(sq, tri, view(tp, sr)))]
-        if generated: runs.append(('Retriever + reader', O, f'{ret.name} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, view(oracle, sr))))
-    if ultrag: runs.append(('KG-RAG', O, ultrag['name'], list(ultrag_idx), ultrag['preds']))  # rows are sorted by id: the first ones
-    return runs
+        yield 'Retriever + reader', lt_, f'{ret.name} + SubgraphRAG reader ({llm.describe()})', sub, sg.answer_many(sq, tri, view(sg, sr))
+        yield 'Retriever + reader', S_, f'{ret.name} + offline (non-oracle) reader', sub, tp.answer_many(sq, tri, view(tp, sr))
+        if generated: yield 'Retriever + reader', O, f'{ret.name} + full-pattern recall (oracle)', sub, oracle.answer_many(sq, tri, view(oracle, sr))
+    if ultrag: yield 'KG-RAG', O, ultrag['name'], list(ultrag_idx), ultrag['preds']  # rows are sorted by id: the first ones
+
+def table2_runs(q: Table2Questions, llm: LLMClient, retrievers: list, ultrag: dict | None = None, ultrag_idx=(),
+                text_reader: TextPathReader | None = None) -> list:  # as `table2_stream`
+    "Every row of `table2_stream`, as a list (to score more than once)."
+    return list(table2_stream(q, llm, retrievers, ultrag, ultrag_idx, text_reader))
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c048
 TABLE2_METRICS = ('accuracy', 'precision', 'f1', 'hit@1', 'recall')
 
-def score_runs(q: Table2Questions, runs: list, judge: LasmJudge,
-               lasm: bool = True) -> tuple:  # False: the LASM columns are left blank (an offline judge)
-    "(Table 2, its per-question scores) of `table2_runs` rows under EM and LASM."
-    qs = [r['question'] for r in q.rows]
-    golds = [gold_names(q.graph, r) if q.dataset is not None else published_gold_names(r) for r in q.rows]
-    blank = lambda k, v: v if k == 'em' or lasm else None
-    table, per_q = [], []
-    for group, typ, name, idx, preds in runs:
-        idx = list(idx)
-        s = em_lasm_scores(preds, [golds[i] for i in idx], judge, [qs[i] for i in idx])
-        table.append(dict(type=typ, group=group, model=name, **{f'{m}_{k}': blank(k, s[k][m]) for m in TABLE2_METRICS for k in ('em', 'lasm')},
-                          n_questions=len(idx), judged_pairs=s['judged_pairs'] if lasm else None, judge=s['judge'] if lasm else f"{s['judge']} (LASM left blank)"))
-        per_q += [dict(type=typ, group=group, model=name, id=r['id'], prediction=' | '.join(p), **{f'{m}_{k}': blank(k, v[k][m]) for k in ('em', 'lasm') for m in ANSWER_SCORES})
-                  for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
-    return pd.DataFrame(table), pd.DataFrame(per_q)
+def score_run(q: Table2Questions, golds: list, run: tuple, judge: LasmJudge, lasm: bool = True) -> tuple:
+    "(its Table 2 row, its per-question lines) of one `table2_stream` row; `golds` per question of `q`."
+    group, typ, name, idx, preds = run
+    idx, blank = list(idx), lambda k, v: v if k == 'em' or lasm else None
+    s = em_lasm_scores(preds, [golds[i] for i in idx], judge, [q.rows[i]['question'] for i in idx])
+    row = dict(type=typ, group=group, model=name, **{f'{m}_{k}': blank(k, s[k][m]) for m in TABLE2_METRICS for k in ('em', 'lasm')},
+               n_questions=len(idx), judged_pairs=s['judged_pairs'] if lasm else None, judge=s['judge'] if lasm else f"{s['judge']} (LASM left blank)")
+    return row, [dict(type=typ, group=group, model=name, id=r['id'], prediction=' | '.join(p), **{f'{m}_{k}': blank(k, v[k][m]) for k in ('em', 'lasm') for m in ANSWER_SCORES})
+                 for r, p, v in zip([q.rows[i] for i in idx], preds, s['per_question'])]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c053
+def score_runs(q: Table2Questions, runs, judge: LasmJudge,  # `table2_runs` rows, or `table2_stream` (scored as they come)
+               lasm: bool = True) -> tuple:  # False: the LASM columns are left blank (an offline judge)
+    "(Table 2, its per-question scores) of the rows under EM and LASM; the judge scores each row in a thread of its own while the readers answer the next."
+    golds = [gold_names(q.graph, r) if q.dataset is not None else published_gold_names(r) for r in q.rows]
+    with ThreadPoolExecutor(1, thread_name_prefix='lasm-judge') as judging:  # one row at a time, in order; a reader's error waits for those submitted
+        scored = [judging.submit(score_run, q, golds, run, judge, lasm) for run in runs]
+    parts = [f.result() for f in scored]
+    return pd.DataFrame([row for row, _ in parts]), pd.DataFrame([x for _, lines in parts for x in lines])
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c055
 _TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
 
 def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
@@ -354,7 +363,7 @@ def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.
                             seeds_above_ppr=None if arm == 'GT - SP' or np.isnan(base) else int((v > base).sum())))
     return pd.DataFrame(out)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c056
+# %% ../nbs/22a_kgqagen_eval.ipynb #c058
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -392,7 +401,7 @@ def _coverage_notes(coverage: pd.DataFrame, top_k: int) -> list:
             f" (the whole proof on {c.questions_whole_proof_in_graph}), the top {top_k} hands the reader {pct(c.proof_in_top_k, c.proof_triples)}"
             for c in coverage.itertuples()]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c058
+# %% ../nbs/22a_kgqagen_eval.ipynb #c060
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
@@ -425,7 +434,7 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
     idx = [i for i, r in enumerate(q.rows) if q.dataset is not None or (r['id'] in ppr.top and r.get('all_answers_wikidata') is not None and in_kg(r))]
     idx = idx[:ultrag_questions] if ultrag_questions else idx
     ultrag = dict(ultrag_rows(q.graph, [q.rows[i] for i in idx], ultrag_k), idx=idx) if idx else None
-    table, per_q = score_runs(q, table2_runs(q, llm, retrievers, ultrag, idx), judge, lasm=judge_backend != 'offline')
+    table, per_q = score_runs(q, table2_stream(q, llm, retrievers, ultrag, idx), judge, lasm=judge_backend != 'offline')  # judged as each row comes
     table = coverage_columns(table, coverage)
     prov = dict(params=params, seed=seed, kg=q.graph.name if q.graph is not None else None, artifact='kgqagen_table2',
                 llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=[q.dataset.built] if q.dataset else [],

@@ -25,8 +25,8 @@ __all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOW
            'fmt_seconds', 'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs',
            'group_limits', 'interactive_seconds', 'limit_share', 'scale_questions', 'estimate_seconds',
            'unknown_cost_fix', 'plan_group', 'plan_artifact', 'reads_from', 'run_after', 'simulate_schedule',
-           'artifact_phases', 'start_order', 'side_by_side', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan',
-           'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget', 'SpendGuard']
+           'artifact_phases', 'llm_phases', 'llm_seconds', 'start_order', 'side_by_side', 'BudgetError', 'llm_roots',
+           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -90,6 +90,7 @@ class CallGroup:
     chain: float = 1.  # calls one question makes in order, within one stream ('streams')
     width: int = 0  # questions side by side at most ('streams'; 0: every question of the group)
     max_tokens: int = 1024  # the reply limit each request sends (a provider counts it against the token limit when the request starts)
+    beside: bool = False  # sent while the artifact's groups before it run (the code overlaps them: e.g. the LASM judge scores each finished row as the readers answer the next)
 
 FLOWS = ('many', 'streams', 'serial')
 
@@ -232,8 +233,10 @@ def kgqagen_table2_calls(p, plan) -> list:
                 CallGroup('reader (retrieved triples)', 'kgqa-subgraphrag-reader', **api, calls=retrievers * n, triples=float(p['top_k']))]
     if p['judge_backend'] == 'openai':
         rows = (2 + retrievers) * n + (1 + retrievers) * n * (1 + gen) + ultrag_n  # LLM-reader rows, offline-reader rows, oracle rows (generated only), ULTRAG
-        out.append(CallGroup('LASM judge', 'lasm-judge', **_api('openai', p['judge_model'], p['base_url'], 'judge_model'),
-                             calls=math.ceil(rows * plan['lasm_judged_per_question'])))
+        judge, per_row = _api('openai', p['judge_model'], p['base_url'], 'judge_model'), plan['lasm_judged_per_question']
+        tail = (2 + gen) * n + ultrag_n if p['reader_backend'] == 'openai' else rows  # judged after the last LLM reader's row: it, its offline and oracle rows, ULTRAG's
+        out += [CallGroup('LASM judge', 'lasm-judge', **judge, calls=math.ceil((rows - tail) * per_row), beside=True),  # `score_runs`: beside the readers
+                CallGroup('LASM judge (last rows)', 'lasm-judge', **judge, calls=math.ceil(tail * per_row))]
     return out
 
 # %% ../nbs/40a_plan.ipynb #c025
@@ -477,7 +480,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
     if g.shared and g.shared in shared:
         return {**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0, 'completion_tokens': 0,
-                'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'share': 0., 'batch': False}
+                'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'share': 0., 'batch': False, 'beside': g.beside}
     if g.shared: shared[g.shared] = art
     hits = min(g.calls, cached.get((g.kind, model), 0)); cached[(g.kind, model)] = cached.get((g.kind, model), 0) - hits
     n = g.calls - hits
@@ -492,7 +495,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     secs, how = interactive_seconds(n, held, lim, lim.get('seconds_per_call') or spc, plan, g)
     share = limit_share(n, held, secs, lim, lim.get('seconds_per_call') or spc)  # of the model's limit, while the group runs alone
     batch = g.kind in BATCH_KINDS and g.flow == 'many' and not (g.base_url or os.environ.get('KGQA_LLM_BASE_URL'))  # the code batches it (chat_many), at a hosted provider
-    row.update(triples_per_prompt=g.triples, cache_hits=hits, api_calls=n, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost,
+    row.update(triples_per_prompt=g.triples, beside=g.beside, cache_hits=hits, api_calls=n, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost,
                batch_cost_usd=None if cost is None else round(cost * (BATCH_DISCOUNT if batch else 1), 4), batch=batch, flow=g.flow,
                reasoning_tokens_per_call=reasoning,
                seconds=round(secs, 1), share=share, rate=how, limits_source=lim_src,
@@ -515,9 +518,9 @@ def plan_artifact(art: Artifact,  # the artifact
     groups = [plan_group(g, art.name, plan, measured, cached, shared, seconds_per_call) for g in artifact_calls(art, params, plan)]
     secs, secs_src = estimate_seconds(art, params, plan, prior, profile)
     api_calls = sum(g['api_calls'] for g in groups)
-    llm_s = sum(g['seconds'] for g in groups)
+    llm_s = llm_seconds(groups)
     waiting = [g for g in groups if g['batch'] and g['api_calls']]
-    batch_s = sum(g['seconds'] for g in groups if g not in waiting) + (plan['batch_hours'] * 3600 if waiting else 0)
+    batch_s = llm_seconds([g for g in groups if g not in waiting]) + (plan['batch_hours'] * 3600 if waiting else 0)
     costs, bcosts = [g['cost_usd'] for g in groups], [g['batch_cost_usd'] for g in groups]
     timed = None if secs is None and api_calls == 0 else secs or 0
     return dict(artifact=art.name, notebook=shown_path(art.notebook), status='ready' if all(n['met'] for n in needs) else 'blocked',
@@ -548,9 +551,14 @@ def run_after(names: list,  # the artifacts of the run
     return {n: [a for a, prof in reads_from(manifest[n], params[n]) if a in names and a != n and profile_name(prof) == me] for n in names}
 
 # %% ../nbs/40a_plan.ipynb #c052
-def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), phases [(seconds alone, model or '', share of its limit)]
+def _lanes(phase) -> list:  # (seconds alone, model or '', share), or lanes side by side: a list of lists of those, each lane in order
+    "A phase as `simulate_schedule` runs it: its lanes, each a list of [seconds left, model, share], the finished steps left out."
+    lanes = [[phase]] if isinstance(phase, tuple) else phase
+    return [lane for lane in ([[float(s), m, sh] for s, m, sh in lane if s > 0] for lane in lanes) if lane]
+
+def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), phases [(seconds alone, model or '', share of its limit), or lanes: see `_lanes`]
                       slots: int) -> dict:  # tasks running at once at most (`--jobs`)
-    "name -> (start, end) seconds: each task starts in order once those it waits for ended and a slot is free; phases calling one model at once split its limit."
+    "name -> (start, end) seconds: each task starts in order once those it waits for ended and a slot is free; steps calling one model at once split its limit."
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1: raise ValueError(f'jobs must be a whole number >= 1, got {slots!r}')
     known = {t['name'] for t in tasks}
     waiting, running, out, now = list(tasks), {}, {}, 0.
@@ -558,30 +566,45 @@ def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), p
         for t in list(waiting):
             if len(running) == slots: break
             if all(d in out or d not in known for d in t['after']):
-                waiting.remove(t); running[t['name']] = (now, [list(p) for p in t['phases'] if p[0] > 0])
+                waiting.remove(t); running[t['name']] = (now, [ph for ph in map(_lanes, t['phases']) if ph])
         ended = [n for n, (_, ph) in running.items() if not ph]
         for n in ended: out[n] = (running.pop(n)[0], now)
         if ended: continue
         if not running: raise ValueError(f'artifacts that wait for each other: {", ".join(t["name"] for t in waiting)}')
-        asked = {}  # model -> the sum of the shares of its limit the phases calling it now ask for
-        for _, ph in running.values(): asked[ph[0][1]] = asked.get(ph[0][1], 0.) + ph[0][2]
-        speed = {n: 1 / max(1., asked[ph[0][1]]) if ph[0][1] else 1. for n, (_, ph) in running.items()}
-        step = min(ph[0][0] / speed[n] for n, (_, ph) in running.items())
+        steps = [lane[0] for _, ph in running.values() for lane in ph[0]]  # what each lane of each task's current phase does now
+        asked = {}  # model -> the sum of the shares of its limit the steps calling it now ask for
+        for _, m, share in steps: asked[m] = asked.get(m, 0.) + share
+        speed = lambda st: 1 / max(1., asked[st[1]]) if st[1] else 1.
+        pace = [speed(st) for st in steps]
+        step = min(st[0] / v for st, v in zip(steps, pace))
         now += step
-        for n, (_, ph) in running.items():
-            ph[0][0] -= step * speed[n]
-            if ph[0][0] <= 1e-6: ph.pop(0)
+        for st, v in zip(steps, pace): st[0] -= step * v
+        for _, ph in running.values():
+            ph[0][:] = [lane for lane in ([x for x in lane if x[0] > 1e-6] for lane in ph[0]) if lane]
+            if not ph[0]: ph.pop(0)
     return out
 
-# %% ../nbs/40a_plan.ipynb #c056
+# %% ../nbs/40a_plan.ipynb #c058
 def artifact_phases(a: dict,  # an artifact of the plan (`plan_artifact`)
                     batch: bool = False,  # its roles that can wait go through the Batch API
                     window: float = 0.) -> list:  # the batch completion window, seconds
     "What an artifact does in turn, as `simulate_schedule` sees it: its own work, its call groups (seconds alone, model, share), a batch window."
     if a.get('seconds') is None or a.get('own_seconds') is None: return []  # not run, or time unknown
     waiting = [g for g in a['llm'] if batch and g['batch'] and g['api_calls']]
-    out = [(a['own_seconds'], '', 0.)] + [(g['seconds'], g['model'] or '$KGQA_LLM_MODEL', g['share']) for g in a['llm'] if g not in waiting]
-    return out + ([(window, '', 0.)] if waiting else [])
+    return [(a['own_seconds'], '', 0.)] + llm_phases([g for g in a['llm'] if g not in waiting]) + ([(window, '', 0.)] if waiting else [])
+
+def llm_phases(groups: list) -> list:  # planned call groups (`plan_group`), in the order the artifact sends them
+    "The groups as `simulate_schedule` phases: one after another, except a `beside` group, a lane beside the groups sent before it."
+    phases, lane = [], []
+    for g in groups:
+        step = (g['seconds'], g['model'] or '$KGQA_LLM_MODEL', g['share'])
+        if g.get('beside') and lane: phases.append([lane, [step]]); lane = []
+        else: lane.append(step)
+    return phases + lane
+
+def llm_seconds(groups: list) -> float:
+    "The time of an artifact's call groups alone (`llm_phases`: groups beside others take the longer lane)."
+    return simulate_schedule([dict(name='llm', after=[], phases=llm_phases(groups))], 1)['llm'][1]
 
 def _chain(when: dict, after: dict) -> list:
     "The artifact that ends last, behind those it waited for, each of which it started at the end of."
@@ -615,7 +638,7 @@ def side_by_side(arts: list,  # the plan's artifacts, with their `after`
                 order=order, chain=_chain(when['seconds'], after), schedule={n: [round(s, 1), round(e, 1)] for n, (s, e) in when['seconds'].items()},
                 model_busy_seconds=dict(sorted(((m, round(s, 1)) for m, s in busy.items() if s), key=lambda kv: -kv[1])))
 
-# %% ../nbs/40a_plan.ipynb #c058
+# %% ../nbs/40a_plan.ipynb #c060
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -671,7 +694,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c062
+# %% ../nbs/40a_plan.ipynb #c064
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -718,7 +741,7 @@ def format_plan(plan: dict) -> str:
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c067
+# %% ../nbs/40a_plan.ipynb #c069
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -747,7 +770,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c069
+# %% ../nbs/40a_plan.ipynb #c071
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -772,7 +795,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c071
+# %% ../nbs/40a_plan.ipynb #c073
 def check_max_cost(max_cost):  # USD, or None (no limit)
     "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
@@ -793,7 +816,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c073
+# %% ../nbs/40a_plan.ipynb #c075
 class SpendGuard:
     "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
     def __init__(self, max_cost: float | None,  # USD; None: no limit

@@ -117,7 +117,15 @@ def test_kgqagen_table2_counts_every_trained_seed_and_the_offline_rows(machine):
     assert groups['reader (retrieved triples)']['api_calls'] == (1 + 2 * 3) * 100
     per_q = pl.PLAN_DEFAULTS['lasm_judged_per_question']
     rows = (2 + 7) * 100 + (1 + 7) * 100 * 2 + 10   # LLM-reader, offline-reader and oracle rows (generated), ULTRAG
-    assert groups['LASM judge']['api_calls'] == -(-rows * per_q // 1)
+    tail = (2 + 1) * 100 + 10  # judged after the last LLM reader's row: it, its offline and oracle rows, ULTRAG's
+    assert groups['LASM judge']['beside'] and not groups['LASM judge (last rows)']['beside']  # `score_runs` judges beside the readers
+    assert groups['LASM judge']['api_calls'] == -(-(rows - tail) * per_q // 1)
+    assert groups['LASM judge (last rows)']['api_calls'] == -(-tail * per_q // 1)
+    art = plan(profile(machine, text), ['kgqagen_table2'])['artifacts'][0]
+    llm = [g for g in art['llm']]
+    readers = sum(g['seconds'] for g in llm if g['role'].startswith('reader'))
+    judge, last = groups['LASM judge']['seconds'], groups['LASM judge (last rows)']['seconds']
+    assert art['seconds'] == pytest.approx(art['own_seconds'] + max(readers, judge) + last, abs=0.2)  # two models: the longer lane
 
 
 def test_the_benchmark_time_scales_by_the_test_questions_of_its_study():
