@@ -182,7 +182,8 @@ def _handle_chat(self: OfflineChatServer, h: _Handler):
         params = {k: v for k, v in req.items() if k != 'messages'} if isinstance(req, dict) else None
         params = {k: v for k, v in params.items() if k != 'prompt'} if params is not None else None
         with self._lock: self.requests.append(dict(path=h.path, model=model, fault=fault, authorized=authorized, params=params,
-                                                   n_messages=len(req.get('messages') or []) if isinstance(req, dict) else None))
+                                                   n_messages=len(req.get('messages') or []) if isinstance(req, dict) else None,
+                                                   at=time.monotonic()))  # when it arrived
         if not authorized: return h._send(401, _error_body('invalid API key', 'invalid_request_error', 'invalid_api_key'))
         if fault == 'drop': h.close_connection = True; return
         if fault == 'timeout': time.sleep(self.hang_s)
