@@ -5,6 +5,7 @@
 # %% ../nbs/25_benchmark.ipynb #c002
 from __future__ import annotations
 import hashlib, importlib, json
+from functools import partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,18 +20,18 @@ from .kg import KnowledgeGraph, kg_fingerprint
 from .metrics import answer_hit, pearson, set_prf
 from .qgraphs import build_question_graphs, record_question
 from .spanalysis import bootstrap_interval, gold_answers, records_fingerprint
-from .subgraphrag import RetrievalExample, label_key, load_retriever, question_texts, text_features, top_triples
-from .sr import load_sr
+from .subgraphrag import RetrievalExample, label_key, question_texts, text_features, top_triples
 from .readers import make_reader
 from .retriever_study import MIN_QUESTIONS, ListingRetriever, check_out, retriever_scores, run_ckpt_dir
+from .retrievers import TRAINED_RETRIEVERS, retriever_spec
 from .text import TextEncoder
 
 # %% auto #0
 __all__ = ['TEST_TYPES', 'ROG_BUDGET', 'GENERATOR_KEYS', 'MODEL_FACTORIES', 'TABLE2_ORDER', 'TABLE2_COLUMNS', 'CKPT_FLAGS',
            'PATH_MODELS', 'ARM_METRICS', 'check_subgraph', 'subgraph_scores', 'reader_scores', 'question_test_type',
            'gold_side', 'LLMOnlyModel', 'graph_example', 'StudyRetriever', 'BenchmarkSetup', 'study_epochs',
-           'study_checkpoint', 'subgraphrag_model', 'sr_model', 'agent_client', 'tog_model', 'pog_model',
-           'fitted_path_model', 'rog_model', 'gcr_model', 'llm_only_model', 'check_model_names', 'make_models',
+           'study_checkpoint', 'study_model', 'agent_client', 'tog_model', 'pog_model', 'fitted_path_model',
+           'rog_model', 'gcr_model', 'llm_only_model', 'model_factories', 'check_model_names', 'make_models',
            'triples_text', 'sees_the_evaluation', 'subgraph_key', 'model_rows', 'run_benchmark', 'benchmark_table',
            'by_group', 'group_order', 'plot_by_group', 'recall_vs_em', 'plot_recall_vs_em', 'check_benchmark_args',
            'checkpoint_model', 'benchmark_cli', 'rog_study_listing', 'benchmark_sample', 'matched_gate',
@@ -139,7 +140,7 @@ class BenchmarkSetup:
     kg: KnowledgeGraph
     train: list = field(default_factory=list)  # training records (GTSQA schema) for models that learn
     train_graphs: list | None = None  # their question graphs as (m, 3) arrays, in the same order
-    study: object = None  # a `retriever_study.RetrieverStudy`: SR's and SubgraphRAG's checkpoints
+    study: object = None  # a `retriever_study.RetrieverStudy`: the checkpoints of its trained retrievers (SR, SubgraphRAG)
     verdict: str = ''  # the study's gate verdict (`retriever_study.gate_verdict`), carried into their labels
     arm: str = 'gt'  # the study arm whose checkpoints are read (the paper's Table 2 trains on the GT subgraphs)
     seed: int = 0  # the study run whose checkpoints are read
@@ -157,28 +158,22 @@ def study_epochs(setup: BenchmarkSetup, retriever: str) -> str:
     return f'{int(d.epochs.iloc[0])} epochs' if len(d) else 'epochs unknown'
 
 def study_checkpoint(setup: BenchmarkSetup, retriever: str) -> Path:
-    "The best checkpoint of the study run of `retriever` ('subgraphrag' or 'sr') on the setup's arm and seed."
+    "The best checkpoint of the study run of a trained retriever of the registry (e.g. 'subgraphrag', 'sr') on the setup's arm and seed."
     if setup.study is None: raise UsageError(f'{retriever} reads a retriever-study checkpoint: the setup has no study')
     if retriever == 'subgraphrag': return setup.study.checkpoint(label_key(setup.arm), setup.seed)
     d = run_ckpt_dir(setup.study.folder, label_key(setup.arm), setup.seed)
-    found = sorted(d.parent.glob(f'sr-*-{d.name}/best.pt'))
-    if len(found) != 1: raise FileNotFoundError(f'{len(found)} SR checkpoints for labels {setup.arm!r}, seed {setup.seed} in {d.parent} (need one: was SR in the study?)')
+    found = sorted(d.parent.glob(f'{retriever}-*-{d.name}/best.pt'))
+    if len(found) != 1: raise FileNotFoundError(f'{len(found)} {retriever} checkpoints for labels {setup.arm!r}, seed {setup.seed} in {d.parent} (need one: was {retriever} in the study?)')
     return found[0]
 
 def _study_label(setup, name, title, extra) -> str:
     return f'{title} (top {setup.k} triples; study checkpoint: {setup.arm} labels, seed {setup.seed}, {study_epochs(setup, name)}{extra}; {setup.verdict or "gate not checked"})'
 
-def subgraphrag_model(setup: BenchmarkSetup) -> StudyRetriever:
-    "SubgraphRAG from the study's checkpoint, top `setup.k` triples."
-    enc = TextEncoder(setup.study.prov['params']['encoder'])
-    model, _ = load_retriever(study_checkpoint(setup, 'subgraphrag'), dim=enc.dim, encoder=enc.key)
-    return StudyRetriever('subgraphrag', model, enc, setup.k, _study_label(setup, 'subgraphrag', f'SubgraphRAG ({setup.k})', ''), setup.root)
-
-def sr_model(setup: BenchmarkSetup) -> StudyRetriever:
-    "SR from the study's checkpoint: the triples of its kept paths, at most `setup.k`."
-    model, _ = load_sr(study_checkpoint(setup, 'sr'), root=setup.root)
-    c = model.cfg
-    return StudyRetriever('sr', model, model.frozen, setup.k, _study_label(setup, 'sr', 'SR', f', beam {c.beam}, {c.max_hop} hops'), setup.root)
+def study_model(setup: BenchmarkSetup, name: str) -> StudyRetriever:
+    "A trained retriever of the registry from the study's checkpoint: its top `setup.k` triples (SR: those of its kept paths)."
+    spec = retriever_spec(name, 'trained')
+    model, enc = spec.load(study_checkpoint(setup, name), setup.study.prov['params']['encoder'], setup.root)  # the study's encoder by name
+    return StudyRetriever(name, model, enc, setup.k, _study_label(setup, name, spec.label(setup.k), spec.detail(model) if spec.detail else ''), setup.root)
 
 # %% ../nbs/25_benchmark.ipynb #c035
 def agent_client(setup: BenchmarkSetup):
@@ -243,22 +238,28 @@ def llm_only_model(setup: BenchmarkSetup):
     if setup.llm.get('llm_only', 'stand-in') == 'reader' or not setup.train: return LLMOnlyModel()
     return RelationPriorModel(**setup.budgets.get('llm-only', {})).fit(setup.train, setup.kg)
 
-MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'sr': sr_model, 'gcr': gcr_model, 'rog': rog_model,
-                   'subgraphrag': subgraphrag_model}  # name -> factory(setup)
+MODEL_FACTORIES = {'llm-only': llm_only_model, 'pog': pog_model, 'tog': tog_model, 'gcr': gcr_model, 'rog': rog_model}  # name -> factory(setup); with the registry's trained retrievers: `model_factories`
 TABLE2_ORDER = ('llm-only', 'pog', 'tog', 'sr', 'gcr', 'rog', 'subgraphrag')  # the paper's row order
+
+def model_factories() -> dict:
+    "Every model's factory by name, in Table 2's order: `MODEL_FACTORIES` and each trained retriever of the registry (`study_model`)."
+    f = {**MODEL_FACTORIES, **{n: partial(study_model, name=n) for n in TRAINED_RETRIEVERS}}
+    return {n: f[n] for n in sorted(f, key=lambda n: TABLE2_ORDER.index(n) if n in TABLE2_ORDER else len(TABLE2_ORDER))}
 
 def check_model_names(names) -> list:
     "The model names as a list (a comma-separated string or a list); UsageError naming an unknown or repeated one."
     names = [n.strip() for n in (names.split(',') if isinstance(names, str) else names) if n.strip()]
-    if not names: raise UsageError(f'no model named: choose from {", ".join(MODEL_FACTORIES)}')
-    bad = [n for n in names if n not in MODEL_FACTORIES]
-    if bad: raise UsageError(f'unknown model {bad[0]!r}: choose from {", ".join(MODEL_FACTORIES)}')
+    known = model_factories()
+    if not names: raise UsageError(f'no model named: choose from {", ".join(known)}')
+    bad = [n for n in names if n not in known]
+    if bad: raise UsageError(f'unknown model {bad[0]!r}: choose from {", ".join(known)}')
     if len(set(names)) != len(names): raise UsageError(f'a model is named twice in {",".join(names)}')
     return names
 
 def make_models(names, setup: BenchmarkSetup) -> list:
     "The benchmark models of `names`, built by their factories (every name checked first)."
-    return [MODEL_FACTORIES[n](setup) for n in check_model_names(names)]
+    known = model_factories()
+    return [known[n](setup) for n in check_model_names(names)]
 
 # %% ../nbs/25_benchmark.ipynb #c044
 def triples_text(kg: KnowledgeGraph, triples) -> list:
@@ -412,12 +413,10 @@ def check_benchmark_args(a) -> list:
 
 # %% ../nbs/25_benchmark.ipynb #c063
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
-    "SubgraphRAG or SR from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
-    where = f'{Path(path).parent.name}/{Path(path).name}'
-    if name == 'sr':
-        model, _ = load_sr(path); return StudyRetriever('sr', model, model.frozen, k, f'SR (checkpoint {where}, top {k} triples; gate not checked)')
-    model, _ = load_retriever(path, dim=encoder.dim, encoder=encoder.key)
-    return StudyRetriever('subgraphrag', model, encoder, k, f'SubgraphRAG ({k}) (checkpoint {where}; gate not checked)')
+    "A trained retriever of the registry (SubgraphRAG, SR) from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
+    spec, where = retriever_spec(name, 'trained'), f'{Path(path).parent.name}/{Path(path).name}'
+    model, enc = spec.load(path, encoder, None)
+    return StudyRetriever(name, model, enc, k, f'{spec.label(k)} (checkpoint {where}, top {k} triples{spec.detail(model) if spec.detail else ""}; gate not checked)')
 
 def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benchmark_parser`)
     "kgqa benchmark: the chosen models on a dataset folder's test questions, one reader, Table 2 printed (and written with --out)."
@@ -433,7 +432,7 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     setup = BenchmarkSetup(kg, train=src.train.to_dict('records'), k=a.k, llm=dict(agent_backend=a.backend, agent_model=a.model, base_url=a.base_url),
                            budgets={'rog': dict(generator=a.rog_generator, steps=a.rog_steps, lora_rank=a.rog_lora_rank)})
     enc = TextEncoder(a.encoder)
-    models = [checkpoint_model(n, getattr(a, CKPT_FLAGS[n]), enc, a.k) if n in CKPT_FLAGS else MODEL_FACTORIES[n](setup) for n in names]
+    models = [checkpoint_model(n, getattr(a, CKPT_FLAGS[n]), enc, a.k) if n in CKPT_FLAGS else model_factories()[n](setup) for n in names]
     perq = run_benchmark(models, test, kg, [np.stack([g.h, g.r, g.t], 1) for g in qgs], reader)
     t = benchmark_table(perq)
     if a.out: write_table(perq, a.out)

@@ -21,6 +21,7 @@ from .llm_local import REGISTRY_MODEL, registry_model_try
 from .pathgen import as_triples, check_generator_spec
 from .readers import FewShotReader, make_reader
 from .retriever_study import gate_verdict, open_study, training_gate
+from .retrievers import TRAINED_RETRIEVERS
 from .subgraphrag import label_key
 from .text import TextEncoder
 
@@ -104,7 +105,7 @@ def gtsqa_table2(models: list, names: list, test_recs: list, kg, graphs: list, r
     ref_scores = {}  # the references' scores per question, shared with the RoG arms' gate
     gate = matched_gate(pd.concat([perq, ctl_q], ignore_index=True), [m for m in PATH_MODELS if m in names], test_recs, kg, graphs, encoder, cache=ref_scores)
     if 'gcr' in names: gate.loc[gate.model == 'gcr', 'paper_mean_triples'] = 6.54  # the paper's GCR row (Table 2): 6.54 triples a question
-    verdicts = {'sr': verdict, 'subgraphrag': verdict, **dict(zip(gate.model, gate.verdict))}
+    verdicts = {**{n: verdict for n in TRAINED_RETRIEVERS}, **dict(zip(gate.model, gate.verdict))}  # the study's trained retrievers: its gate
     table = benchmark_table(perq)
     table['verdict'] = table.model.map(verdicts).fillna('')
     caption = (f"SynthKGQA Table 2 on {len(test_recs)} test questions. Reader: {reader.describe()}. Columns in percent (bootstrap 95% "

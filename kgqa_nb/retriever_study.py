@@ -4,7 +4,7 @@
 
 # %% ../nbs/15c_retriever_study.ipynb #c002
 from __future__ import annotations
-import gzip, hashlib, inspect, json, os, shutil, tempfile, time, zlib
+import gzip, hashlib, json, os, shutil, tempfile, time, zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,29 +25,28 @@ from .llm_local import REGISTRY_MODEL, registry_model_try
 from .metrics import RETRIEVAL_KS, answer_hit, one_sided_test
 from .paths import personalized_pagerank
 from .qgraphs import build_question_graphs, published_question_graphs
+from .retrievers import (REFERENCE_RETRIEVERS, TRAINED_RETRIEVERS, RetrieverSpec, StudyConfig, register_retriever, retriever_code,
+                                retriever_spec)
 from .spanalysis import gold_answers, records_fingerprint
 from .subgraphrag import (RetrievalExample, RetrievalInputError, TextFeatures, TrainConfig, check_val_metric, example_metrics,
                                  fixed_subset, label_key, load_retriever, prepare_examples, read_checkpoint, score_example, text_features, top_triples)
 from .text import TextEncoder, l2_normalize
 
 # %% auto #0
-__all__ = ['REFERENCE_RETRIEVERS', 'TRAINED_RETRIEVERS', 'STUDY_CODE', 'TRAIN_CODE', 'LISTED', 'STAT_TESTS', 'GATE_REFERENCES',
-           'UNDER_TRAINED', 'DATA_MINIMUMS', 'DATA_HOPS', 'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores',
-           'random_scores', 'embedding_scores', 'retriever_scores', 'evaluate_retriever', 'validation_recall',
-           'summarise_retrieval', 'is_validation', 'study_splits', 'run_ckpt_dir', 'link_checkpoints',
-           'qgraphs_fingerprint', 'reader_record', 'reader_hits', 'trained_retriever', 'example_triples',
-           'ranked_scores', 'ListingRetriever', 'ListedScores', 'listing_trainer', 'train_code', 'study_code',
-           'train_run', 'claimed', 'retriever_study', 'compact_checkpoint', 'store_run', 'ReplayedListing',
-           'keep_listed', 'replayed_run', 'restore_trained', 'paired_matrices', 'paired_tests', 'bootstrap_means',
-           'hierarchical_bootstrap', 'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group',
-           'training_gate', 'gate_verdict', 'cap_single_hop', 'data_gate', 'data_verdict', 'reader_metric_name',
-           'attach_published_graphs', 'study_question_graphs', 'RetrieverStudy', 'study_dataset', 'study_step',
-           'open_retriever_study', 'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows',
-           'floor_reader_rows', 'check_out']
+__all__ = ['STUDY_CODE', 'TRAIN_CODE', 'LISTED', 'STAT_TESTS', 'GATE_REFERENCES', 'UNDER_TRAINED', 'DATA_MINIMUMS', 'DATA_HOPS',
+           'READER_PARAMS', 'FLOOR_ROLES', 'MIN_QUESTIONS', 'ppr_scores', 'random_scores', 'embedding_scores',
+           'retriever_scores', 'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation',
+           'study_splits', 'run_ckpt_dir', 'link_checkpoints', 'qgraphs_fingerprint', 'reader_record', 'reader_hits',
+           'trained_retriever', 'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores',
+           'listing_trainer', 'train_code', 'study_code', 'train_run', 'claimed', 'retriever_study',
+           'compact_checkpoint', 'store_run', 'ReplayedListing', 'keep_listed', 'replayed_run', 'restore_trained',
+           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
+           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict', 'cap_single_hop',
+           'data_gate', 'data_verdict', 'reader_metric_name', 'attach_published_graphs', 'study_question_graphs',
+           'RetrieverStudy', 'study_dataset', 'study_step', 'open_retriever_study', 'study_params', 'open_study',
+           'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_out']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
-REFERENCE_RETRIEVERS = ('ppr', 'embedding', 'random')
-
 def ppr_scores(ex: RetrievalExample) -> np.ndarray:
     "(E,) PPR(head) + PPR(tail), PageRank personalised on the seeds over the undirected question graph."
     ei = ex.edge_index.numpy()
@@ -70,15 +69,17 @@ def embedding_scores(ex: RetrievalExample, feats: TextFeatures, kg: KnowledgeGra
     else: raise ValueError(f"mode must be 'label-sum' or 'triple-text', not {mode!r}")
     return (v @ ex.q[0].numpy()).astype(np.float32)
 
-# %% ../nbs/15c_retriever_study.ipynb #c010
+# %% ../nbs/15c_retriever_study.ipynb #c009
+register_retriever(RetrieverSpec('ppr', 'reference', score=lambda ex, feats, seed: ppr_scores(ex), title='PPR'))
+register_retriever(RetrieverSpec('embedding', 'reference', score=lambda ex, feats, seed: embedding_scores(ex, feats), title='embedding similarity'))
+register_retriever(RetrieverSpec('random', 'reference', score=lambda ex, feats, seed: random_scores(ex, seed), title='random'))
+
+# %% ../nbs/15c_retriever_study.ipynb #c012
 def retriever_scores(retriever, ex: RetrievalExample, feats: TextFeatures, seed: int = 0) -> np.ndarray:
     "Scores of one example by a trained model (or any object with `example_scores(ex)`) or a `REFERENCE_RETRIEVERS` name."
     if hasattr(retriever, 'example_scores'): return retriever.example_scores(ex)
     if isinstance(retriever, nn.Module): return score_example(retriever, ex, feats)
-    if retriever == 'ppr': return ppr_scores(ex)
-    if retriever == 'embedding': return embedding_scores(ex, feats)
-    if retriever == 'random': return random_scores(ex, seed)
-    raise ValueError(f'unknown retriever {retriever!r}: a trained model or one of {REFERENCE_RETRIEVERS}')
+    return retriever_spec(retriever, 'reference').score(ex, feats, seed)
 
 def evaluate_retriever(retriever, examples: list, feats: TextFeatures, ks=RETRIEVAL_KS, seed: int = 0) -> pd.DataFrame:
     "One row per question: retrieval metrics at every K and the question's groups."
@@ -100,7 +101,7 @@ def summarise_retrieval(per_question: pd.DataFrame, by=None) -> pd.DataFrame:
     g = per_question.groupby(by, dropna=False)
     return g[cols].mean().join(g.size().rename('n_questions')).reset_index()
 
-# %% ../nbs/15c_retriever_study.ipynb #c013
+# %% ../nbs/15c_retriever_study.ipynb #c017
 def is_validation(qid, fraction: float = 0.2) -> bool:
     "Whether a training question is held out for validation (a stable hash of its id)."
     return zlib.crc32(str(qid).encode()) % 1000 < int(round(1000 * fraction))
@@ -161,15 +162,40 @@ def _run_rows(retriever, name, labels, seed, test, feats, recs, kg, readers, rea
     return pd.DataFrame([dict(retriever=name, labels=labels, seed=seed, id=ex.id, **ex.meta, n_triples=len(ex), **example_metrics(s, ex, ks),
                               **{k: v for h in hits for k, v in h[i].items()}) for i, (ex, s) in enumerate(zip(test, scores))])
 
-# %% ../nbs/15c_retriever_study.ipynb #c020
-TRAINED_RETRIEVERS = {'subgraphrag': subgraphrag.study_train, 'sr': sr.study_train}
+# %% ../nbs/15c_retriever_study.ipynb #c024
+def _load_subgraphrag(path, encoder, root=None) -> tuple:  # encoder: the study's frozen encoder, or its name
+    "SubgraphRAG's checkpoint, read with the study's frozen encoder."
+    enc = encoder if isinstance(encoder, TextEncoder) else TextEncoder(encoder)
+    return load_retriever(path, dim=enc.dim, encoder=enc.key)[0], enc
+
+def _load_sr(path, encoder=None, root=None) -> tuple:
+    "SR's checkpoint, which carries its own frozen encoder."
+    model, _ = sr.load_sr(path, root=root)
+    return model, model.frozen
+
+def _subgraphrag_config(c: StudyConfig) -> dict:
+    "SubgraphRAG's run config in a study: the study's epochs and stopping rule, and its step's levers (`study_step`)."
+    return dict(epochs=c.epochs, patience=c.patience, val_metric=c.val_metric,
+                **study_step(c.neg_sample, c.questions_per_step, c.bf16, c.compile_step, c.val_subset)[0])
+
+def _sr_config(c: StudyConfig) -> dict:
+    "SR's run config in a study: its own parameters (`sr_*`), the study's stopping rule and validation subset."
+    o = c.own
+    return dict(tune=o['sr_tune'], text_encoder=o['sr_encoder'], epochs=o['sr_epochs'], patience=c.patience, max_hop=o['sr_max_hop'],
+                beam=o['sr_beam'], **study_step(val_subset=c.val_subset, sr_cache_frozen=o['sr_cache_frozen'])[1], val_metric=c.val_metric)
+
+register_retriever(RetrieverSpec('subgraphrag', 'trained', train=subgraphrag.study_train, load=_load_subgraphrag, config=_subgraphrag_config,
+                                 code=('subgraphrag',), title='SubgraphRAG ({k})'))
+register_retriever(RetrieverSpec('sr', 'trained', train=sr.study_train, load=_load_sr, config=_sr_config, code=('sr',), title='SR',
+                                 params=dict(sr_tune='head', sr_encoder='', sr_epochs=3, sr_max_hop=3, sr_beam=10, sr_cache_frozen=False),
+                                 detail=lambda m: f', beam {m.cfg.beam}, {m.cfg.max_hop} hops'))
 
 def trained_retriever(name: str):
     "The training function of a `TRAINED_RETRIEVERS` name; a one-line error for any other name."
     if name not in TRAINED_RETRIEVERS: raise ValueError(f'unknown trained retriever {name!r}: use one of {sorted(TRAINED_RETRIEVERS)}')
     return TRAINED_RETRIEVERS[name]
 
-# %% ../nbs/15c_retriever_study.ipynb #c023
+# %% ../nbs/15c_retriever_study.ipynb #c027
 def example_triples(ex: RetrievalExample) -> np.ndarray:
     "(E, 3) KG (head, relation, tail) indices of an example's question-graph triples, in its edge order."
     ei = ex.edge_index.numpy()
@@ -212,20 +238,20 @@ def listing_trainer(lr: ListingRetriever, recs: dict):
         return ListedScores(model, recs, kg), [dict(epoch=1, loss=float(np.mean(loss[-max(1, len(loss) // 10):])) if loss else float('nan'), steps=len(loss))]
     return train
 
-# %% ../nbs/15c_retriever_study.ipynb #c027
-STUDY_CODE = ('subgraphrag', 'sr', 'retriever_study', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs
+# %% ../nbs/15c_retriever_study.ipynb #c031
+STUDY_CODE = ('retriever_study', 'retrievers', 'text', 'qgraphs', 'metrics', 'paths')  # chapters whose code makes a study's runs (with its retrievers')
 
-TRAIN_CODE = ('subgraphrag', 'sr', 'text', 'qgraphs', 'paths', 'metrics', 'retriever_study:is_validation', 'retriever_study:study_splits',
-              'retriever_study:trained_retriever', 'retriever_study:listing_trainer', 'retriever_study:train_run')  # what trained weights follow
+TRAIN_CODE = ('text', 'qgraphs', 'paths', 'metrics', 'retriever_study:is_validation', 'retriever_study:study_splits',
+              'retriever_study:trained_retriever', 'retriever_study:listing_trainer', 'retriever_study:train_run')  # what trained weights follow (with the trainers')
 
-def train_code() -> str:
-    "Fingerprint of the code behind a study's trained weights (`TRAIN_CODE`): the training folder's key."
-    return code_fingerprint(*TRAIN_CODE)
+def train_code(*retrievers) -> str:  # the study's trained retrievers (registry names); SubgraphRAG's code always counts
+    "Fingerprint of the code behind a study's trained weights (`TRAIN_CODE` and the retrievers' registered modules): the training folder's key."
+    return code_fingerprint(*TRAIN_CODE, *retriever_code({'subgraphrag', *retrievers}))
 
-def study_code(*readers) -> str:
-    "Fingerprint of the code behind a study's runs: the `STUDY_CODE` chapters, and the readers' chapters when they are ours."
+def study_code(*readers, retrievers=()) -> str:  # readers; the study's retrievers (registry names)
+    "Fingerprint of the code behind a study's runs: the `STUDY_CODE` chapters, its retrievers' modules, and the readers' chapters when they are ours."
     mods = [type(r).__module__.partition('.') for r in readers if r is not None]
-    return code_fingerprint(*STUDY_CODE, *sorted({n for pkg, _, n in mods if pkg == 'kgqa_nb' and n}))
+    return code_fingerprint(*STUDY_CODE, *retriever_code({'subgraphrag', *retrievers}), *sorted({n for pkg, _, n in mods if pkg == 'kgqa_nb' and n}))
 
 def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     "Each trained retriever's config (SubgraphRAG's: `train_cfg`), checked before anything runs."
@@ -236,7 +262,7 @@ def _study_cfgs(train_cfg, retrievers, retriever_cfgs) -> dict:
     check_val_metric(cfgs['subgraphrag'].get('val_metric', TrainConfig.val_metric))
     return cfgs
 
-# %% ../nbs/15c_retriever_study.ipynb #c030
+# %% ../nbs/15c_retriever_study.ipynb #c034
 def train_run(trainer,  # a `TRAINED_RETRIEVERS` trainer (or `listing_trainer`'s)
               folder,  # the study's training folder
               stem: str,  # the run's name (its run file's stem)
@@ -254,7 +280,7 @@ def train_run(trainer,  # a `TRAINED_RETRIEVERS` trainer (or `listing_trainer`'s
     write_text_atomic(done, json.dumps(dict(seconds=seconds, sessions=len(spent()) + 1, epochs=len(hist))))
     return model, hist, seconds
 
-# %% ../nbs/15c_retriever_study.ipynb #c031
+# %% ../nbs/15c_retriever_study.ipynb #c035
 @contextmanager
 def claimed(folder, name: str):  # a lock file name inside folder, one per run
     "Yields True while this process holds the lock `name` (`core.folder_lock`), or False at once when another process holds it."
@@ -266,7 +292,7 @@ def claimed(folder, name: str):  # a lock file name inside folder, one per run
     try: yield True
     finally: cm.__exit__(None, None, None)
 
-# %% ../nbs/15c_retriever_study.ipynb #c032
+# %% ../nbs/15c_retriever_study.ipynb #c036
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -298,9 +324,9 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     params = dict(records=records_fingerprint(records), qgraphs=qgraphs_fingerprint(qgraphs), kg=kg_fingerprint(kg), encoder=encoder.key, train_cfg=cfgs['subgraphrag'],
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
                   extra_readers={p: r.describe() for p, r in (extra_readers or {}).items()} or None,
-                  ks=list(ks), gate_k=gate_k, code=study_code(*readers.values()), format=3)
+                  ks=list(ks), gate_k=gate_k, code=study_code(*readers.values(), retrievers=[*retrievers, *references]), format=3)
     trained = keyed_folder(cache_dir, 'retriever-train', dict({k: params[k] for k in ('records', 'qgraphs', 'kg', 'encoder', 'train_cfg', 'val_fraction')},
-                                                               code=train_code(), format=1))
+                                                               code=train_code(*retrievers), format=1))
     folder = keyed_folder(cache_dir, 'retriever-study', dict(params, train=trained.name))
     if store: restore_trained(store, trained)  # finished runs committed by an earlier session: read, not trained
     link_checkpoints(folder, trained)
@@ -351,7 +377,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['train_folder'] = str(trained)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c035
+# %% ../nbs/15c_retriever_study.ipynb #c039
 def compact_checkpoint(last, out) -> Path:  # a finished run's last.pt; where its compact copy goes
     "Write to `out` the `last.pt` of a finished run with the selected weights in place of the last epoch's and no optimiser moments: what reloading it needs, not resuming."
     ck = read_checkpoint(last, weights_only=False, fix='train the run again')
@@ -410,7 +436,7 @@ def restore_trained(store, trained) -> list:  # the store's parent folder, the t
             added.append(t)
     return added
 
-# %% ../nbs/15c_retriever_study.ipynb #c045
+# %% ../nbs/15c_retriever_study.ipynb #c049
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -464,7 +490,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c048
+# %% ../nbs/15c_retriever_study.ipynb #c052
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -513,7 +539,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c055
+# %% ../nbs/15c_retriever_study.ipynb #c059
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -537,7 +563,7 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c059
+# %% ../nbs/15c_retriever_study.ipynb #c063
 DATA_MINIMUMS = dict(questions=3000, multi_hop_share=0.35, test_per_hop=30)  # what the study's data must reach
 DATA_HOPS = (1, 2, 3)  # the hops each with enough test questions (4-hop questions are too few in generated data)
 
@@ -576,14 +602,14 @@ def data_verdict(gate: pd.DataFrame) -> str:
     fmt = lambda v: f'{v:.3f}' if isinstance(v, float) and v < 1 else f'{int(v):,}'
     return 'data below the study\'s minimums: ' + '; '.join(f'{r.check} {fmt(r.value)} < {fmt(r.required)}' for r in bad.itertuples())
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c067
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c071
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -604,7 +630,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c069
+# %% ../nbs/15c_retriever_study.ipynb #c073
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -635,7 +661,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c071
+# %% ../nbs/15c_retriever_study.ipynb #c075
 def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
                   answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
                   **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
@@ -649,7 +675,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-# %% ../nbs/15c_retriever_study.ipynb #c072
+# %% ../nbs/15c_retriever_study.ipynb #c076
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -662,50 +688,27 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-# %% ../nbs/15c_retriever_study.ipynb #c073
+# %% ../nbs/15c_retriever_study.ipynb #c077
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
-                         source: str = 'generated', kg='toyworld', n_questions: int = 300, seed: int = 0,
-                         backend: str = 'offline', model: str = '', base_url: str = '',  # question generation
-                         n_nodes: int = 500, max_triples: int = 5000,  # question-graph size (paper: 2500, 20000)
-                         encoder: str = 'all-MiniLM-L6-v2',  # frozen text encoder
-                         labels=('gt', 'sp'), n_seeds: int = 3, epochs: int = 4, patience: int = 2,
-                         val_metric: str = 'label_recall@100', reader_ks=(10, 50, 100, 200),
-                         threads: int = 0,  # CPU threads for training (0: torch's setting; 1 is fastest on a shared machine)
-                         device: str = 'cpu',  # training device: cpu, cuda, cuda:N or auto
-                         retrievers=('subgraphrag', 'sr'),  # trained retrievers (`TRAINED_RETRIEVERS`)
-                         sr_tune: str = 'head', sr_encoder: str = '',  # SR: 'head' or 'encoder' fine-tuning; its encoder ('': `encoder`)
-                         sr_epochs: int = 3, sr_max_hop: int = 3, sr_beam: int = 10,  # SR training epochs and search
-                         neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,  # SubgraphRAG's step (`study_step`; 0, 1, False, False: the reference step)
-                         val_subset: int = 0, sr_cache_frozen: bool = False,  # validation questions per epoch (0: all), both retrievers; SR's frozen-part cache
-                         graphs: str = 'auto',  # question graphs: 'auto' (published when present), 'published' or 'build'
-                         second_reader: str = '',  # the `make_reader` kind of `extra_readers['hits_nonoracle']` ('': none), recorded
-                         answerability: str = '', newer_kg: str = '',  # the dataset's last filters ('': none), as its generation notebook sets them
+                         cfg: StudyConfig,  # the study's parameters (`StudyConfig.from_params` of a profile section or a notebook's)
                          make_filters=None,  # `filters.dataset_filters` (chapter 16a) when a filter is asked for
                          extra_readers: dict | None = None,  # column prefix -> reader object (`open_study` builds it from second_reader)
                          listing: dict | None = None,  # name -> `ListingRetriever` (trained retrievers of later chapters, e.g. RoG), recorded by its cfg
-                         min_multi_hop: float = 0.0,  # 1-hop training questions dropped (seeded) until multi-hop ones make this share (`cap_single_hop`; 0: all kept)
-                         trained_store: str = '',  # the committed store of finished runs (`store_run`; relative: to the project root); '': none
-                         cache_dir: str = '', out_dir: str = '', **params) -> RetrieverStudy:  # params: recorded
+                         **params) -> RetrieverStudy:  # params: recorded
     "Questions, question graphs and the (cached) GT-vs-SP study of a retriever-study artifact notebook."
-    ctx, cache = study_dataset(artifact, source, kg, n_questions, seed, backend, model, base_url, answerability, newer_kg, make_filters, out_dir, cache_dir,
-                               graphs, n_nodes=n_nodes, max_triples=max_triples, encoder=encoder, labels=list(labels),
-                               n_seeds=n_seeds, epochs=epochs, patience=patience, val_metric=val_metric, reader=reader.describe(),
-                               reader_ks=list(reader_ks), retrievers=list(retrievers), sr_tune=sr_tune,
-                               sr_encoder=sr_encoder, sr_epochs=sr_epochs, sr_max_hop=sr_max_hop, sr_beam=sr_beam, second_reader=second_reader,
-                               neg_sample=neg_sample, questions_per_step=questions_per_step, bf16=bf16, compile_step=compile_step,
-                               val_subset=val_subset, sr_cache_frozen=sr_cache_frozen, min_multi_hop=min_multi_hop, trained_store=trained_store,
+    c = cfg
+    ctx, cache = study_dataset(artifact, c.source, c.kg, c.n_questions, c.seed, c.backend, c.model, c.base_url, c.answerability, c.newer_kg, make_filters,
+                               c.out_dir, c.cache_dir, c.graphs, **c.recorded(), reader=reader.describe(),
                                **({'listing': {n: l.cfg for n, l in listing.items()}} if listing else {}), **params)
-    ctx.records = cap_single_hop(ctx.records, min_multi_hop, seed)
+    ctx.records = cap_single_hop(ctx.records, c.min_multi_hop, c.seed)
     data = data_gate(ctx.records)
-    qgs = study_question_graphs(ctx.kg, ctx.records, cache, graphs, seed=seed, n_nodes=n_nodes, max_triples=max_triples)
-    step, sr_step = study_step(neg_sample, questions_per_step, bf16, compile_step, val_subset, sr_cache_frozen)
-    sr_cfg = dict(tune=sr_tune, text_encoder=sr_encoder, epochs=sr_epochs, patience=patience, max_hop=sr_max_hop, beam=sr_beam, **sr_step,
-                  val_metric=val_metric)
-    study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(encoder), cache, labels=labels, seeds=range(n_seeds),
-                            train_cfg=dict(epochs=epochs, patience=patience, val_metric=val_metric, **step), retrievers=retrievers,
-                            retriever_cfgs={'sr': sr_cfg}, reader=reader, extra_readers=extra_readers, reader_ks=reader_ks, threads=threads or None, device=device,
-                            listing=listing, store=project_dirs.root / trained_store if trained_store else None)
+    qgs = study_question_graphs(ctx.kg, ctx.records, cache, c.graphs, seed=c.seed, n_nodes=c.n_nodes, max_triples=c.max_triples)
+    own = {n: retriever_spec(n, 'trained').own_config(c) for n in c.retrievers if n != 'subgraphrag'}  # each retriever's config, from the registry
+    study = retriever_study(ctx.kg, ctx.records, qgs, TextEncoder(c.encoder), cache, labels=c.labels, seeds=range(c.n_seeds),
+                            train_cfg=retriever_spec('subgraphrag').own_config(c), retrievers=c.retrievers, retriever_cfgs=own, reader=reader,
+                            extra_readers=extra_readers, reader_ks=c.reader_ks, threads=c.threads or None, device=c.device,
+                            listing=listing, store=project_dirs.root / c.trained_store if c.trained_store else None)
     extra = {f'reader_{p}': r.describe() for p, r in (extra_readers or {}).items()}  # e.g. reader_hits_nonoracle: who gave that column
     rs = RetrieverStudy(ctx, qgs, study.assign(reader=reader.describe(), **extra), {}, Path(study.attrs['folder']), reader)
     up = list(ctx.prov.get('upstream', []))
@@ -718,11 +721,10 @@ def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.
 READER_PARAMS = ('reader_backend', 'reader_model', 'reader_base_url')  # recorded with a study's parameters
 
 def study_params(ns: dict) -> dict:
-    "The keyword arguments of `open_retriever_study` found in a notebook's namespace (`globals()`): its parameters, passed once."
-    names = [n for n in inspect.signature(open_retriever_study).parameters if n not in ('artifact', 'reader', 'extra_readers', 'listing', 'make_filters', 'params')]
-    return {n: ns[n] for n in [*names, *READER_PARAMS] if n in ns}
+    "The study's parameters (`StudyConfig.names`) and its reader's found in a notebook's namespace (`globals()`): passed once."
+    return {n: ns[n] for n in [*StudyConfig.names(), *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c077
+# %% ../nbs/15c_retriever_study.ipynb #c081
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -732,10 +734,11 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     "A retriever study opened from its parameters: its reader built once, its runs read from the cache (or run once)."
     reader = make_reader(params.get('reader', 'offline'), *(params.get(n, '') for n in READER_PARAMS))
     extra = {'hits_nonoracle': make_reader(params['second_reader'])} if params.get('second_reader') else None
-    return open_retriever_study(artifact, reader, **{**study_params(params), 'out_dir': out_dir}, extra_readers=extra, make_filters=make_filters,
-                                **recorded)
+    sp = study_params(params)
+    return open_retriever_study(artifact, reader, StudyConfig.from_params({**sp, 'out_dir': out_dir}), make_filters=make_filters, extra_readers=extra,
+                                **{n: sp[n] for n in READER_PARAMS if n in sp}, **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c081
+# %% ../nbs/15c_retriever_study.ipynb #c085
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -754,7 +757,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c083
+# %% ../nbs/15c_retriever_study.ipynb #c087
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -776,7 +779,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c086
+# %% ../nbs/15c_retriever_study.ipynb #c090
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -817,7 +820,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c090
+# %% ../nbs/15c_retriever_study.ipynb #c094
 def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else a file)
     "UsageError unless `--out` can be written (a folder, or a file in a folder; created) without destroying anything (`core.check_write_target`), checked before any work."
     p = Path(path)

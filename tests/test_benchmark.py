@@ -169,7 +169,7 @@ def test_kgqa_benchmark_reads_a_trained_subgraphrag_checkpoint(tmp_path, capsys)
     capsys.readouterr()
     assert main(['benchmark', '--models', 'subgraphrag,llm-only', *data, '--k', '5', '--subgraphrag-ckpt', str(tmp_path / 'ck' / 'best.pt'),
                  '--out', str(tmp_path / 'rows.csv')]) == 0
-    assert 'subgraphrag: SubgraphRAG (5) (checkpoint ck/best.pt; gate not checked)' in capsys.readouterr().out
+    assert 'subgraphrag: SubgraphRAG (5) (checkpoint ck/best.pt, top 5 triples; gate not checked)' in capsys.readouterr().out
     rows = pd.read_csv(tmp_path / 'rows.csv', dtype={'id': str})
     assert rows.groupby('model').id.apply(list).to_dict() == {'llm-only': ['b10', 'b11', 'b12', 'b13'], 'subgraphrag': ['b10', 'b11', 'b12', 'b13']}
     assert rows.set_index('model').n_triples.groupby(level=0).max().to_dict() == {'llm-only': 0, 'subgraphrag': 5}

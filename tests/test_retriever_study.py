@@ -94,7 +94,7 @@ def test_study_cache_key_follows_the_code_and_the_folder_has_a_build_record(tmp_
     assert json.loads((folder / 'built.json').read_text())['git'] is not None
     assert json.loads((folder / 'params.json').read_text())['code'] == rsm.study_code()
     assert _tiny_study(tmp_path).attrs['folder'] == first.attrs['folder']  # same code: the cached runs are read back
-    monkeypatch.setattr(rsm, 'study_code', lambda reader=None: 'changedcode0')
+    monkeypatch.setattr(rsm, 'study_code', lambda *readers, retrievers=(): 'changedcode0')
     assert _tiny_study(tmp_path).attrs['folder'] != first.attrs['folder']  # other code: another folder, nothing reused
 
 
@@ -254,13 +254,13 @@ def test_the_study_reads_the_filtered_dataset_it_is_given(tmp_path, monkeypatch)
         seen['ids'] = sorted(records.id.tolist()); raise _Stop
     monkeypatch.setattr(rsm, 'study_question_graphs', lambda *a, **kw: {})
     monkeypatch.setattr(rsm, 'retriever_study', spy)
-    gen = dict(n_questions=60, seed=0, out_dir=str(tmp_path))
+    cfg = lambda **kw: rsm.StudyConfig.from_params(dict(n_questions=60, seed=0, out_dir=str(tmp_path), **kw))
     with pytest.raises(ValueError, match='make_filters'):
-        rsm.open_retriever_study('retriever_study', QueryReader(), answerability='offline-text', **gen)
-    with pytest.raises(_Stop): rsm.open_retriever_study('retriever_study', QueryReader(), **gen)
+        rsm.open_retriever_study('retriever_study', QueryReader(), cfg(answerability='offline-text'))
+    with pytest.raises(_Stop): rsm.open_retriever_study('retriever_study', QueryReader(), cfg())
     unfiltered = seen.pop('ids')
     with pytest.raises(_Stop):
-        rsm.open_retriever_study('retriever_study', QueryReader(), answerability='offline-text', make_filters=dataset_filters, **gen)
+        rsm.open_retriever_study('retriever_study', QueryReader(), cfg(answerability='offline-text'), make_filters=dataset_filters)
     ctx = open_artifact('table1_dataset_overview', 'generated', 'toyworld', 0, str(tmp_path), n_target=60, backend='offline',
                         answerability='offline-text', make_filters=dataset_filters)
     assert seen['ids'] == sorted(ctx.records.id.tolist())
