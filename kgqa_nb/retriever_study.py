@@ -38,13 +38,14 @@ __all__ = ['STUDY_CODE', 'TRAIN_CODE', 'LISTED', 'STAT_TESTS', 'GATE_REFERENCES'
            'retriever_scores', 'evaluate_retriever', 'validation_recall', 'summarise_retrieval', 'is_validation',
            'study_splits', 'run_ckpt_dir', 'link_checkpoints', 'qgraphs_fingerprint', 'reader_record', 'reader_hits',
            'trained_retriever', 'example_triples', 'ranked_scores', 'ListingRetriever', 'ListedScores',
-           'listing_trainer', 'train_code', 'study_code', 'train_run', 'claimed', 'retriever_study',
-           'compact_checkpoint', 'store_run', 'ReplayedListing', 'keep_listed', 'replayed_run', 'restore_trained',
-           'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap', 'ratio_interval',
-           'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict', 'cap_single_hop',
-           'data_gate', 'data_verdict', 'reader_metric_name', 'attach_published_graphs', 'study_question_graphs',
-           'RetrieverStudy', 'study_dataset', 'study_step', 'open_retriever_study', 'study_params', 'open_study',
-           'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows', 'check_out']
+           'listing_trainer', 'train_code', 'study_code', 'train_run', 'claimed', 'study_folders', 'run_claimed',
+           'retriever_study', 'compact_checkpoint', 'store_run', 'ReplayedListing', 'keep_listed', 'replayed_run',
+           'restore_trained', 'paired_matrices', 'paired_tests', 'bootstrap_means', 'hierarchical_bootstrap',
+           'ratio_interval', 'metric_columns', 'run_means', 'gt_vs_sp', 'gap_by_group', 'training_gate', 'gate_verdict',
+           'cap_single_hop', 'data_gate', 'data_verdict', 'reader_metric_name', 'attach_published_graphs',
+           'study_question_graphs', 'RetrieverStudy', 'study_dataset', 'study_step', 'open_retriever_study',
+           'study_params', 'open_study', 'rescore_top_triples', 'reader_rows', 'FloorRows', 'floor_reader_rows',
+           'check_out']
 
 # %% ../nbs/15c_retriever_study.ipynb #c007
 def ppr_scores(ex: RetrievalExample) -> np.ndarray:
@@ -292,7 +293,28 @@ def claimed(folder, name: str):  # a lock file name inside folder, one per run
     try: yield True
     finally: cm.__exit__(None, None, None)
 
-# %% ../nbs/15c_retriever_study.ipynb #c036
+# %% ../nbs/15c_retriever_study.ipynb #c037
+def study_folders(cache_dir, params: dict,  # what keys the study folder (`retriever_study`'s inputs, readers, cut-offs, code)
+                  retrievers) -> tuple:  # the trained retrievers (registry names): their code keys the training folder
+    "(training folder, study folder): the training one keyed by what decides the weights, the study one by all of `params` and the training folder."
+    trained = keyed_folder(cache_dir, 'retriever-train', dict({k: params[k] for k in ('records', 'qgraphs', 'kg', 'encoder', 'train_cfg', 'val_fraction')},
+                                                               code=train_code(*retrievers), format=1))
+    return trained, keyed_folder(cache_dir, 'retriever-study', dict(params, train=trained.name))
+
+def run_claimed(runs: list, folder, run_file, run_once) -> bool:  # runs: (name, arm, seed); run_file(*run) -> its CSV; run_once(*run, f)
+    "Run each run whose file is missing, under its own lock (`claimed`): a run another process holds is left to it, then waited for (and run here if it died). Whether any run was added."
+    added, later = False, []
+    for run in progress(runs, desc='retriever study'):
+        if (f := run_file(*run)).exists(): continue
+        with claimed(folder, f'.{f.stem}.lock') as mine:  # another process training this run: take the next one
+            if not mine: later.append(run); continue
+            if not f.exists(): run_once(*run, f); added = True
+    for run in later:  # wait for the other process's runs; train one it left (it died) ourselves
+        with folder_lock(folder, name=f'.{(f := run_file(*run)).stem}.lock'):
+            if not f.exists(): run_once(*run, f); added = True
+    return added
+
+# %% ../nbs/15c_retriever_study.ipynb #c038
 def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema records with a `split` column
                     qgraphs,  # their question graphs, in record order
                     encoder: TextEncoder,  # frozen text encoder
@@ -325,9 +347,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
                   val_fraction=val_fraction, reader=reader.describe() if reader is not None else None, reader_ks=list(reader_ks),
                   extra_readers={p: r.describe() for p, r in (extra_readers or {}).items()} or None,
                   ks=list(ks), gate_k=gate_k, code=study_code(*readers.values(), retrievers=[*retrievers, *references]), format=3)
-    trained = keyed_folder(cache_dir, 'retriever-train', dict({k: params[k] for k in ('records', 'qgraphs', 'kg', 'encoder', 'train_cfg', 'val_fraction')},
-                                                               code=train_code(*retrievers), format=1))
-    folder = keyed_folder(cache_dir, 'retriever-study', dict(params, train=trained.name))
+    trained, folder = study_folders(cache_dir, params, retrievers)
     if store: restore_trained(store, trained)  # finished runs committed by an earlier session: read, not trained
     link_checkpoints(folder, trained)
     recs = {str(r['id']): r for r in records.to_dict('records')}
@@ -361,15 +381,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
         if hist: write_text_atomic(f.with_suffix('.history.json'), json.dumps(dict(retriever=name, labels=arm, seed=seed, history=hist), default=float))
         write_text_atomic(f, df.to_csv(index=False))
 
-    added, later = False, []
-    for run in progress(runs, desc='retriever study'):
-        if (f := run_file(*run)).exists(): continue
-        with claimed(folder, f'.{f.stem}.lock') as mine:  # another process training this run: take the next one
-            if not mine: later.append(run); continue
-            if not f.exists(): run_once(*run, f); added = True
-    for run in later:  # wait for the other process's runs; train one it left (it died) ourselves
-        with folder_lock(folder, name=f'.{(f := run_file(*run)).stem}.lock'):
-            if not f.exists(): run_once(*run, f); added = True
+    added = run_claimed(runs, folder, run_file, run_once)
     frames = [pd.read_csv(run_file(*run), dtype={'id': str}) for run in runs]
     if added or not (folder / 'built.json').exists(): mark_built(folder); mark_built(trained)
     out = pd.concat(frames, ignore_index=True)
@@ -377,7 +389,7 @@ def retriever_study(kg: KnowledgeGraph, records: pd.DataFrame,  # GTSQA-schema r
     out.attrs['train_folder'] = str(trained)
     return out
 
-# %% ../nbs/15c_retriever_study.ipynb #c039
+# %% ../nbs/15c_retriever_study.ipynb #c041
 def compact_checkpoint(last, out) -> Path:  # a finished run's last.pt; where its compact copy goes
     "Write to `out` the `last.pt` of a finished run with the selected weights in place of the last epoch's and no optimiser moments: what reloading it needs, not resuming."
     ck = read_checkpoint(last, weights_only=False, fix='train the run again')
@@ -436,7 +448,7 @@ def restore_trained(store, trained) -> list:  # the store's parent folder, the t
             added.append(t)
     return added
 
-# %% ../nbs/15c_retriever_study.ipynb #c049
+# %% ../nbs/15c_retriever_study.ipynb #c051
 STAT_TESTS = {  # every column of `gt_vs_sp` that is a test or an interval, and what it is (tables print these beside them)
     'p_paired_t': 'paired one-sided t-test over test questions, each question\'s score averaged over the seeds of each arm',
     'p_wilcoxon': 'Wilcoxon signed-rank twin of the paired test (no normality assumed)',
@@ -490,7 +502,7 @@ def ratio_interval(study: pd.DataFrame, retriever: str, by: str, group, metric: 
     lo, hi = np.nanquantile(np.where(np.isnan(r), np.inf, r), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/15c_retriever_study.ipynb #c052
+# %% ../nbs/15c_retriever_study.ipynb #c054
 def metric_columns(study: pd.DataFrame) -> list:
     "The metric columns of a study table (retrieval metrics and reader hits)."
     return [c for c in study.columns if ('@' in c or c == 'gt_mrr') and not c.startswith('val_')]
@@ -539,7 +551,7 @@ def gap_by_group(study: pd.DataFrame, by: str,  # 'n_hops', 'graph_isomorphism' 
                              ratio=a / b if b else np.nan, n_questions=int(n.get((ret, grp), 0))))
     return pd.DataFrame(rows)
 
-# %% ../nbs/15c_retriever_study.ipynb #c059
+# %% ../nbs/15c_retriever_study.ipynb #c061
 GATE_REFERENCES = ('ppr', 'embedding')  # the training-free retrievers every trained arm must beat
 UNDER_TRAINED = 'under-trained: no conclusion'
 
@@ -563,7 +575,7 @@ def gate_verdict(gate: pd.DataFrame) -> str:
     low = ', '.join(f'{r.retriever} {r.labels} {r.val_recall:.3f}' for r in gate[~gate.passes].itertuples())
     return f'{UNDER_TRAINED} ({low} not above {refs} on validation GT-triple recall@{k})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c063
+# %% ../nbs/15c_retriever_study.ipynb #c065
 DATA_MINIMUMS = dict(questions=3000, multi_hop_share=0.35, test_per_hop=30)  # what the study's data must reach
 DATA_HOPS = (1, 2, 3)  # the hops each with enough test questions (4-hop questions are too few in generated data)
 
@@ -602,14 +614,14 @@ def data_verdict(gate: pd.DataFrame) -> str:
     fmt = lambda v: f'{v:.3f}' if isinstance(v, float) and v < 1 else f'{int(v):,}'
     return 'data below the study\'s minimums: ' + '; '.join(f'{r.check} {fmt(r.value)} < {fmt(r.required)}' for r in bad.itertuples())
 
-# %% ../nbs/15c_retriever_study.ipynb #c067
+# %% ../nbs/15c_retriever_study.ipynb #c069
 def reader_metric_name(reader: str,  # the reader's `describe()`
                        k: int | None = None) -> str:
     "The name of a study's `hits@K` column in tables and figures: full-pattern recall for the oracle reader, Hits (EM) for a real reader."
     at, oracle = '' if k is None else f'@{k}', 'oracle' in reader.replace('non-oracle', '')
     return f'full-pattern recall{at} (oracle query reader)' if oracle else f'Hits{at} (EM; reader: {reader})'
 
-# %% ../nbs/15c_retriever_study.ipynb #c071
+# %% ../nbs/15c_retriever_study.ipynb #c073
 def attach_published_graphs(records: pd.DataFrame, root=None) -> pd.DataFrame:
     "The records with the `graph` column of GTSQA's with-graphs configuration when all its files are in the data dir (else unchanged)."
     files = [f for split in ('train', 'test') for f in gtsqa_files(split, 'gtsqa-with-graphs', root)]
@@ -630,7 +642,7 @@ def study_question_graphs(kg: KnowledgeGraph, records: pd.DataFrame, cache,  # p
     if has and graphs != 'build': return published_question_graphs(kg, records, cache)
     return build_question_graphs(kg, records, cache, seed=seed, **build)
 
-# %% ../nbs/15c_retriever_study.ipynb #c073
+# %% ../nbs/15c_retriever_study.ipynb #c075
 @dataclass
 class RetrieverStudy:
     "A retriever-study artifact's set-up: its context, question graphs, the study table and the provenance keywords."
@@ -661,7 +673,7 @@ class RetrieverStudy:
         ds = getattr(getattr(getattr(self.ctx, 'source', None), 'paths', None), 'folder', None)
         return ([built_by(ds)] if ds is not None and (Path(ds) / 'built.json').exists() else []) + [built_by(self.folder)]
 
-# %% ../nbs/15c_retriever_study.ipynb #c075
+# %% ../nbs/15c_retriever_study.ipynb #c077
 def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, backend: str, model: str, base_url: str,
                   answerability: str, newer_kg: str, make_filters, out_dir: str, cache_dir: str, graphs: str,
                   **recorded) -> tuple:  # the study's other parameters, recorded in the provenance
@@ -675,7 +687,7 @@ def study_dataset(artifact: str, source: str, kg, n_questions: int, seed: int, b
     if source == 'gtsqa' and graphs != 'build': ctx.records = attach_published_graphs(ctx.records)
     return ctx, cache
 
-# %% ../nbs/15c_retriever_study.ipynb #c076
+# %% ../nbs/15c_retriever_study.ipynb #c078
 def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = False, compile_step: bool = False,
                val_subset: int = 0, sr_cache_frozen: bool = False) -> tuple:
     "(SubgraphRAG's, SR's) training-step options from a study's parameters: only the levers set (none: the reference step)."
@@ -688,7 +700,7 @@ def study_step(neg_sample: int = 0, questions_per_step: int = 1, bf16: bool = Fa
     nondefault = lambda d, cls: {k: v for k, v in d.items() if v != cls.__dataclass_fields__[k].default}
     return nondefault(sub, TrainConfig), nondefault(srs, sr.SRConfig)
 
-# %% ../nbs/15c_retriever_study.ipynb #c077
+# %% ../nbs/15c_retriever_study.ipynb #c079
 def open_retriever_study(artifact: str,  # the artifact's name (params/manifest.yaml)
                          reader,  # a reader object (readers.make_reader)
                          cfg: StudyConfig,  # the study's parameters (`StudyConfig.from_params` of a profile section or a notebook's)
@@ -724,7 +736,7 @@ def study_params(ns: dict) -> dict:
     "The study's parameters (`StudyConfig.names`) and its reader's found in a notebook's namespace (`globals()`): passed once."
     return {n: ns[n] for n in [*StudyConfig.names(), *READER_PARAMS] if n in ns}
 
-# %% ../nbs/15c_retriever_study.ipynb #c081
+# %% ../nbs/15c_retriever_study.ipynb #c083
 def open_study(artifact: str,  # the reading artifact's name, recorded in its provenance
                params: dict,  # the study's parameters (the study notebook's `globals()`, or its defaults under a profile)
                make_reader,  # (reader, backend, model, base_url) -> a reader, e.g. `readers.make_reader`
@@ -738,7 +750,7 @@ def open_study(artifact: str,  # the reading artifact's name, recorded in its pr
     return open_retriever_study(artifact, reader, StudyConfig.from_params({**sp, 'out_dir': out_dir}), make_filters=make_filters, extra_readers=extra,
                                 **{n: sp[n] for n in READER_PARAMS if n in sp}, **recorded)
 
-# %% ../nbs/15c_retriever_study.ipynb #c085
+# %% ../nbs/15c_retriever_study.ipynb #c087
 def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test questions, in record order
                         k: int,  # triples kept per question
                         seed: int = 0,  # the study run whose checkpoints are read
@@ -757,7 +769,7 @@ def rescore_top_triples(rs: RetrieverStudy, n_questions: int,  # the first test 
         out[arm] = [[text(t) for t in top_triples(ex, score_example(model, ex, feats), k)] for ex in exs]
     return read, out
 
-# %% ../nbs/15c_retriever_study.ipynb #c087
+# %% ../nbs/15c_retriever_study.ipynb #c089
 FLOOR_ROLES = {'oracle': 'oracle (runs the question SPARQL on the triples)', 'floor': 'floor (small base LM; not a result at scale)'}
 
 def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read; {arm: replies per question}
@@ -779,7 +791,7 @@ def reader_rows(rs: RetrieverStudy, read: list, preds: dict,  # the records read
                        prediction='|'.join(map(str, p))) for i, x, r, p in zip(ids, h, recall, replies)]
     return pd.DataFrame(rows), pd.DataFrame(per_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c090
+# %% ../nbs/15c_retriever_study.ipynb #c092
 @dataclass
 class FloorRows:
     "Table 4's floor rows: per arm the oracle's and the floor reader's row, their per-question rows, and their provenance."
@@ -820,7 +832,7 @@ def floor_reader_rows(rs: RetrieverStudy, oracle,  # the study's reader: its row
                 seconds_per_question_and_arm=round(seconds / sent, 2) if sent else 'every reply from the cache')
     return FloorRows(both(o_rows, f_rows), both(o_q, f_q), prov, o_q)
 
-# %% ../nbs/15c_retriever_study.ipynb #c094
+# %% ../nbs/15c_retriever_study.ipynb #c096
 def check_out(path, folder: bool) -> Path:  # folder: a checkpoint folder (else a file)
     "UsageError unless `--out` can be written (a folder, or a file in a folder; created) without destroying anything (`core.check_write_target`), checked before any work."
     p = Path(path)

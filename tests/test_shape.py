@@ -21,7 +21,7 @@ LONG_CELLS = {
     '04_llm.ipynb': 69,
     '15_subgraphrag.ipynb': 76,
     '15b_sr.ipynb': 63,
-    '15c_retriever_study.ipynb': 85,
+    '15c_retriever_study.ipynb': 74,
     '22_kgqagen.ipynb': 83,
 }
 
