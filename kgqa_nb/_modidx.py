@@ -92,6 +92,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                  'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.RelationPriorModel.reader_label': ( 'benchmark.html#relationpriormodel.reader_label',
                                                                                           'kgqa_nb/benchmark.py'),
+                                   'kgqa_nb.benchmark.RelationPriorModel.recall': ( 'benchmark.html#relationpriormodel.recall',
+                                                                                    'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.RelationPriorModel.retrieve': ( 'benchmark.html#relationpriormodel.retrieve',
                                                                                       'kgqa_nb/benchmark.py'),
                                    'kgqa_nb.benchmark.StudyRetriever': ('benchmark.html#studyretriever', 'kgqa_nb/benchmark.py'),

@@ -558,13 +558,13 @@ def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding b
 # %% ../nbs/25_benchmark.ipynb #c080
 @dataclass
 class RelationPriorModel:
-    "LLM-only stand-in (not an LLM): the most frequent training answer of the relation the nearest training questions end on."
+    "LLM-only stand-in (not an LLM): the seeds' one-hop fact along the relation the nearest training questions end on (else that relation's most frequent training answer)."
     encoder: object = None  # a `text.TextEncoder` (None: MiniLM)
     k: int = 5  # nearest training questions that vote for the answer relation
     name = 'llm-only'
 
     def fit(self, train: list, kg: KnowledgeGraph) -> RelationPriorModel:
-        "Per training question, the (relation, direction) reaching its answers; per such relation, its answers' counts."
+        "Per training question, the (relation, answer-is-tail) reaching its answers; per such relation, its answers' counts."
         from collections import Counter
         self.kg, self.enc, keys, qs, self.counts, self.n_skipped = kg, self.encoder or TextEncoder(), [], [], {}, 0
         for rec in train:
@@ -576,27 +576,39 @@ class RelationPriorModel:
             keys.append(hits[0][0]); qs.append(str(rec['question']))
             for key, a in hits: self.counts.setdefault(key, Counter())[a] += 1
         if not qs: raise UsageError('the LLM-only stand-in needs training questions whose ground truth reaches an answer')
-        self.keys, self.vecs = keys, np.asarray(self.enc.encode(qs), np.float32)
+        self.keys, self.vecs, self.degree = keys, np.asarray(self.enc.encode(qs), np.float32), kg.degree()
         return self
 
     def retrieve(self, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray: return np.zeros((0, 3), np.int64)
-    def describe(self) -> str: return f'LLM-only stand-in (not an LLM): most frequent training answer of the relation its {self.k} nearest training questions end on'
+    def describe(self) -> str: return (f'LLM-only stand-in (not an LLM): recalls the KG fact of a named entity along the relation its {self.k} '
+                                       'nearest training questions end on (else that relation\'s most frequent training answer)')
     def reader_label(self) -> str: return 'none (the stand-in answers from the question alone)'
 
 # %% ../nbs/25_benchmark.ipynb #c081
 @patch
+def recall(self: RelationPriorModel, key: tuple, seeds) -> int | None:  # (relation index, answer is the tail); seed entity indices
+    "The entity the seeds' one-hop facts along `key` reach: the one most seeds reach, ties to the highest degree, then the lowest index; None when no seed has such a fact."
+    rel, to_tail = key
+    csr, votes = self.kg.out_csr if to_tail else self.kg.in_csr, {}
+    for s in dict.fromkeys(int(x) for x in seeds):
+        nbr, eid, _ = csr(s)
+        for n in set(nbr[self.kg.rel[eid] == rel].tolist()): votes[n] = votes.get(n, 0) + 1
+    return min(votes, key=lambda n: (-votes[n], -self.degree[n], n)) if votes else None
+
+@patch
 def answer_many(self: RelationPriorModel, views: list) -> list:
-    "One answer ID per question view (its question text only)."
+    "One answer ID per question view (its question text and named entities only)."
     q = np.asarray(self.enc.encode([str(v['question']) for v in views]), np.float32)
     out = []
-    for sims in q @ self.vecs.T:
+    for v, sims in zip(views, q @ self.vecs.T):
         votes = {}
         for i in np.argsort(-sims, kind='stable')[:self.k]: votes[self.keys[i]] = votes.get(self.keys[i], 0.0) + float(sims[i])
         key = max(votes, key=votes.get)
-        out.append([self.kg.entity_ids[self.counts[key].most_common(1)[0][0]]])
+        a = self.recall(key, [self.kg.parse_entity(str(s), check_label=False) for s in v.get('seed_entities') or []])
+        out.append([self.kg.entity_ids[self.counts[key].most_common(1)[0][0] if a is None else a]])
     return out
 
-# %% ../nbs/25_benchmark.ipynb #c084
+# %% ../nbs/25_benchmark.ipynb #c085
 def untrained_control(model, seed: int = 0):
     "The path model with a randomly initialised generator of its generator's architecture and tokenizer, never fine-tuned."
     import copy
@@ -617,7 +629,7 @@ def random_control(gcr):
     m.name = f'{gcr.name}-random'
     return m
 
-# %% ../nbs/25_benchmark.ipynb #c087
+# %% ../nbs/25_benchmark.ipynb #c088
 @dataclass
 class AtBudget:
     "A model's kept subgraphs (`run_benchmark(keep=...)`) cut to their first `budget` triples, as a benchmark model."
@@ -639,7 +651,7 @@ def at_budget(per_question: pd.DataFrame, kept: dict, records: list, budget: int
     labels = per_question.drop_duplicates('model').set_index('model').label
     return [AtBudget(m, labels[m], dict(zip(ids, subs)), budget) for m, subs in kept.items() if sum(map(len, subs))]
 
-# %% ../nbs/25_benchmark.ipynb #c090
+# %% ../nbs/25_benchmark.ipynb #c091
 def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', models=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     "Every pair of models (higher mean first): mean difference of `metric` on their shared questions, bootstrap CI, paired p-values."
     from itertools import combinations
@@ -657,7 +669,7 @@ def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', model
                          diff=float(A.mean() - B.mean()), ci_low=lo, ci_high=hi, **paired_tests(A, B), ci_excludes_0=bool(lo > 0)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c093
+# %% ../nbs/25_benchmark.ipynb #c094
 def recall_vs_em_by_type(pts: pd.DataFrame, by: str = 'graph_isomorphism') -> tuple:
     "(points, stats) per group: the (model, group) means of `recall_vs_em` averaged over models, with Pearson r and p."
     t = pts.groupby(by)[['gt_recall', 'answer_recall', 'em_hit']].mean().join(pts.groupby(by).model.nunique().rename('n_models')).reset_index()
