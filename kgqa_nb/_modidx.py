@@ -825,6 +825,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'kgqa_nb.kgqagen_eval.table2_stream': ('kgqagen_eval.html#table2_stream', 'kgqa_nb/kgqagen_eval.py'),
                                       'kgqa_nb.kgqagen_eval.trained_retrieval': ( 'kgqagen_eval.html#trained_retrieval',
                                                                                   'kgqa_nb/kgqagen_eval.py'),
+                                      'kgqa_nb.kgqagen_eval.transfer_study': ( 'kgqagen_eval.html#transfer_study',
+                                                                               'kgqa_nb/kgqagen_eval.py'),
                                       'kgqa_nb.kgqagen_eval.transfer_table': ( 'kgqagen_eval.html#transfer_table',
                                                                                'kgqa_nb/kgqagen_eval.py'),
                                       'kgqa_nb.kgqagen_eval.triple_labels': ('kgqagen_eval.html#triple_labels', 'kgqa_nb/kgqagen_eval.py'),

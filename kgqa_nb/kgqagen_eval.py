@@ -37,9 +37,9 @@ __all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'SEED_GRAPH_HOPS', 'SEEDS_O
            'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table', 'dataset_statistics', 'gold_names',
            'published_gold_names', 'Table2Questions', 'table2_questions', 'seed_question_graph', 'seed_example',
            'Retrieved', 'triple_labels', 'proof_held', 'proof_triples', 'seed_retrieval', 'answer_graph_retrieval',
-           'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_stream', 'table2_runs',
-           'score_run', 'score_runs', 'transfer_table', 'Table2', 'retrieval_coverage', 'coverage_columns',
-           'kgqagen_table2']
+           'transfer_study', 'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_stream',
+           'table2_runs', 'score_run', 'score_runs', 'transfer_table', 'Table2', 'retrieval_coverage',
+           'coverage_columns', 'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -232,13 +232,21 @@ def answer_graph_retrieval(q: Table2Questions, rows: list,  # the records to ran
     return Retrieved(f'{ANSWER_CONDITIONED} graphs, PPR top-{top_k}', top, held, ANSWER_CONDITIONED)
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c035
+def transfer_study(study: dict,  # the `retriever_study` parameters of a profile (defaults filled in)
+                   labels=('sp', 'gt'), n_seeds: int = 1) -> dict:  # the label regimes and seeds Table 2 reads
+    "The study parameters to open: the profile's own when its runs hold every regime and seed asked for (its cached folder), else SubgraphRAG alone on those."
+    keys = [label_key(l) for l in labels]
+    inside = set(keys) <= {label_key(l) for l in study['labels']} and n_seeds <= study['n_seeds'] and 'subgraphrag' in study['retrievers']
+    return dict(study) if inside else dict(study, labels=keys, n_seeds=n_seeds, retrievers=['subgraphrag'])
+
+# %% ../nbs/22a_kgqagen_eval.ipynb #c037
 def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records with a question graph and their examples (`seed_retrieval`)
                       study: dict,  # the `retriever_study` artifact's parameters under some profile (defaults filled in)
                       labels=('sp', 'gt'),  # label regimes: sp, gt or sp:CONVENTION
                       top_k: int = 100, out_dir: str = '',  # out_dir: where the study's cache lives
                       n_seeds: int = 1) -> tuple:  # training seeds 0..n_seeds-1 of the study
     "({(label regime, seed): {id: top-K triples as text}}, the training set in words, {(regime, seed): epochs})."
-    sp = dict(study, labels=[label_key(l) for l in labels], n_seeds=n_seeds, retrievers=['subgraphrag'])
+    sp = transfer_study(study, labels, n_seeds)
     rs = open_study('retriever_study', sp, make_reader, out_dir, make_filters=dataset_filters)
     enc = TextEncoder(sp['encoder'])
     vecs = enc.encode_cached([t for ex in exs for t in ex.texts], role='query')  # the question (and paraphrase) of each view
@@ -255,7 +263,7 @@ def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records 
             epochs[arm, k] = len(meta['history'])
     return trained, f'{source}, train split of {n_train} questions', epochs
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c038
+# %% ../nbs/22a_kgqagen_eval.ipynb #c040
 def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     "The record with `answer_node` on the gold answer its answer subgraph supports (`kgqagen.proof_answer`, as generated records already have it)."
     _, gold, sg = record_ids(rec)
@@ -265,7 +273,7 @@ def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
     if alt not in held: return rec
     return {**rec, 'answer_node': format_item(kg.entity_labels[kg.entity_index[alt]], alt) if alt in kg.entity_index else alt}
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c041
+# %% ../nbs/22a_kgqagen_eval.ipynb #c043
 def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 ultrag_k: int = 30000) -> dict:  # SEPPR nodes kept per question
     "ULTRAG's predictions on `rows` with the oracle writer and ground-truth seeds: preds, status, seconds, taus, name, writer, rerooted."
@@ -283,14 +291,14 @@ def ultrag_rows(kg: KnowledgeGraph, rows: list,  # the records ULTRAG answers
                 name=f"ULTRAG (oracle query writer, UltraQuery executor, {pipe.pruner.label}, ground-truth seeds, threshold arbitrator "
                      f"tau {taus[0]:g}/{taus[1]:g} fitted on the other half)")
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c044
+# %% ../nbs/22a_kgqagen_eval.ipynb #c046
 ROW_TYPES = ('oracle', 'stand-in (offline non-oracle)', 'LLM')
 
 def llm_row_type(llm: LLMClient) -> str:
     "The `type` of a row answered by `llm`: an offline backend is a stand-in, never an LLM's result."
     return ROW_TYPES[1] if llm.backend == 'offline' else ROW_TYPES[2]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c046
+# %% ../nbs/22a_kgqagen_eval.ipynb #c048
 def table2_stream(q: Table2Questions, llm: LLMClient,  # the readers' client
                 retrievers: list,  # a `Retrieved` (or a (name, {id: top-K triples as text}) pair, seeds only) per retriever
                 ultrag: dict | None = None, ultrag_idx=(),  # `ultrag_rows` and the positions of its questions
@@ -320,7 +328,7 @@ def table2_runs(q: Table2Questions, llm: LLMClient, retrievers: list, ultrag: di
     "Every row of `table2_stream`, as a list (to score more than once)."
     return list(table2_stream(q, llm, retrievers, ultrag, ultrag_idx, text_reader))
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c048
+# %% ../nbs/22a_kgqagen_eval.ipynb #c050
 TABLE2_METRICS = ('accuracy', 'precision', 'f1', 'hit@1', 'recall')
 
 def score_run(q: Table2Questions, golds: list, run: tuple, judge: LasmJudge, lasm: bool = True) -> tuple:
@@ -342,7 +350,7 @@ def score_runs(q: Table2Questions, runs, judge: LasmJudge,  # `table2_runs` rows
     parts = [f.result() for f in scored]
     return pd.DataFrame([row for row, _ in parts]), pd.DataFrame([x for _, lines in parts for x in lines])
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c055
+# %% ../nbs/22a_kgqagen_eval.ipynb #c057
 _TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
 
 def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
@@ -363,7 +371,7 @@ def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.
                             seeds_above_ppr=None if arm == 'GT - SP' or np.isnan(base) else int((v > base).sum())))
     return pd.DataFrame(out)
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c058
+# %% ../nbs/22a_kgqagen_eval.ipynb #c060
 @dataclass
 class Table2:
     "KGQAGen Table 2 and what it was computed from."
@@ -401,7 +409,7 @@ def _coverage_notes(coverage: pd.DataFrame, top_k: int) -> list:
             f" (the whole proof on {c.questions_whole_proof_in_graph}), the top {top_k} hands the reader {pct(c.proof_in_top_k, c.proof_triples)}"
             for c in coverage.itertuples()]
 
-# %% ../nbs/22a_kgqagen_eval.ipynb #c060
+# %% ../nbs/22a_kgqagen_eval.ipynb #c062
 def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: int = 30, seed: int = 0, backend: str = 'offline',
                    model: str = '', reviser_model: str = '', base_url: str = '', max_rounds: int = 4, max_revisions: int = 3,
                    reader_backend: str = 'offline', reader_model: str = '', judge_backend: str = 'offline', judge_model: str = '',
