@@ -34,12 +34,12 @@ from .kgqagen_run import KGQAGEN_CODE_MODULES, run_kgqagen
 
 # %% auto #0
 __all__ = ['RECORD_VERSION', 'KGQAGEN_PAPER_SHARES', 'SEED_GRAPH_HOPS', 'SEEDS_ONLY', 'ANSWER_CONDITIONED', 'ROW_TYPES',
-           'TABLE2_METRICS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table', 'dataset_statistics', 'gold_names',
-           'published_gold_names', 'Table2Questions', 'table2_questions', 'seed_question_graph', 'seed_example',
-           'Retrieved', 'triple_labels', 'proof_held', 'proof_triples', 'seed_retrieval', 'answer_graph_retrieval',
-           'transfer_study', 'trained_retrieval', 'proof_rooted', 'ultrag_rows', 'llm_row_type', 'table2_stream',
-           'table2_runs', 'score_run', 'score_runs', 'transfer_table', 'Table2', 'retrieval_coverage',
-           'coverage_columns', 'kgqagen_table2']
+           'TABLE2_METRICS', 'TRANSFER_COLUMNS', 'KGQAGenDataset', 'kgqagen_dataset', 'funnel_table',
+           'dataset_statistics', 'gold_names', 'published_gold_names', 'Table2Questions', 'table2_questions',
+           'seed_question_graph', 'seed_example', 'Retrieved', 'triple_labels', 'proof_held', 'proof_triples',
+           'seed_retrieval', 'answer_graph_retrieval', 'transfer_study', 'trained_retrieval', 'proof_rooted',
+           'ultrag_rows', 'llm_row_type', 'table2_stream', 'table2_runs', 'score_run', 'score_runs', 'transfer_table',
+           'Table2', 'retrieval_coverage', 'coverage_columns', 'kgqagen_table2']
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c007
 @dataclass
@@ -353,10 +353,12 @@ def score_runs(q: Table2Questions, runs, judge: LasmJudge,  # `table2_runs` rows
 # %% ../nbs/22a_kgqagen_eval.ipynb #c057
 _TRAINED = re.compile(r'^SubgraphRAG retriever \(trained on .*, (?P<arm>[^ ]+) labels, seed (?P<seed>\d+)\) top-(?P<k>\d+) \+ (?P<reader>.+)$')
 
+TRANSFER_COLUMNS = ('reader', 'labels', 'metric', 'n_seeds', 'mean', 'std', 'min', 'max', 'ppr', 'seeds_above_ppr')  # `transfer_table`'s
+
 def transfer_table(table: pd.DataFrame, metrics=('accuracy_em', 'f1_em')) -> pd.DataFrame:  # Table 2 rows; the columns summarised
     "Trained-retriever rows summarised over seeds, per reader, label regime and metric, beside PPR and with the GT - SP gap."
     m = table.model.str.extract(_TRAINED).dropna()
-    if m.empty: return pd.DataFrame()
+    if m.empty: return pd.DataFrame(columns=TRANSFER_COLUMNS)  # no trained rows: the table with its columns and no row
     t = table.loc[m.index].assign(arm=m.arm, seed=m.seed.astype(int), reader=m.reader)
     ppr = {r.split(' + ', 1)[1]: row for r, row in table.set_index('model').iterrows() if r.startswith('PPR top-')}
     out = []
