@@ -47,4 +47,6 @@ def test_the_cpu_route_is_the_cheaper_step():
     assert gpu_study.cpu_refusal(companion, 'companion', 'cpu', False) == ''
     assert 'takes days' in gpu_study.cpu_refusal(gpu, 'gpu', 'cpu', False)
     assert gpu_study.cpu_refusal(gpu, 'gpu', 'cpu', True) == gpu_study.cpu_refusal(gpu, 'gpu', 'cuda', False) == ''
-    assert ('rog', 'sp:synth-kgqa', 4) in gpu_study.expected_runs(companion) and not any(r == 'rog' for r, _, _ in gpu_study.expected_runs(gpu))
+    with_rog = dict(companion, rog_generator='gemma')  # the companion study leaves RoG out (rog_generator ''); naming a generator adds its arms
+    assert ('rog', 'sp:synth-kgqa', 4) in gpu_study.expected_runs(with_rog) and not any(r == 'rog' for r, _, _ in gpu_study.expected_runs(companion))
+    assert not any(r == 'rog' for r, _, _ in gpu_study.expected_runs(gpu))
