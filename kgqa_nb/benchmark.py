@@ -608,7 +608,7 @@ def answer_many(self: RelationPriorModel, views: list) -> list:
         out.append([self.kg.entity_ids[self.counts[key].most_common(1)[0][0] if a is None else a]])
     return out
 
-# %% ../nbs/25_benchmark.ipynb #c085
+# %% ../nbs/25_benchmark.ipynb #c086
 def untrained_control(model, seed: int = 0):
     "The path model with a randomly initialised generator of its generator's architecture and tokenizer, never fine-tuned."
     import copy
@@ -629,7 +629,7 @@ def random_control(gcr):
     m.name = f'{gcr.name}-random'
     return m
 
-# %% ../nbs/25_benchmark.ipynb #c088
+# %% ../nbs/25_benchmark.ipynb #c089
 @dataclass
 class AtBudget:
     "A model's kept subgraphs (`run_benchmark(keep=...)`) cut to their first `budget` triples, as a benchmark model."
@@ -651,7 +651,7 @@ def at_budget(per_question: pd.DataFrame, kept: dict, records: list, budget: int
     labels = per_question.drop_duplicates('model').set_index('model').label
     return [AtBudget(m, labels[m], dict(zip(ids, subs)), budget) for m, subs in kept.items() if sum(map(len, subs))]
 
-# %% ../nbs/25_benchmark.ipynb #c091
+# %% ../nbs/25_benchmark.ipynb #c092
 def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', models=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     "Every pair of models (higher mean first): mean difference of `metric` on their shared questions, bootstrap CI, paired p-values."
     from itertools import combinations
@@ -669,7 +669,7 @@ def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', model
                          diff=float(A.mean() - B.mean()), ci_low=lo, ci_high=hi, **paired_tests(A, B), ci_excludes_0=bool(lo > 0)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c094
+# %% ../nbs/25_benchmark.ipynb #c095
 def recall_vs_em_by_type(pts: pd.DataFrame, by: str = 'graph_isomorphism') -> tuple:
     "(points, stats) per group: the (model, group) means of `recall_vs_em` averaged over models, with Pearson r and p."
     t = pts.groupby(by)[['gt_recall', 'answer_recall', 'em_hit']].mean().join(pts.groupby(by).model.nunique().rename('n_models')).reset_index()
