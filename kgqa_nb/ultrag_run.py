@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import artifact_params
+from .core import UsageError, artifact_params
 from .datasources import open_artifact
 from .llm import LLMClient
 from .text import TextEncoder
@@ -22,13 +22,15 @@ from .ultrag_eval import (QUESTION_GRAPH, cost_per_query, evaluate_ultrag, evalu
 
 # %% auto #0
 __all__ = ['ULTRAG_ARTIFACT', 'ULTRAG_PARAMS', 'GIVEN', 'LINKED', 'ultrag_recipe', 'seed_runs', 'end_to_end_table',
-           'per_question', 'questions_table', 'check_end_to_end', 'mention_table', 'cost_table', 'subgraphrag_side',
-           'same_footing', 'plot_same_footing', 'UltragEndToEnd', 'run_ultrag_end_to_end']
+           'per_question', 'questions_table', 'check_end_to_end', 'mention_table', 'cost_table', 'Checkpoints',
+           'own_checkpoints', 'study_checkpoints', 'checkpoint_rows', 'subgraphrag_side', 'same_footing',
+           'plot_same_footing', 'retriever_study_params', 'retriever_checkpoints', 'UltragEndToEnd',
+           'run_ultrag_end_to_end']
 
 # %% ../nbs/19c_ultrag_run.ipynb #c007
 ULTRAG_ARTIFACT = 'ultrag_end_to_end'
 ULTRAG_PARAMS = ('source', 'kg', 'seed', 'n_target', 'n_train', 'n_test', 'backend', 'model', 'base_url', 'ckpt', 'device', 'k', 'link',
-                 'subgraphrag_k', 'retriever_epochs', 'subgraphrag_nodes', 'subgraphrag_triples', 'mention_seed', 'out_dir')  # the artifact's parameters
+                 'subgraphrag_k', 'retriever_profile', 'retriever_epochs', 'subgraphrag_nodes', 'subgraphrag_triples', 'mention_seed', 'out_dir')  # the artifact's parameters
 
 def ultrag_recipe(kg, records: pd.DataFrame,  # the KG; the questions the oracle writer may answer (train and test)
                   train: pd.DataFrame,  # the training questions the offline threshold is chosen on
@@ -110,29 +112,77 @@ def cost_table(runs: dict, labels: dict) -> pd.DataFrame:  # `seed_runs`' runs; 
     return cost[['seeds'] + [c for c in cost.columns if c != 'seeds']].round(4)
 
 # %% ../nbs/19c_ultrag_run.ipynb #c026
-def subgraphrag_side(pipe: Ultrag, runs: dict, symbolic, kg, records: pd.DataFrame,  # the recipe and `seed_runs`' runs; train and test records
-                     encoder, cache_dir: Path, reader, k: int = 200, epochs: int = 4,  # the linker's encoder; the study's cache; SubgraphRAG's reader and budget
-                     seed: int = 0, n_nodes: int = 500, max_triples: int = 5000) -> tuple:  # the question graphs' seed and size
-    "(the SubgraphRAG study, ULTRAG and the symbolic executor beside SubgraphRAG(k) Hits by hops, rounded): the baseline with its references."
-    from kgqa_nb.retriever_study import GATE_REFERENCES
-    study = subgraphrag_baseline(kg, records, encoder, cache_dir, reader, k=k, epochs=epochs, graph_seed=seed, n_nodes=n_nodes,
-                                 max_triples=max_triples, references=GATE_REFERENCES)
-    sg = study[study.retriever == 'subgraphrag']
-    vs = ultrag_vs_subgraphrag(runs[(GIVEN, pipe.executor.label)], sg, k, symbolic_rows=runs[(GIVEN, symbolic.label)]).assign(subgraphrag_reader=reader.describe(), **pipe.labels())
-    return study, vs.round(2)
+@dataclass
+class Checkpoints:
+    "SubgraphRAG retrievers read beside ULTRAG: each seed's best GT-label checkpoint, what they were trained on, their study's gate."
+    paths: dict  # seed -> its best.pt
+    trained_on: str  # what they were trained on and how long, for the notes
+    verdict: str  # `retriever_study.gate_verdict` of their study's GT arm
+
+def _gt_verdict(study: pd.DataFrame) -> str:  # a study table (`retriever_study.retriever_study`)
+    from kgqa_nb.retriever_study import gate_verdict, training_gate
+    gate = training_gate(study)
+    gate = gate[(gate.retriever == 'subgraphrag') & (gate.labels == 'gt')]
+    print('SubgraphRAG retriever gate (GT arm):'); print(gate.round(3).to_string(index=False))
+    return gate_verdict(gate)
+
+def own_checkpoints(study: pd.DataFrame, epochs: int) -> Checkpoints:  # `subgraphrag_baseline`'s study; its most epochs
+    "The baseline trained here on this dataset's training questions: seed 0, at most `epochs` epochs."
+    from kgqa_nb.retriever_study import run_ckpt_dir
+    return Checkpoints({0: run_ckpt_dir(study.attrs['folder'], 'gt', 0) / 'best.pt'},
+                       f"this dataset's training questions, at most {epochs} epochs (not converged)", _gt_verdict(study))
+
+def study_checkpoints(rs, profile: str) -> Checkpoints:  # an opened `retriever_study.RetrieverStudy`; the profile it was opened under
+    "Every seed of a retriever study's SubgraphRAG GT arm, trained to convergence on the study's questions."
+    gt = rs.study[(rs.study.retriever == 'subgraphrag') & (rs.study.labels == 'gt')]
+    if gt.empty: raise ValueError(f'the retriever study of profile {profile!r} has no SubgraphRAG run on GT labels')
+    seeds = sorted(int(s) for s in gt.seed.unique())
+    return Checkpoints({s: rs.checkpoint('gt', s) for s in seeds},
+                       f"the converged retriever study ({profile} profile: {int((rs.ctx.records.split == 'train').sum()):,} training questions of {rs.ctx.kg.name}, early stopping)",
+                       _gt_verdict(rs.study))
 
 # %% ../nbs/19c_ultrag_run.ipynb #c027
-def same_footing(pipe: Ultrag, runs: dict, symbolic, test: pd.DataFrame, records: pd.DataFrame, study,  # the recipe, its runs; the study of `subgraphrag_side`
-                 encoder, cache_dir: Path, k: int = 200, epochs: int = 4, seed: int = 0, n_nodes: int = 500, max_triples: int = 5000) -> tuple:
+def checkpoint_rows(cks: Checkpoints, kg, records: pd.DataFrame, qgs, test_ids,  # train and test records with their question graphs (record order)
+                    encoder, reader, k: int = 200) -> tuple:  # the checkpoints' text encoder; the reader of the top k triples
+    "({name: (retriever, its note)}, one row per (seed, test question): GT-triple and answer recall of the top k, the reader's Hits)."
+    from kgqa_nb.retriever_study import evaluate_retriever, reader_hits, retriever_scores
+    from kgqa_nb.subgraphrag import load_retriever, prepare_examples, text_features
+    pos = np.flatnonzero((records['split'].eq('test') & records['id'].astype(str).isin({str(i) for i in test_ids})).to_numpy())
+    recs = records.iloc[pos].to_dict('records')
+    exs = prepare_examples(recs, [qgs[int(i)] for i in pos], encoder)
+    feats = text_features(kg, encoder, entities=exs.nodes)
+    by_id, models, rows = {ex.id: r for ex, r in zip(exs, recs)}, {}, []
+    for s, path in cks.paths.items():
+        model, meta = load_retriever(path, dim=feats.dim, encoder=feats.encoder)
+        hits = reader_hits(list(exs), [retriever_scores(model, ex, feats) for ex in exs], by_id, kg, reader, [k])
+        rows.append(evaluate_retriever(model, exs, feats, ks=(k,)).assign(seed=s, epochs=len(meta['history']), **{f'hits@{k}': [h[f'hits@{k}'] for h in hits]}))
+        name = 'SubgraphRAG' if len(cks.paths) == 1 else f'SubgraphRAG seed {s}'
+        models[name] = (model, f"retriever on GT labels, seed {s}, {len(meta['history'])} epochs on {cks.trained_on}; gate: {cks.verdict}")
+    return models, pd.concat(rows, ignore_index=True)
+
+def subgraphrag_side(pipe: Ultrag, runs: dict, symbolic, records: pd.DataFrame, test: pd.DataFrame,  # the recipe and `seed_runs`' runs; the records; ULTRAG's test questions
+                     cks: Checkpoints, encoder, cache_dir: Path, reader, k: int = 200,  # the checkpoints and their encoder; the graphs' cache; the reader and budget
+                     seed: int = 0, n_nodes: int = 500, max_triples: int = 5000) -> tuple:  # the question graphs' seed and size
+    "({name: (retriever, note)}, per (seed, question) rows, ULTRAG and the symbolic executor beside SubgraphRAG(k) Hits by hops, rounded)."
+    from kgqa_nb.retriever_study import study_question_graphs
+    qgs = study_question_graphs(pipe.kg, records, cache_dir, 'build', seed=seed, n_nodes=n_nodes, max_triples=max_triples)
+    models, rows = checkpoint_rows(cks, pipe.kg, records, qgs, test.id.tolist(), encoder, reader, k)
+    cols = [f'hits@{k}', f'answer_recall@{k}', f'gt_recall@{k}']
+    mean = rows.astype({cols[0]: float}).groupby('id', sort=False)[cols].mean().reset_index()  # each question's mean over the seeds
+    what = f'SubgraphRAG retriever (GT labels, {"seed " + str(next(iter(cks.paths))) if len(cks.paths) == 1 else f"mean of {len(cks.paths)} seeds"}; {cks.trained_on}) top-{k}'
+    vs = ultrag_vs_subgraphrag(runs[(GIVEN, pipe.executor.label)], mean, k, symbolic_rows=runs[(GIVEN, symbolic.label)]).assign(
+        subgraphrag=what, subgraphrag_verdict=cks.verdict, subgraphrag_reader=reader.describe(), **pipe.labels())
+    return models, rows, vs.round(2)
+
+# %% ../nbs/19c_ultrag_run.ipynb #c028
+def same_footing(pipe: Ultrag, runs: dict, symbolic, test: pd.DataFrame, records: pd.DataFrame,  # the recipe, its runs; ULTRAG's test questions; the records
+                 models: dict,  # `subgraphrag_side`'s {name: (trained retriever, its note)}
+                 encoder, cache_dir: Path, k: int = 200, seed: int = 0, n_nodes: int = 500, max_triples: int = 5000) -> tuple:
     "(one row per (graph, executor) with its note, the per-question rows): the same queries inside the whole KG, the question graph and each top-k."
-    from kgqa_nb.retriever_study import gate_verdict, run_ckpt_dir, study_question_graphs, training_gate
-    from kgqa_nb.subgraphrag import load_retriever
+    from kgqa_nb.retriever_study import study_question_graphs
     kg, own = pipe.kg, pipe.executor
-    gate = training_gate(study); verdict = gate_verdict(gate)
-    print('SubgraphRAG retriever gate:', verdict); print(gate.round(3).to_string(index=False))
-    sg_model, _ = load_retriever(run_ckpt_dir(study.attrs['folder'], 'gt', 0) / 'best.pt')
     qgs = study_question_graphs(kg, records, cache_dir, 'build', seed=seed, n_nodes=n_nodes, max_triples=max_triples)
-    graphs = retrieved_graphs(kg, records, qgs, encoder, {'SubgraphRAG': sg_model, 'PPR': 'ppr', 'embedding': 'embedding'}, k=k, ids=test.id.tolist())
+    graphs = retrieved_graphs(kg, records, qgs, encoder, {**{n: m for n, (m, _) in models.items()}, 'PPR': 'ppr', 'embedding': 'embedding'}, k=k, ids=test.id.tolist())
     whole, same = f'whole KG ({pipe.pruner.label})', []
     for ex in (own, symbolic):
         pipe.executor = ex
@@ -144,13 +194,13 @@ def same_footing(pipe: Ultrag, runs: dict, symbolic, test: pd.DataFrame, records
     n_dropped = sum(len(qg.h) - int(kg.has_triples(qg.h, qg.r, qg.t).sum()) for qg in qgs if str(qg.id) in test_ids)  # what drop_missing left out
     notes = {whole: 'every entity within SEPPR top-k of the seeds' if pipe.pruner.k < kg.num_entities else 'SEPPR k >= entities: the whole KG',
              QUESTION_GRAPH: f'{n_nodes} PPR entities around the seeds ({max_triples:,}-triple budget), shortest-path expansion, confounders; every ground-truth triple re-added; {n_dropped} of its triples not in this KG left out',
-             f'SubgraphRAG top-{k}': f'retriever on GT labels, seed 0, at most {epochs} epochs (not converged); gate: {verdict}',
+             **{f'{n} top-{k}': note for n, (_, note) in models.items()},
              f'PPR top-{k}': 'training-free: PageRank personalised on the seeds',
              f'embedding top-{k}': 'training-free: cosine of the question and triple text vectors'}
     footing = same_footing_table(same).assign(note=lambda d: d.graph.map(notes), writer=pipe.labels()['writer'], arbitrator=pipe.labels()['arbitrator'])
     return footing, same[['id', 'n_hops', 'graph', 'executor', 'hits', 'recall', 'f1', 'n_answers', 'subgraph_edges']]
 
-# %% ../nbs/19c_ultrag_run.ipynb #c031
+# %% ../nbs/19c_ultrag_run.ipynb #c036
 def plot_same_footing(footing: pd.DataFrame):  # `same_footing`'s rows
     "Horizontal bars of Hits (%) per graph, one per executor, with bootstrap 95% whiskers."
     import matplotlib.pyplot as plt
@@ -164,7 +214,29 @@ def plot_same_footing(footing: pd.DataFrame):  # `same_footing`'s rows
     ax.set_xlabel(f'Hits (%) of the oracle queries, {int(footing.n.iloc[0])} test questions'); ax.legend(loc='best', fontsize=8)
     return fig
 
-# %% ../nbs/19c_ultrag_run.ipynb #c034
+# %% ../nbs/19c_ultrag_run.ipynb #c039
+def retriever_study_params(p) -> dict | None:  # p: the artifact's parameters
+    "The `retriever_study` parameters of `p.retriever_profile` (None without one), refused at once when that study is on another KG."
+    if not p.retriever_profile: return None
+    from kgqa_nb.profiles import section_params
+    sp = section_params('retriever_study', p.retriever_profile, 'retriever_profile')
+    if str(sp['kg']) != str(p.kg): raise UsageError(f"retriever_profile {p.retriever_profile!r}: its retriever study is on {sp['kg']}, this artifact on {p.kg}; a retriever reads the KG it was trained on")
+    return sp
+
+def retriever_checkpoints(p, sp: dict | None, kg, records: pd.DataFrame, encoder, cache_dir: Path, reader) -> tuple:  # `retriever_study_params(p)`; the artifact's KG
+    "(`Checkpoints`, their text encoder): the retriever study of `p.retriever_profile` on the same KG, else a baseline trained here for `p.retriever_epochs`."
+    from kgqa_nb.retriever_study import GATE_REFERENCES
+    if sp is None:
+        study = subgraphrag_baseline(kg, records, encoder, cache_dir, reader, k=p.subgraphrag_k, epochs=p.retriever_epochs, graph_seed=p.seed,
+                                     n_nodes=p.subgraphrag_nodes, max_triples=p.subgraphrag_triples, references=GATE_REFERENCES)
+        return own_checkpoints(study, p.retriever_epochs), encoder
+    from kgqa_nb.filters import dataset_filters
+    from kgqa_nb.readers import make_reader
+    from kgqa_nb.retriever_study import open_study
+    rs = open_study(ULTRAG_ARTIFACT, dict(sp, kg=kg), make_reader, p.out_dir, make_filters=dataset_filters)  # from its cache, or trained once
+    return study_checkpoints(rs, p.retriever_profile), (encoder if sp['encoder'] == encoder.name else TextEncoder(sp['encoder']))
+
+# %% ../nbs/19c_ultrag_run.ipynb #c042
 @dataclass
 class UltragEndToEnd:
     "What `run_ultrag_end_to_end` gives: its tables by CSV name (without .csv), the provenance to write them with, and the figure's rows."
@@ -179,6 +251,7 @@ class UltragEndToEnd:
 def run_ultrag_end_to_end(params: dict) -> UltragEndToEnd:  # the artifact's parameters (`ULTRAG_PARAMS`): the notebook's namespace
     "The ULTRAG end-to-end artifact from its parameters: seeds given and linked, mentions, cost, SubgraphRAG beside it, the same graphs."
     p = artifact_params(params, ULTRAG_PARAMS, ULTRAG_ARTIFACT)
+    study_sp = retriever_study_params(p) if p.subgraphrag_k else None  # a wrong retriever_profile is refused before any work
     ctx = open_artifact(ULTRAG_ARTIFACT, source=p.source, kg=p.kg, seed=p.seed, out_dir=p.out_dir, n_target=p.n_target, n_train=p.n_train, n_test=p.n_test,
                         backend=p.backend, model=p.model, base_url=p.base_url, ckpt=p.ckpt, k=p.k, link=p.link, need_kg=True)
     G = ctx.kg
@@ -199,9 +272,11 @@ def run_ultrag_end_to_end(params: dict) -> UltragEndToEnd:  # the artifact's par
         from kgqa_nb.readers import make_reader
         records = pd.concat([ctx.train.assign(split='train'), ctx.test.assign(split='test')], ignore_index=True)
         reader = make_reader('offline' if p.backend == 'offline' else 'llm', p.backend, p.model, p.base_url)
-        size = dict(k=p.subgraphrag_k, epochs=p.retriever_epochs, seed=p.seed, n_nodes=p.subgraphrag_nodes, max_triples=p.subgraphrag_triples)
-        study, tables['ultrag_vs_subgraphrag'] = subgraphrag_side(pipe, runs, symbolic, G, records, enc, ctx.results_dir / 'cache', reader, **size)
-        footing, same = same_footing(pipe, runs, symbolic, test, records, study, enc, ctx.results_dir / 'cache', **size)
+        size, cache = dict(k=p.subgraphrag_k, seed=p.seed, n_nodes=p.subgraphrag_nodes, max_triples=p.subgraphrag_triples), ctx.results_dir / 'cache'
+        cks, renc = retriever_checkpoints(p, study_sp, G, records, enc, cache, reader)
+        models, rows, tables['ultrag_vs_subgraphrag'] = subgraphrag_side(pipe, runs, symbolic, records, test, cks, renc, cache, reader, **size)
+        tables['ultrag_vs_subgraphrag_questions'] = rows
+        footing, same = same_footing(pipe, runs, symbolic, test, records, models, renc, cache, **size)
         tables['ultrag_end_to_end_same_graph'], tables['ultrag_end_to_end_same_graph_questions'] = footing.round(2), same
     check_end_to_end(table, per_q, p.backend)
     return UltragEndToEnd(tables, prov, ctx.results_dir, ctx.figures_dir, footing)
