@@ -227,6 +227,10 @@ def judge_trend(ms: list, direction: str) -> tuple:
     against = [f'{a["label"]} → {b["label"]}' for a, b in zip(ms, ms[1:])
                if (s > 0 and lo(a) > hi(b)) or (s < 0 and hi(a) < lo(b))]
     ends = s * (vals[-1] - vals[0])
+    first, last = ms[0], ms[-1]
+    within = (s > 0 and hi(first) >= lo(last)) or (s < 0 and lo(first) <= hi(last))  # the ends' intervals overlap (never without intervals)
+    if ends > 0 and not against and within and (first.get('lo') is not None or last.get('lo') is not None):
+        return 'differs', f'{shown}: {direction}, but within the CIs of the ends ({first["label"]}{_ci(first)}, {last["label"]}{_ci(last)}): not established'
     if ends > 0 and not against: return 'reproduced', f'{shown}: {direction}' + (' (reversals within the CIs)' if any(s * (b - a) < 0 for a, b in zip(vals, vals[1:])) else '')
     if ends < 0 and against: return 'refuted', f'{shown}: the opposite direction'
     return 'differs', f'{shown}: ' + (f'against the trend beyond the CIs at {", ".join(against)}' if against else 'no overall change')
