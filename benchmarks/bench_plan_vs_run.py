@@ -5,10 +5,10 @@ shortest-path triples and its GT triples once each, so two per row of its per-qu
 requests the server received with the plan's API calls; the seconds between the first and the last request with the
 plan's seconds for them (both at the server's limit, so the machine's speed hardly enters).
 
-The plan reads no data, so it is an upper bound, not the run: it counts the generated target, where the run reads the
-questions the dataset's filters keep, and it counts every call as sent, where a prompt that repeats within the run (a
-question whose shortest-path triples are exactly its GT triples) is answered by the cache. How far above the run it is
-is reported here."""
+Before the dataset is built the plan counts the generated target, an upper bound (the zero-shot split keeps fewer). A
+run builds the dataset first; the plan made after that reads the built split's sizes (`plan.read_count`), and its calls
+are the run's. It counts every call as sent, where a prompt that repeats within the run (a question whose shortest-path
+triples are exactly its GT triples) is answered by the cache: the API calls are an upper bound, reported here."""
 import csv, os, tempfile, time
 from pathlib import Path
 
@@ -26,18 +26,22 @@ def measure(folder) -> dict:
         prof = folder / 'plan-vs-run.yaml'
         prof.write_text(f'fig4_sp_reader:\n  reader: llm\n  reader_backend: openai\n  reader_model: {MODEL}\n  reader_base_url: {srv.url}\n'
                         f'plan:\n  limits: {{{MODEL}: {{rpm: {RPM}, seconds_per_call: {LATENCY_S}}}}}\n')
-        g = pl.plan_profile(str(prof), ['fig4_sp_reader'], roots=[], prior=[])['artifacts'][0]['llm'][0]
+        datasets = [folder / 'out' / 'results' / 'datasets']  # where the run builds its dataset
+        plan = lambda: pl.plan_profile(str(prof), ['fig4_sp_reader'], roots=[], prior=[], datasets=datasets)['artifacts'][0]['llm'][0]
+        cold = plan()  # nothing built yet: the generation target
         t0 = time.perf_counter()
         run_artifact(pr.load_manifest()['fig4_sp_reader'], str(prof), out_root=folder / 'out')
         wall = time.perf_counter() - t0
+        g = plan()  # the dataset the run built: its split sizes
         at = sorted(r['at'] for r in srv.requests)
         with open(folder / 'out' / 'results' / 'fig4_sp_reader_questions.csv') as f: rows = sum(1 for _ in csv.DictReader(f))
         made, sent = 2 * rows, len(srv.requests)
         span = at[-1] - at[0] if len(at) > 1 else 0.
-        return dict(server=dict(rpm=RPM, latency_s=LATENCY_S, model=MODEL), questions_generated=g['calls'] // 2, questions=rows,
-                    planned_calls=g['calls'], calls_made=made, planned_api_calls=g['api_calls'], requests_sent=sent,
-                    repeated_prompts_answered_by_cache=made - sent, planned_seconds=g['seconds'],
-                    planned_seconds_for_the_requests_sent=round(g['seconds'] * sent / g['api_calls'], 1) if g['api_calls'] else None,
+        return dict(server=dict(rpm=RPM, latency_s=LATENCY_S, model=MODEL), questions_generated=cold['calls'] // 2, questions=rows,
+                    planned_calls_before_the_dataset=cold['calls'], counted_before=cold.get('counted', ''),
+                    planned_calls=g['calls'], counted=g.get('counted', ''), calls_made=made, planned_api_calls=cold['api_calls'], requests_sent=sent,
+                    repeated_prompts_answered_by_cache=made - sent, planned_seconds=cold['seconds'],
+                    planned_seconds_for_the_requests_sent=round(cold['seconds'] * sent / cold['api_calls'], 1) if cold['api_calls'] else None,
                     measured_seconds_first_to_last_request=round(span, 1), run_wall_seconds=round(wall, 1),
                     max_in_flight=srv.max_inflight, http_429=srv.throttled)
 

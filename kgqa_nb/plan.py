@@ -17,16 +17,17 @@ from .profiles import (Artifact, ProfileError, _reads, artifact_needs, check_pro
                               select_artifacts, shown_path, unmet_needs, uses_batch)
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOWS', 'LLM_WORK', 'KNOWN_LIMITS',
-           'KNOWN_LIMITS_SOURCE', 'BATCH_KINDS', 'PROFILE_READS', 'CallGroup', 'question_count', 'test_questions',
-           'generation_calls', 'synthkgqa_dataset_calls', 'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls',
-           'benchmark_calls', 'mintaka_calls', 'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups',
-           'artifact_calls', 'llm_record_files', 'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status',
-           'fmt_seconds', 'fmt_usd', 'fmt_tokens', 'plan_settings', 'group_price', 'prompt_size', 'prior_runs',
-           'group_limits', 'interactive_seconds', 'limit_share', 'scale_questions', 'estimate_seconds',
-           'unknown_cost_fix', 'plan_group', 'plan_artifact', 'reads_from', 'run_after', 'simulate_schedule',
-           'artifact_phases', 'llm_phases', 'llm_seconds', 'start_order', 'side_by_side', 'BudgetError', 'llm_roots',
-           'plan_profile', 'format_plan', 'SpendMeter', 'spent_since', 'check_max_cost', 'check_budget', 'SpendGuard']
+__all__ = ['PLAN_DEFAULTS', 'MEASURED_PROMPTS', 'MEASURED_PROMPTS_SOURCE', 'FLOWS', 'DEFAULT_SPLIT_RULES', 'LLM_WORK',
+           'KNOWN_LIMITS', 'KNOWN_LIMITS_SOURCE', 'BATCH_KINDS', 'PROFILE_READS', 'CallGroup', 'question_count',
+           'built_dataset', 'read_count', 'test_questions', 'generation_calls', 'synthkgqa_dataset_calls',
+           'sp_reader_calls', 'retriever_study_calls', 'ultrag_calls', 'benchmark_calls', 'mintaka_calls',
+           'kgrag_calls', 'kgqagen_calls', 'kgqagen_table2_calls', 'api_groups', 'artifact_calls', 'llm_record_files',
+           'measured_usage', 'usage_by_kind', 'downloads_for', 'need_status', 'fmt_seconds', 'fmt_usd', 'fmt_tokens',
+           'plan_settings', 'group_price', 'prompt_size', 'prior_runs', 'group_limits', 'interactive_seconds',
+           'limit_share', 'scale_questions', 'estimate_seconds', 'unknown_cost_fix', 'plan_group', 'plan_artifact',
+           'reads_from', 'run_after', 'simulate_schedule', 'artifact_phases', 'llm_phases', 'llm_seconds',
+           'start_order', 'side_by_side', 'BudgetError', 'llm_roots', 'plan_profile', 'format_plan', 'SpendMeter',
+           'spent_since', 'check_max_cost', 'check_budget', 'SpendGuard']
 
 # %% ../nbs/40a_plan.ipynb #c005
 PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overrides them, and the plan names each one it used
@@ -91,6 +92,7 @@ class CallGroup:
     width: int = 0  # questions side by side at most ('streams'; 0: every question of the group)
     max_tokens: int = 1024  # the reply limit each request sends (a provider counts it against the token limit when the request starts)
     beside: bool = False  # sent while the artifact's groups before it run (the code overlaps them: e.g. the LASM judge scores each finished row as the readers answer the next)
+    counted: str = ''  # what the count rests on where it may differ from the run's ('' : the parameters fix it)
 
 FLOWS = ('many', 'streams', 'serial')
 
@@ -106,13 +108,45 @@ def question_count(p: dict,  # an artifact's full parameters
     sizes, split = plan['split_sizes'], p.get('split') or 'test'  # a notebook without a split parameter reads the test split
     return int(sum(sizes.values()) if split == 'all' else sizes.get(split, 0))
 
+DEFAULT_SPLIT_RULES = dict(unseen_graph_types='auto', split=None, overrides={})  # what `datasources.ensure_dataset` records for an artifact's split
+
+def built_dataset(p: dict,  # an artifact's full parameters
+                  plan: dict) -> dict | None:  # planning settings; `dataset_roots`: the `datasets/` folders the profile's runs build into
+    "`n_train`, `n_test` and the folder of the generated dataset `p` reads, when it is already built (same generation parameters and code, default split rules); else None."
+    if p.get('source', 'generated') != 'generated' or not p.get('kg') or not plan.get('dataset_roots'): return None
+    from kgqa_nb.datasources import generation_params
+    n, kg = question_count(p, plan), str(p['kg'])
+    want = generation_params(kg=kg, n_target=n, seed=int(p.get('seed') or 0), backend=p.get('backend') or 'offline', model=p.get('model') or None,
+                             base_url=p.get('base_url') or None, max_candidates=p.get('max_candidates') or None)
+    for root in plan['dataset_roots']:
+        for g in sorted(Path(root).glob('*/generation.json')):
+            gp = json.loads(g.read_text())['params']
+            named = gp.get('kg') == kg or str(gp.get('kg')).startswith(kg + '(')  # a built-in KG's name carries its build options: 'toyworld(seed=0,...)'
+            if not named or any(gp.get(k) != v for k, v in want.items() if k != 'kg'): continue
+            for d in sorted(g.parent.glob('*/dataset.json')):
+                if json.loads(d.read_text()).get('split') != DEFAULT_SPLIT_RULES: continue
+                info = json.loads((d.parent / 'split.json').read_text())
+                return dict(n_train=int(info['n_train']), n_test=int(info['n_test']), folder=d.parent)
+    return None
+
+def read_count(p: dict, plan: dict) -> tuple:  # an artifact's full parameters; planning settings
+    "(questions of its `split` an artifact reads, what that rests on): exact from the built dataset when no last filter is named, else `question_count`."
+    from kgqa_nb.datasources import filters_wanted
+    b = None if filters_wanted(p) else built_dataset(p, plan)
+    if b is None:
+        gen = p.get('source', 'generated') == 'generated'
+        return question_count(p, plan), ('the generation target: an upper bound (the zero-shot split and the filters keep fewer; exact once the dataset is built)' if gen else '')
+    split = p.get('split') or 'test'
+    return (b['n_train'] + b['n_test'] if split == 'all' else b[f'n_{split}']), f"the built dataset {b['folder'].parent.name}/{b['folder'].name} (exact)"
+
 def test_questions(p, plan) -> int:
-    "Test questions: the GTSQA test split, else a share (`test_fraction`) of the generated ones, unless `n_test` caps them."
+    "Test questions: the GTSQA test split, else the built dataset's test split, else a share (`test_fraction`) of the generated ones, unless `n_test` caps them."
     if p.get('n_test'): return int(p['n_test'])
     if p.get('source') == 'gtsqa': return int(plan['split_sizes']['test'] if not p.get('n_questions') else p['n_questions'] * plan['test_fraction'])
-    return math.ceil(question_count(p, plan) * plan['test_fraction'])
+    b = built_dataset(p, plan)  # before any last filter: at least the survivors
+    return b['n_test'] if b else math.ceil(question_count(p, plan) * plan['test_fraction'])
 
-# %% ../nbs/40a_plan.ipynb #c012
+# %% ../nbs/40a_plan.ipynb #c014
 def generation_calls(p, plan) -> list:
     "SynthKGQA generation: one datapoint call per candidate (n / acceptance rate), one paraphrase call per accepted candidate."
     if p.get('source', 'generated') != 'generated': return []  # the KGQA-Gen notebooks have no source: they generate
@@ -133,11 +167,12 @@ def sp_reader_calls(p, plan) -> list:
     "Figure 4: generation (when generated), then one reader call per question with its shortest-path triples."
     out = generation_calls(p, plan)
     if p['reader'] == 'llm':
+        n, counted = read_count(p, plan)
         out.append(CallGroup('reader (SP and GT triples)', 'kgqa-reader', **_api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model'),
-                             calls=2 * question_count(p, plan), triples=plan['sp_triples']))  # answer_many on the SP sets, then on the GT sets
+                             calls=2 * n, triples=plan['sp_triples'], counted=counted))  # answer_many on the SP sets, then on the GT sets
     return out
 
-# %% ../nbs/40a_plan.ipynb #c015
+# %% ../nbs/40a_plan.ipynb #c017
 def retriever_study_calls(p, plan) -> list:
     "Retriever study: one reader call per test question, run (3 reference retrievers + trained retrievers x labels x seeds) and K."
     from kgqa_nb.retriever_study import REFERENCE_RETRIEVERS
@@ -160,7 +195,7 @@ def ultrag_calls(p, plan, evaluations: int = 1) -> list:
     return [CallGroup('query writer', 'ultrag-oracle-writer', **api, calls=n, flow='streams'),  # Ultrag.map: questions side by side,
             CallGroup('arbitrator', 'ultrag-arbitrator', **api, calls=n * evaluations, flow='streams')]  # each one's calls in order
 
-# %% ../nbs/40a_plan.ipynb #c017
+# %% ../nbs/40a_plan.ipynb #c019
 def benchmark_calls(p, plan) -> list:
     "GTSQA benchmark: the study it reads, the agents' steps, and one reader call per model and test question."
     out = retriever_study_calls(p, plan)
@@ -189,7 +224,7 @@ def mintaka_calls(p, plan) -> list:
                   *[CallGroup(f'reader ({m} subgraphs, 3 regimes)', 'kgqa-subgraphrag-reader', **api, calls=3 * n,
                               triples=float(min(int(p['k']), t[m]))) for m in ('rog', 'subgraphrag')]]
 
-# %% ../nbs/40a_plan.ipynb #c021
+# %% ../nbs/40a_plan.ipynb #c023
 def kgrag_calls(p, plan, baselines: bool = False) -> list:
     "KG-RAG: per question, seed and hop set one decomposition, then per (N, K) one answer per sub-question and one synthesis."
     if p['backend'] != 'openai': return []
@@ -206,7 +241,7 @@ def kgrag_calls(p, plan, baselines: bool = False) -> list:
     if baselines: out.append(CallGroup('direct answer (LLM, LLM+KG)', 'kg-rag-direct', **api, calls=2 * q, max_tokens=256, **st))
     return out
 
-# %% ../nbs/40a_plan.ipynb #c023
+# %% ../nbs/40a_plan.ipynb #c025
 def kgqagen_calls(p, plan) -> list:
     "KGQAGen generation: per candidate (n / acceptance rate) the generator's expansion and question calls and the reviser's calls."
     if p['backend'] != 'openai': return []
@@ -239,7 +274,7 @@ def kgqagen_table2_calls(p, plan) -> list:
                 CallGroup('LASM judge (last rows)', 'lasm-judge', **judge, calls=math.ceil(tail * per_row))]
     return out
 
-# %% ../nbs/40a_plan.ipynb #c025
+# %% ../nbs/40a_plan.ipynb #c027
 _GEN_READERS = ('synthkgqa_dataset', 'table1_dataset_overview', 'table5_isomorphism_types', 'fig5_relation_frequency',
                 'fig6_seeds_hops_answers', 'fig7_subgraph_sizes', 'fig8_minimal_types', 'table6_gt_vs_sp', 'fig9_shortcuts_parallel_paths')
 LLM_WORK = {  # artifact -> (its full parameters, planning assumptions) -> [CallGroup]; an artifact not listed makes no LLM call
@@ -268,7 +303,7 @@ def artifact_calls(art: Artifact,  # the artifact
     "`api_groups` of an artifact under a profile: its notebook's defaults with the profile's values on top (over those of what it reads)."
     return api_groups(art.name, read_params(art, params), plan)
 
-# %% ../nbs/40a_plan.ipynb #c029
+# %% ../nbs/40a_plan.ipynb #c031
 _TRIPLE_LINE = re.compile(r'^\(.+\)\s*$', re.M)
 
 def _prompt_kind(messages) -> str | None:
@@ -321,7 +356,7 @@ def usage_by_kind(rows: list) -> dict:
                          calls=len(rs))
     return out
 
-# %% ../nbs/40a_plan.ipynb #c033
+# %% ../nbs/40a_plan.ipynb #c035
 def downloads_for(folder: str) -> list:  # a folder of the data dir, e.g. 'gtsqa' or 'ogbl_wikikg2'
     "Names of `kgqa_nb.loaders.DOWNLOADS` entries that fill `folder`."
     from kgqa_nb.loaders import DOWNLOADS
@@ -354,7 +389,7 @@ def need_status(need: str) -> dict:
     elif need.startswith('encoder:'): out['fix'] = 'copy the encoder into the Hugging Face cache (HF_HOME) from a connected machine, or name a model folder'
     return out
 
-# %% ../nbs/40a_plan.ipynb #c037
+# %% ../nbs/40a_plan.ipynb #c039
 def fmt_seconds(s: float) -> str:
     "Elapsed time for people: '42s', '3m05s', '1h02m'."
     s = int(round(s))
@@ -364,7 +399,7 @@ def fmt_usd(x) -> str: return 'unknown' if x is None else f'${x:,.2f}'
 
 def fmt_tokens(n) -> str: return '?' if n is None else f'{n / 1e6:.3g}M' if n >= 1e6 else f'{n / 1e3:.3g}k' if n >= 1e3 else str(n)
 
-# %% ../nbs/40a_plan.ipynb #c039
+# %% ../nbs/40a_plan.ipynb #c041
 def plan_settings(profile: str) -> dict:  # a profile name in params/ or a path to a YAML file
     "`PLAN_DEFAULTS` with the profile's `plan:` section on top (an unknown key is refused)."
     plan = dict(read_profile(profile).get('plan') or {})
@@ -403,7 +438,7 @@ def prior_runs(roots=None) -> list:
             if isinstance(rec, dict) and rec.get('artifact') and isinstance(rec.get('seconds'), (int, float)): out.append(rec)
     return sorted(out, key=lambda r: r.get('created') or '')
 
-# %% ../nbs/40a_plan.ipynb #c041
+# %% ../nbs/40a_plan.ipynb #c043
 KNOWN_LIMITS = {  # model -> (requests, tokens) per minute at OpenAI's usage tier 3 ($100 paid, 7 days)
     'gpt-4.1': (5_000, 800_000), 'gpt-4.1-mini': (5_000, 4_000_000), 'gpt-4o': (5_000, 800_000), 'gpt-4o-mini': (5_000, 4_000_000),
     'gpt-5': (5_000, 2_000_000), 'gpt-5-mini': (5_000, 4_000_000),
@@ -443,7 +478,7 @@ def limit_share(calls: int, tokens, seconds: float, lim: dict, spc: float) -> fl
     used = [n / seconds / (per_min / 60) for n, per_min in ((calls, lim['rpm']), (tokens, lim['tpm'] if tokens else None)) if per_min]
     return round(min(max(used) if used else calls * spc / seconds / lim['concurrency'], 1.), 4)
 
-# %% ../nbs/40a_plan.ipynb #c044
+# %% ../nbs/40a_plan.ipynb #c046
 def scale_questions(p: dict, plan: dict) -> int:
     "Questions an artifact works through: those it reads itself, or, for one that reads a study (the benchmark), the study's test questions under the artifact's own cap."
     if not (p.get('study') and p.get('study_profile')): return question_count(p, plan)
@@ -451,7 +486,7 @@ def scale_questions(p: dict, plan: dict) -> int:
     n = test_questions(study, plan)
     return min(n, int(p['n_questions'])) if p.get('n_questions') else n
 
-# %% ../nbs/40a_plan.ipynb #c046
+# %% ../nbs/40a_plan.ipynb #c048
 def _scale(p: dict, plan: dict) -> float:
     seeds = p.get('n_seeds') or (len(p['seeds']) if isinstance(p.get('seeds'), list) else 1)
     return max(scale_questions(p, plan), 1) * max(int(seeds), 1)
@@ -477,7 +512,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     from kgqa_nb.llm_spend import BATCH_DISCOUNT, api_cost
     from kgqa_nb.llm import _REASONING_PREFIXES
     model = g.model or os.environ.get('KGQA_LLM_MODEL', '')
-    row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls)
+    row = dict(role=g.role, kind=g.kind, backend=g.backend, model=model, base_url=g.base_url, calls=g.calls, **({'counted': g.counted} if g.counted else {}))
     if g.shared and g.shared in shared:
         return {**row, 'shared_with': shared[g.shared], 'cache_hits': 0, 'api_calls': 0, 'prompt_tokens': 0, 'completion_tokens': 0,
                 'cost_usd': 0., 'batch_cost_usd': 0., 'seconds': 0., 'share': 0., 'batch': False, 'beside': g.beside}
@@ -503,7 +538,7 @@ def plan_group(g: CallGroup, art: str, plan: dict, measured: dict, cached: dict,
     if cost is None: row['fix'] = unknown_cost_fix(art, g, row)
     return row
 
-# %% ../nbs/40a_plan.ipynb #c047
+# %% ../nbs/40a_plan.ipynb #c049
 def plan_artifact(art: Artifact,  # the artifact
                   params: dict,  # its parameters under the profile (as `check_profile` gives them)
                   plan: dict,  # planning settings (`plan_settings`)
@@ -531,7 +566,7 @@ def plan_artifact(art: Artifact,  # the artifact
                 own_seconds=None if timed is None else round(timed, 1),  # its work besides the LLM calls (the schedule's first phase)
                 seconds_source=secs_src + (f'; + LLM calls at {seconds_per_call:.3g} s each: ' + '; '.join(g['rate'] for g in groups if g.get('rate')) if api_calls else ''))
 
-# %% ../nbs/40a_plan.ipynb #c049
+# %% ../nbs/40a_plan.ipynb #c051
 PROFILE_READS = (('retriever_profile', 'retriever_study'),)  # (parameter naming a profile, the artifact whose run under it a notebook reads), beside `READS`
 
 def reads_from(art: Artifact,  # the artifact
@@ -550,7 +585,7 @@ def run_after(names: list,  # the artifacts of the run
     me = profile_name(profile)
     return {n: [a for a, prof in reads_from(manifest[n], params[n]) if a in names and a != n and profile_name(prof) == me] for n in names}
 
-# %% ../nbs/40a_plan.ipynb #c052
+# %% ../nbs/40a_plan.ipynb #c054
 def _lanes(phase) -> list:  # (seconds alone, model or '', share), or lanes side by side: a list of lists of those, each lane in order
     "A phase as `simulate_schedule` runs it: its lanes, each a list of [seconds left, model, share], the finished steps left out."
     lanes = [[phase]] if isinstance(phase, tuple) else phase
@@ -584,7 +619,7 @@ def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), p
             if not ph[0]: ph.pop(0)
     return out
 
-# %% ../nbs/40a_plan.ipynb #c058
+# %% ../nbs/40a_plan.ipynb #c060
 def artifact_phases(a: dict,  # an artifact of the plan (`plan_artifact`)
                     batch: bool = False,  # its roles that can wait go through the Batch API
                     window: float = 0.) -> list:  # the batch completion window, seconds
@@ -638,7 +673,7 @@ def side_by_side(arts: list,  # the plan's artifacts, with their `after`
                 order=order, chain=_chain(when['seconds'], after), schedule={n: [round(s, 1), round(e, 1)] for n, (s, e) in when['seconds'].items()},
                 model_busy_seconds=dict(sorted(((m, round(s, 1)) for m, s in busy.items() if s), key=lambda kv: -kv[1])))
 
-# %% ../nbs/40a_plan.ipynb #c060
+# %% ../nbs/40a_plan.ipynb #c062
 class BudgetError(ValueError):
     "A run refused or stopped because its planned or measured LLM spend passes `--max-cost`."
 
@@ -654,12 +689,14 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                  only=None,  # artifact names (default: all in the manifest)
                  roots=None,  # folders of LLM caches / ledgers to measure from (default: `llm_roots(profile, measure=True)`)
                  prior=None,  # provenance records of earlier runs (default: `prior_runs()`)
-                 jobs: int | None = None) -> dict:  # artifacts run side by side (default: the profile's `plan.jobs`)
+                 jobs: int | None = None,  # artifacts run side by side (default: the profile's `plan.jobs`)
+                 datasets=None) -> dict:  # `datasets/` folders of built generated datasets (default: the profile's, under its output folder)
     "What running `profile` needs, calls, spends and takes, per artifact and in total, from files on this machine only."
     import statistics
     manifest = load_manifest()
     names = select_artifacts(only, manifest)
     params, plan = check_profile(profile, manifest), {**plan_settings(profile), **({} if jobs is None else {'jobs': jobs})}
+    plan['dataset_roots'] = [str(d) for d in (datasets if datasets is not None else [output_root(profile) / 'results' / 'datasets'])]
     not_run = read_profile(profile).get('not_run') or {}
     rows = measured_usage(llm_roots(profile, measure=True) if roots is None else roots)
     measured, cached = usage_by_kind(rows), {}
@@ -694,7 +731,7 @@ def plan_profile(profile: str = 'smoke',  # profile name or YAML path
                 settings=plan, seconds_per_call=dict(value=round(spc, 3), source=spc_src), measured_prompts=measured,
                 artifacts=arts, total=total)
 
-# %% ../nbs/40a_plan.ipynb #c064
+# %% ../nbs/40a_plan.ipynb #c066
 def _modes(cost, secs, bcost, bsecs) -> str:
     "Interactive and batch cost and time side by side."
     t = lambda x: 'time unknown' if x is None else f'~{fmt_seconds(x)}'
@@ -706,7 +743,7 @@ def _group_line(g: dict) -> str:
     return (f"    {g['role']} ({who}): {g['calls']:,} calls - {g['cache_hits']:,} cached = {g['api_calls']:,}; "
             f"{fmt_tokens(g['prompt_tokens'])} prompt + {fmt_tokens(g['completion_tokens'])} completion tokens; {fmt_usd(g['cost_usd'])}"
             + (f" (batch {fmt_usd(g['batch_cost_usd'])})" if g['batch'] else ' (no batch: it must answer at once)' if g['api_calls'] else '')
-            + f"  [tokens: {g['tokens_source']}; price: {g['price_source']}; limits: {g['limits_source']}]")
+            + f"  [{'calls: ' + g['counted'] + '; ' if g.get('counted') else ''}tokens: {g['tokens_source']}; price: {g['price_source']}; limits: {g['limits_source']}]")
 
 def format_plan(plan: dict) -> str:
     "The plan as text: per artifact its status, what is missing and how to get it, LLM calls, tokens, and cost and time in both modes."
@@ -741,7 +778,7 @@ def format_plan(plan: dict) -> str:
     if t['blocked']: lines.append(f"blocked on this machine: {', '.join(t['blocked'])}")
     return '\n'.join(lines)
 
-# %% ../nbs/40a_plan.ipynb #c069
+# %% ../nbs/40a_plan.ipynb #c071
 class SpendMeter:
     "LLM calls, tokens and cost that model servers answered since the meter started, read from new cache and ledger lines."
     def __init__(self, roots,  # folders (or files) of LLM caches and ledgers, as `llm_record_files` finds them
@@ -770,7 +807,7 @@ class SpendMeter:
         if cost is None: self.unpriced_calls += 1
         else: self.cost_usd += cost
 
-# %% ../nbs/40a_plan.ipynb #c071
+# %% ../nbs/40a_plan.ipynb #c073
 @patch
 def poll(self: SpendMeter) -> dict:
     "Read what the files gained since the last poll; the totals so far."
@@ -795,7 +832,7 @@ def spent_since(before: dict, after: dict) -> dict:
     "The difference of two `SpendMeter` totals."
     return {k: round(after[k] - before[k], 6) if isinstance(after[k], float) else after[k] - before[k] for k in after}
 
-# %% ../nbs/40a_plan.ipynb #c073
+# %% ../nbs/40a_plan.ipynb #c075
 def check_max_cost(max_cost):  # USD, or None (no limit)
     "`max_cost` itself when it is None or a finite number >= 0; else `BudgetError` saying so."
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or not math.isfinite(max_cost) or max_cost < 0):
@@ -816,7 +853,7 @@ def check_budget(plan: dict,  # `plan_profile`
         raise BudgetError(f'--max-cost {max_cost:g}: the plan costs ${cost:,.2f} (' + ', '.join(f"{a['artifact']} ${a['cost_usd']:,.2f}" for a in top) +
                           '); refusing to start (use --only, a cheaper model, or a higher --max-cost)')
 
-# %% ../nbs/40a_plan.ipynb #c075
+# %% ../nbs/40a_plan.ipynb #c077
 class SpendGuard:
     "Context manager: the run's spend limit, a `SpendBudget` file every LLM client of the run (notebook kernels included) holds each call against."
     def __init__(self, max_cost: float | None,  # USD; None: no limit
