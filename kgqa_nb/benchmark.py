@@ -522,38 +522,44 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
 
 # %% ../nbs/25_benchmark.ipynb #c076
 def rog_arm_model(setup: BenchmarkSetup,
-                  arm: str):  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
-    "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm."
+                  arm: str,  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
+                  seed: int = 0):  # the fine-tune's seed (0: RoG's default, the fit Table 2's RoG shares)
+    "RoG fitted on the setup's training questions with `arm`'s paths (cached like `rog_model`), named 'rog-<arm>' unless it is the setup's arm, '-s<seed>' after a seed above 0."
     from kgqa_nb.pathgen import LABEL_NAMES
-    m = fitted_path_model(replace(setup, arm=arm))
-    if label_key(arm) != label_key(setup.arm): m.name = f'rog-{LABEL_NAMES.get(label_key(arm), label_key(arm)).lower()}'
+    budgets = {**setup.budgets, 'rog': {**setup.budgets.get('rog', {}), 'seed': seed}} if seed else setup.budgets
+    m = fitted_path_model(replace(setup, arm=arm, budgets=budgets))
+    name = 'rog' if label_key(arm) == label_key(setup.arm) else f'rog-{LABEL_NAMES.get(label_key(arm), label_key(arm)).lower()}'
+    m.name = name + (f'-s{seed}' if seed else '')
     return m
 
 ARM_METRICS = ('em_hit', 'em_recall', 'gt_recall', 'gt_precision', 'answer_recall', 'n_triples')  # what `arm_comparison` compares
 
-def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding both models
-                   gt_model: str, sp_model: str,  # the model names of the GT arm and of the SP arm
+def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding both arms
+                   gt_model, sp_model,  # the model name (or names, one per fine-tune) of the GT arm and of the SP arm
                    retriever: str = 'rog', by: str = 'n_hops', metrics=ARM_METRICS,
                    n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     "Per group ('all', then each `by` group) and metric: GT and SP means, GT − SP with its bootstrap CI, the study's paired tests (columns as `gt_vs_sp`)."
     from kgqa_nb.retriever_study import hierarchical_bootstrap, paired_tests
-    d = per_question[per_question.model.isin([gt_model, sp_model])]
-    missing = {gt_model, sp_model} - set(d.model)
+    gts, sps = ([m] if isinstance(m, str) else list(m) for m in (gt_model, sp_model))
+    d = per_question[per_question.model.isin(gts + sps)]
+    missing = set(gts + sps) - set(d.model)
     if missing: raise ValueError(f'no rows of model {sorted(missing)[0]!r} in the benchmark table')
-    if set(d[d.model == gt_model].id) != set(d[d.model == sp_model].id): raise ValueError(f'{gt_model} and {sp_model} answered different questions: the comparison is paired')
-    piv = {m: d[d.model == m].set_index('id') for m in (gt_model, sp_model)}
+    ids0 = set(d[d.model == gts[0]].id)
+    for m in gts[1:] + sps:
+        if set(d[d.model == m].id) != ids0: raise ValueError(f'{gts[0]} and {m} answered different questions: the comparison is paired')
+    piv = {m: d[d.model == m].set_index('id') for m in gts + sps}
     rows = []
-    for grp, ids in [('all', sorted(piv[gt_model].index))] + [(g, sorted(x.index)) for g, x in piv[gt_model].groupby(by, sort=True, dropna=False)]:
+    for grp, ids in [('all', sorted(piv[gts[0]].index))] + [(g, sorted(x.index)) for g, x in piv[gts[0]].groupby(by, sort=True, dropna=False)]:
         for m in metrics:
-            a, b = piv[gt_model].loc[ids, m].to_numpy(float), piv[sp_model].loc[ids, m].to_numpy(float)
-            ok = np.isfinite(a) & np.isfinite(b); A, B = a[ok][None], b[ok][None]  # one run per arm: (1 × questions)
+            A, B = (np.stack([piv[x].loc[ids, m].to_numpy(float) for x in arm]) for arm in (gts, sps))  # (fine-tunes × questions)
+            ok = np.isfinite(A).all(0) & np.isfinite(B).all(0); A, B = A[:, ok], B[:, ok]
             lo, hi = hierarchical_bootstrap(A, B, n_boot, seed) if ok.any() else (float('nan'),) * 2
-            ga, sb = (float(a[ok].mean()), float(b[ok].mean())) if ok.any() else (float('nan'),) * 2
+            ga, sb = (float(A.mean()), float(B.mean())) if ok.any() else (float('nan'),) * 2
             rows.append(dict(retriever=retriever, sp_labels='sp:synth-kgqa', group_by='all' if grp == 'all' else by, group=grp, metric=m,
-                             n_runs_gt=1, n_runs_sp=1, n_questions=int(ok.sum()), sp_mean=sb, gt_mean=ga,
+                             n_runs_gt=len(gts), n_runs_sp=len(sps), n_questions=int(ok.sum()), sp_mean=sb, gt_mean=ga,
                              pct_variation=100 * (ga - sb) / sb if sb else float('nan'), diff=ga - sb if ok.any() else float('nan'),
                              ci_low=lo, ci_high=hi, **paired_tests(A, B)))
-    return pd.DataFrame(rows).assign(label_gt=piv[gt_model].label.iloc[0], label_sp=piv[sp_model].label.iloc[0])
+    return pd.DataFrame(rows).assign(label_gt=piv[gts[0]].label.iloc[0], label_sp=piv[sps[0]].label.iloc[0])
 
 # %% ../nbs/25_benchmark.ipynb #c080
 @dataclass

@@ -35,7 +35,7 @@ __all__ = ['GTSQA_ARTIFACT', 'GTSQA_PARAMS', 'BENCHMARK_READERS', 'POG_TOG_COLUM
 GTSQA_ARTIFACT = 'gtsqa_benchmark'
 GTSQA_PARAMS = ('study', 'study_profile', 'study_epochs', 'study_seeds', 'study_questions', 'models', 'arm', 'run_seed', 'k', 'n_questions',
                 'sample_seed', 'reader', 'reader_backend', 'reader_model', 'reader_base_url', 'agent_backend', 'agent_model', 'rog_generator',
-                'rog_steps', 'rog_lr', 'rog_lora_rank', 'gcr_generator', 'rog_sp', 'floor_questions', 'out_dir')  # the artifact's parameters
+                'rog_steps', 'rog_lr', 'rog_lora_rank', 'gcr_generator', 'rog_sp', 'rog_seeds', 'floor_questions', 'out_dir')  # the artifact's parameters
 BENCHMARK_READERS = ('offline-text', 'llm', 'few-shot')  # the reader kinds of the benchmark: none of them reads the gold
 
 def check_gtsqa_params(p) -> list:  # the artifact's parameters (`artifact_params(..., GTSQA_PARAMS, ...)`)
@@ -49,6 +49,7 @@ def check_gtsqa_params(p) -> list:  # the artifact's parameters (`artifact_param
     for g in (p.rog_generator, *([p.gcr_generator] if p.gcr_generator else [])): check_generator_spec(g)
     if p.rog_lora_rank < 0: raise UsageError(f'rog_lora_rank must be 0 (full fine-tune) or more, not {p.rog_lora_rank}')
     if p.rog_steps < 1: raise UsageError(f'rog_steps must be at least 1, not {p.rog_steps}')
+    if p.rog_seeds < 1: raise UsageError(f'rog_seeds must be at least 1 (fine-tunes per RoG arm), not {p.rog_seeds}')
     if p.agent_backend not in ('offline', 'openai'): raise UsageError(f'agent_backend must be offline or openai, not {p.agent_backend!r}')
     return names
 
@@ -155,19 +156,22 @@ def floor_rows(floor_questions: int, models: list, test_recs: list, kg, graphs: 
 ARMS_COLUMNS = ['retriever', 'group_by', 'group', 'metric', 'gt_mean', 'sp_mean', 'diff', 'ci_low', 'ci_high', 'p_paired_t', 'p_wilcoxon', 'verdict']
 
 def rog_arms(setup: BenchmarkSetup, t2: dict,  # the benchmark's set-up; `gtsqa_table2`'s result (RoG's rows, its gate, the references' scores)
-             test_recs: list, graphs: list, reader, encoder: TextEncoder) -> tuple:
-    "(GT against SP arm comparison of RoG with the verdict of both arms, ''), or (no rows, why) when RoG is not among the models."
+             test_recs: list, graphs: list, reader, encoder: TextEncoder,
+             seeds: int = 1) -> tuple:  # fine-tunes per arm (seed 0 of the setup's arm is Table 2's RoG)
+    "(GT against SP comparison of RoG over `seeds` fine-tunes per arm with the verdict of every fit, the arms' per-question rows, ''), or (no rows, no rows, why)."
     perq, gate = t2['perq'], t2['gate']
-    if 'rog' not in set(perq.model): return pd.DataFrame(columns=ARMS_COLUMNS), 'rog_sp is off or rog is not among the models'
+    if 'rog' not in set(perq.model): return pd.DataFrame(columns=ARMS_COLUMNS), perq.iloc[:0], 'rog_sp is off or rog is not among the models'
     other = 'sp' if label_key(setup.arm) == 'gt' else 'gt'
-    rog_other = rog_arm_model(setup, other)
-    print(f'{rog_other.name}: {rog_other.describe()}')
-    arm_q = pd.concat([perq[perq.model == 'rog'], run_benchmark([rog_other], test_recs, setup.kg, graphs, reader)], ignore_index=True)
-    gt_m, sp_m = ('rog', rog_other.name) if other == 'sp' else (rog_other.name, 'rog')
-    arm_gate = pd.concat([gate[gate.model == 'rog'], matched_gate(arm_q, [rog_other.name], test_recs, setup.kg, graphs, encoder, cache=t2['ref_scores'])], ignore_index=True)
+    own, oth = [rog_arm_model(setup, setup.arm, s) for s in range(1, seeds)], [rog_arm_model(setup, other, s) for s in range(seeds)]
+    for m in own + oth: print(f'{m.name}: {m.describe()}')
+    arm_q = pd.concat([perq[perq.model == 'rog'], run_benchmark(own + oth, test_recs, setup.kg, graphs, reader)], ignore_index=True)
+    own_n, oth_n = ['rog'] + [m.name for m in own], [m.name for m in oth]
+    gt_m, sp_m = (own_n, oth_n) if other == 'sp' else (oth_n, own_n)
+    arm_gate = pd.concat([gate[gate.model == 'rog'], matched_gate(arm_q, own_n[1:] + oth_n, test_recs, setup.kg, graphs, encoder, cache=t2['ref_scores'])], ignore_index=True)
     low = [f'{r.model}: {r.verdict}' for r in arm_gate.itertuples() if not r.passes]
-    arm_verdict = '; '.join(low) if low else 'trained: both arms above ppr and embedding at matched budgets'
-    return arm_comparison(arm_q, gt_m, sp_m).assign(reader=reader.describe(), verdict=arm_verdict), ''
+    fits = f' ({seeds} fine-tunes each)' if seeds > 1 else ' (one fine-tune each)'
+    arm_verdict = '; '.join(low) if low else 'trained: both arms above ppr and embedding at matched budgets' + fits
+    return arm_comparison(arm_q, gt_m, sp_m).assign(reader=reader.describe(), verdict=arm_verdict), arm_q, ''
 
 # %% ../nbs/25a_benchmark_run.ipynb #c040
 GTSQA_BY_TYPE = {'fig2_em_by_type': ('em_hit', 'Figure 2: EM Hits (%) by isomorphism type', 'EM Hits (%)'),
@@ -232,11 +236,11 @@ def run_gtsqa_benchmark(params: dict,  # the artifact's parameters (`GTSQA_PARAM
     table_b, perq_b, budget, who = at_sparsest_budget(perq, t2['kept'], test_recs, kg, graphs, reader)
     pairs = pd.concat([paired_differences(d, m).assign(budget=b) for d, b in ((perq, 'own'), (perq_b, str(budget))) for m in ('em_hit', 'gt_recall')], ignore_index=True)
     floor, floor_why = floor_rows(p.floor_questions, models, test_recs, kg, graphs, t2['verdicts'], llm_cache)
-    arms, arms_why = rog_arms(setup, t2, test_recs, graphs, reader, encoder) if p.rog_sp else (pd.DataFrame(columns=ARMS_COLUMNS), 'rog_sp is off or rog is not among the models')
+    arms, arms_q, arms_why = rog_arms(setup, t2, test_recs, graphs, reader, encoder, p.rog_seeds) if p.rog_sp else (pd.DataFrame(columns=ARMS_COLUMNS), perq.iloc[:0], 'rog_sp is off or rog is not among the models')
     tables = {'gtsqa_benchmark': (t2['table'], {}), 'gtsqa_benchmark_questions': (perq, {}), 'gtsqa_benchmark_gate': (t2['gate'], {}),
               'gtsqa_benchmark_controls': (t2['controls'], {}), 'gtsqa_pog_vs_tog': (pog, {}), 'gtsqa_benchmark_budget': (table_b, {}),
               'gtsqa_benchmark_pairs': (pairs, {}), 'gtsqa_benchmark_floor': (floor, dict(floor_model=REGISTRY_MODEL.describe(), skipped=floor_why)),
-              'gtsqa_rog_gt_vs_sp': (arms, dict(skipped=arms_why)), **{n: (t, {}) for n, t in figure_tables(perq).items()}}
+              'gtsqa_rog_gt_vs_sp': (arms, dict(skipped=arms_why, rog_seeds=p.rog_seeds)), 'gtsqa_rog_arms_questions': (arms_q, dict(skipped=arms_why)), **{n: (t, {}) for n, t in figure_tables(perq).items()}}
     return GtsqaBenchmark(tables, dict(rs.prov, llm_backend=reader.describe(), caption=t2['caption']), rs.ctx.results_dir, rs.ctx.figures_dir,
                           t2['caption'], _short_verdicts(reader.describe(), verdict, t2['gate']), group_order(perq.graph_isomorphism.dropna().unique(), perq),
                           reader.describe())

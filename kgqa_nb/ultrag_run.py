@@ -215,13 +215,13 @@ def plot_same_footing(footing: pd.DataFrame):  # `same_footing`'s rows
     return fig
 
 # %% ../nbs/19c_ultrag_run.ipynb #c039
-def retriever_study_params(p) -> dict | None:  # p: the artifact's parameters
-    "The `retriever_study` parameters of `p.retriever_profile` (None without one), refused at once when that study is on another KG."
+def retriever_study_params(p,  # the artifact's parameters
+                           study: dict | None) -> dict | None:  # the `retriever_study` parameters under `p.retriever_profile` (`profiles.section_params`)
+    "The retriever study's parameters once checked (None without `retriever_profile`), refused at once when absent or on another KG."
     if not p.retriever_profile: return None
-    from kgqa_nb.profiles import section_params
-    sp = section_params('retriever_study', p.retriever_profile, 'retriever_profile')
-    if str(sp['kg']) != str(p.kg): raise UsageError(f"retriever_profile {p.retriever_profile!r}: its retriever study is on {sp['kg']}, this artifact on {p.kg}; a retriever reads the KG it was trained on")
-    return sp
+    if study is None: raise UsageError(f'retriever_profile {p.retriever_profile!r} needs that profile\'s retriever_study parameters (profiles.section_params)')
+    if str(study['kg']) != str(p.kg): raise UsageError(f"retriever_profile {p.retriever_profile!r}: its retriever study is on {study['kg']}, this artifact on {p.kg}; a retriever reads the KG it was trained on")
+    return study
 
 def retriever_checkpoints(p, sp: dict | None, kg, records: pd.DataFrame, encoder, cache_dir: Path, reader) -> tuple:  # `retriever_study_params(p)`; the artifact's KG
     "(`Checkpoints`, their text encoder): the retriever study of `p.retriever_profile` on the same KG, else a baseline trained here for `p.retriever_epochs`."
@@ -248,10 +248,11 @@ class UltragEndToEnd:
 
     def __getitem__(self, name: str) -> pd.DataFrame: return self.tables[name]
 
-def run_ultrag_end_to_end(params: dict) -> UltragEndToEnd:  # the artifact's parameters (`ULTRAG_PARAMS`): the notebook's namespace
+def run_ultrag_end_to_end(params: dict,  # the artifact's parameters (`ULTRAG_PARAMS`): the notebook's namespace
+                          study: dict | None = None) -> UltragEndToEnd:  # the `retriever_study` parameters under `retriever_profile`, when it names one
     "The ULTRAG end-to-end artifact from its parameters: seeds given and linked, mentions, cost, SubgraphRAG beside it, the same graphs."
     p = artifact_params(params, ULTRAG_PARAMS, ULTRAG_ARTIFACT)
-    study_sp = retriever_study_params(p) if p.subgraphrag_k else None  # a wrong retriever_profile is refused before any work
+    study_sp = retriever_study_params(p, study) if p.subgraphrag_k else None  # a wrong retriever_profile is refused before any work
     ctx = open_artifact(ULTRAG_ARTIFACT, source=p.source, kg=p.kg, seed=p.seed, out_dir=p.out_dir, n_target=p.n_target, n_train=p.n_train, n_test=p.n_test,
                         backend=p.backend, model=p.model, base_url=p.base_url, ckpt=p.ckpt, k=p.k, link=p.link, need_kg=True)
     G = ctx.kg
