@@ -124,9 +124,14 @@ def ultrag_vs_subgraphrag(ultrag_rows: pd.DataFrame,  # `evaluate_ultrag`'s tabl
         sym = symbolic_rows[['id', 'hits']].astype({'id': str}).rename(columns={'hits': 'symbolic'})
         if set(sym.id) != set(both.id): raise ValueError('the symbolic executor ran other questions than ULTRAG')
         both = both.merge(sym, on='id')
-    def agg(g): return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(),
-                                  **({'symbolic_hits': 100 * g.symbolic.mean()} if 'symbolic' in g else {}), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
-                                  'subgraphrag_answer_recall': 100 * g[cols[1]].mean(), 'subgraphrag_gt_recall': 100 * g[cols[2]].mean()})
+    from kgqa_nb.spanalysis import bootstrap_interval
+    def agg(g):
+        d = 100 * (g.hits.astype(float) - g[cols[0]].astype(float)).to_numpy()  # paired: ULTRAG − SubgraphRAG per question
+        lo, hi = bootstrap_interval(d)
+        return pd.Series({'n': len(g), 'ultrag_hits': 100 * g.hits.mean(),
+                          **({'symbolic_hits': 100 * g.symbolic.mean()} if 'symbolic' in g else {}), 'subgraphrag_hits': 100 * g[cols[0]].mean(),
+                          'subgraphrag_answer_recall': 100 * g[cols[1]].mean(), 'subgraphrag_gt_recall': 100 * g[cols[2]].mean(),
+                          'ultrag_minus_subgraphrag': float(d.mean()), 'diff_ci_low': lo, 'diff_ci_high': hi})
     vs = pd.concat([agg(both).to_frame().T.assign(group_by='all', group='all'),
                     both.groupby('n_hops').apply(agg, include_groups=False).reset_index().rename(columns={'n_hops': 'group'}).assign(group_by='n_hops')],
                    ignore_index=True)

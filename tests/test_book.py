@@ -302,7 +302,6 @@ def test_chapter_pages_open_with_prose_and_code_stays_within_the_page(probed):
 AWAITING_REPUBLISH = {
     'figures/companion/fig6_seeds_hops_answers.png',  # notebook 55: panels in a 2 x 2 grid
     'figures/companion/fig8_minimal_types.png',  # notebook 57: panels stacked
-    'figures/companion/ultrag_end_to_end_same_graph.png',  # notebook 70: height grows with the graphs
     'figures/companion/gtsqa_fig2_em_by_type.png',  # notebook 68 via benchmark.plot_by_group (chapter 25)
     'figures/companion/gtsqa_fig10_gt_recall_by_type.png',
     'figures/companion/gtsqa_fig11_answer_recall_by_type.png',
