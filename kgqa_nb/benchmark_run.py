@@ -5,7 +5,7 @@
 # %% ../nbs/25a_benchmark_run.ipynb #c002
 from __future__ import annotations
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,9 @@ from .text import TextEncoder
 # %% auto #0
 __all__ = ['GTSQA_ARTIFACT', 'GTSQA_PARAMS', 'BENCHMARK_READERS', 'POG_TOG_COLUMNS', 'ARMS_COLUMNS', 'GTSQA_BY_TYPE',
            'GTSQA_FIGURES', 'check_gtsqa_params', 'benchmark_study_params', 'open_benchmark_study',
-           'benchmark_questions', 'gtsqa_setup', 'gtsqa_table2', 'pog_vs_tog', 'at_sparsest_budget', 'floor_rows',
-           'rog_arms', 'figure_tables', 'GtsqaBenchmark', 'run_gtsqa_benchmark', 'gtsqa_figure']
+           'benchmark_questions', 'gtsqa_setup', 'gtsqa_table2', 'study_seed_runs', 'seed_table', 'pog_vs_tog',
+           'at_sparsest_budget', 'floor_rows', 'rog_arms', 'figure_tables', 'GtsqaBenchmark', 'run_gtsqa_benchmark',
+           'gtsqa_figure']
 
 # %% ../nbs/25a_benchmark_run.ipynb #c006
 GTSQA_ARTIFACT = 'gtsqa_benchmark'
@@ -114,6 +115,27 @@ def gtsqa_table2(models: list, names: list, test_recs: list, kg, graphs: list, r
     return dict(perq=perq, controls=ctl_q, gate=gate, table=table, verdicts=verdicts, caption=caption, kept=kept, ref_scores=ref_scores)
 
 # %% ../nbs/25a_benchmark_run.ipynb #c026
+def study_seed_runs(setup: BenchmarkSetup, names: list, perq: pd.DataFrame,  # the set-up; the model names; Table 2's per-question rows
+                    test_recs: list, graphs: list, reader) -> dict:
+    "{(model, seed): per-question rows} of the study's trained retrievers among `names` at every seed of the arm read (Table 2's own rows at `setup.seed`)."
+    if setup.study is None: return {}
+    st, out = setup.study.study, {}
+    for n in (n for n in names if n in TRAINED_RETRIEVERS):
+        for s in sorted(int(x) for x in st[(st.retriever == n) & (st.labels == label_key(setup.arm))].seed.unique()):
+            out[n, s] = perq[perq.model == n] if s == setup.seed else run_benchmark(make_models([n], replace(setup, seed=s)), test_recs, setup.kg, graphs, reader)
+    return out
+
+def seed_table(runs: dict) -> pd.DataFrame:  # `study_seed_runs`
+    "Table 2's columns per (model, seed), then per model their mean and standard deviation over the seeds (`seed` 'mean' and 'sd')."
+    cols = list(TABLE2_COLUMNS)
+    if not runs: return pd.DataFrame(columns=['model', 'seed', 'n_seeds', 'n_questions', 'label', *cols])
+    t = pd.concat([benchmark_table(q).assign(seed=str(s)) for (_, s), q in runs.items()], ignore_index=True)
+    g = t.groupby('model', sort=False)
+    summary = pd.concat([g[cols].mean().assign(seed='mean'), g[cols].std(ddof=1).assign(seed='sd')]).reset_index()
+    out = pd.concat([t, summary.assign(n_questions=summary.model.map(g.n_questions.first()))], ignore_index=True)
+    return out.assign(n_seeds=out.model.map(g.size()))[['model', 'seed', 'n_seeds', 'n_questions', 'label', *cols]]
+
+# %% ../nbs/25a_benchmark_run.ipynb #c029
 POG_TOG_COLUMNS = ['questions', 'n_questions', 'share_subgraph_differs', 'metric', 'pog', 'tog', 'diff', 'ci_low', 'ci_high']
 
 def pog_vs_tog(perq: pd.DataFrame) -> pd.DataFrame:  # `run_benchmark` rows
@@ -133,7 +155,7 @@ def pog_vs_tog(perq: pd.DataFrame) -> pd.DataFrame:  # `run_benchmark` rows
                              ci_low=(r.ci_low if sign > 0 else -r.ci_high) if r is not None else np.nan, ci_high=(r.ci_high if sign > 0 else -r.ci_low) if r is not None else np.nan))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25a_benchmark_run.ipynb #c030
+# %% ../nbs/25a_benchmark_run.ipynb #c033
 def at_sparsest_budget(perq: pd.DataFrame, kept: dict,  # `run_benchmark` rows; each model's subgraphs (`keep=`)
                        test_recs: list, kg, graphs: list, reader) -> tuple:
     "(the table at the sparsest budget, its per-question rows, the budget, the model that sets it); the LLM-only baseline left out."
@@ -141,7 +163,7 @@ def at_sparsest_budget(perq: pd.DataFrame, kept: dict,  # `run_benchmark` rows; 
     perq_b = run_benchmark(at_budget(perq[perq.model != 'llm-only'], {k: v for k, v in kept.items() if k != 'llm-only'}, test_recs, budget), test_recs, kg, graphs, reader)
     return benchmark_table(perq_b).assign(budget=budget, budget_from=who), perq_b, budget, who
 
-# %% ../nbs/25a_benchmark_run.ipynb #c033
+# %% ../nbs/25a_benchmark_run.ipynb #c036
 def floor_rows(floor_questions: int, models: list, test_recs: list, kg, graphs: list,
                verdicts: dict, llm_cache: Path) -> tuple:  # model -> its gate verdict; the LLM replies' cache folder
     "(the floor's Table 2 rows, '') or (no rows, why they are left out)."
@@ -152,7 +174,7 @@ def floor_rows(floor_questions: int, models: list, test_recs: list, kg, graphs: 
     if done is not None: floor = benchmark_table(done).assign(verdict=lambda t: t.model.map(verdicts).fillna(''), role=f'floor ({REGISTRY_MODEL.describe()}; not a result at scale)')
     return floor, why
 
-# %% ../nbs/25a_benchmark_run.ipynb #c037
+# %% ../nbs/25a_benchmark_run.ipynb #c040
 ARMS_COLUMNS = ['retriever', 'group_by', 'group', 'metric', 'gt_mean', 'sp_mean', 'diff', 'ci_low', 'ci_high', 'p_paired_t', 'p_wilcoxon', 'verdict']
 
 def rog_arms(setup: BenchmarkSetup, t2: dict,  # the benchmark's set-up; `gtsqa_table2`'s result (RoG's rows, its gate, the references' scores)
@@ -173,7 +195,7 @@ def rog_arms(setup: BenchmarkSetup, t2: dict,  # the benchmark's set-up; `gtsqa_
     arm_verdict = '; '.join(low) if low else 'trained: both arms above ppr and embedding at matched budgets' + fits
     return arm_comparison(arm_q, gt_m, sp_m).assign(reader=reader.describe(), verdict=arm_verdict), arm_q, ''
 
-# %% ../nbs/25a_benchmark_run.ipynb #c040
+# %% ../nbs/25a_benchmark_run.ipynb #c043
 GTSQA_BY_TYPE = {'fig2_em_by_type': ('em_hit', 'Figure 2: EM Hits (%) by isomorphism type', 'EM Hits (%)'),
                  'fig10_gt_recall_by_type': ('gt_recall', 'Figure 10: GT-triple recall (%) by isomorphism type', 'GT-triple recall (%)'),
                  'fig11_answer_recall_by_type': ('answer_recall', 'Figure 11: answer-node recall (%) by isomorphism type', 'Answer-node recall (%)')}
@@ -191,7 +213,7 @@ def figure_tables(perq: pd.DataFrame) -> dict:  # `run_benchmark` rows
     out['gtsqa_fig13_recall_vs_em'], out['gtsqa_fig13_recall_vs_em_by_type'] = _with_pearson(pts, st), _with_pearson(pts_t, st_t)
     return out
 
-# %% ../nbs/25a_benchmark_run.ipynb #c043
+# %% ../nbs/25a_benchmark_run.ipynb #c046
 @dataclass
 class GtsqaBenchmark:
     "What `run_gtsqa_benchmark` gives: every table with the provenance to write it with, and what its figures need."
@@ -210,7 +232,7 @@ def _short_verdicts(reader: str, verdict: str, gate: pd.DataFrame) -> str:
     short = lambda v: v.split(':')[0]   # 'trained' or 'under-trained'; the CSVs and the caption hold the whole verdict
     return textwrap.fill(f"reader: {reader}; gate: SR and SubgraphRAG {short(verdict)}" + ''.join(f', {r.model} {short(r.verdict)}' for r in gate.itertuples()), 110)
 
-# %% ../nbs/25a_benchmark_run.ipynb #c044
+# %% ../nbs/25a_benchmark_run.ipynb #c047
 def run_gtsqa_benchmark(params: dict,  # the artifact's parameters (`GTSQA_PARAMS`): the notebook's namespace
                         study_params: dict,  # the study artifact's parameters under `study_profile` (`profiles.section_params`)
                         ) -> GtsqaBenchmark:
@@ -232,20 +254,21 @@ def run_gtsqa_benchmark(params: dict,  # the artifact's parameters (`GTSQA_PARAM
     kg, encoder = rs.ctx.kg, TextEncoder(rs.prov['params']['encoder'])
     t2 = gtsqa_table2(models, names, test_recs, kg, graphs, reader, encoder, verdict)
     perq = t2['perq']
+    seeds = seed_table(study_seed_runs(setup, names, perq, test_recs, graphs, reader))
     pog = pog_vs_tog(perq)
     table_b, perq_b, budget, who = at_sparsest_budget(perq, t2['kept'], test_recs, kg, graphs, reader)
     pairs = pd.concat([paired_differences(d, m).assign(budget=b) for d, b in ((perq, 'own'), (perq_b, str(budget))) for m in ('em_hit', 'gt_recall')], ignore_index=True)
     floor, floor_why = floor_rows(p.floor_questions, models, test_recs, kg, graphs, t2['verdicts'], llm_cache)
     arms, arms_q, arms_why = rog_arms(setup, t2, test_recs, graphs, reader, encoder, p.rog_seeds) if p.rog_sp else (pd.DataFrame(columns=ARMS_COLUMNS), perq.iloc[:0], 'rog_sp is off or rog is not among the models')
     tables = {'gtsqa_benchmark': (t2['table'], {}), 'gtsqa_benchmark_questions': (perq, {}), 'gtsqa_benchmark_gate': (t2['gate'], {}),
-              'gtsqa_benchmark_controls': (t2['controls'], {}), 'gtsqa_pog_vs_tog': (pog, {}), 'gtsqa_benchmark_budget': (table_b, {}),
+              'gtsqa_benchmark_controls': (t2['controls'], {}), 'gtsqa_benchmark_seeds': (seeds, {}), 'gtsqa_pog_vs_tog': (pog, {}), 'gtsqa_benchmark_budget': (table_b, {}),
               'gtsqa_benchmark_pairs': (pairs, {}), 'gtsqa_benchmark_floor': (floor, dict(floor_model=REGISTRY_MODEL.describe(), skipped=floor_why)),
               'gtsqa_rog_gt_vs_sp': (arms, dict(skipped=arms_why, rog_seeds=p.rog_seeds)), 'gtsqa_rog_arms_questions': (arms_q, dict(skipped=arms_why)), **{n: (t, {}) for n, t in figure_tables(perq).items()}}
     return GtsqaBenchmark(tables, dict(rs.prov, llm_backend=reader.describe(), caption=t2['caption']), rs.ctx.results_dir, rs.ctx.figures_dir,
                           t2['caption'], _short_verdicts(reader.describe(), verdict, t2['gate']), group_order(perq.graph_isomorphism.dropna().unique(), perq),
                           reader.describe())
 
-# %% ../nbs/25a_benchmark_run.ipynb #c046
+# %% ../nbs/25a_benchmark_run.ipynb #c049
 def gtsqa_figure(res: GtsqaBenchmark, name: str):  # the run; a `GTSQA_FIGURES` name, its tables already written to `res.results_dir`
     "The benchmark's figure `name` (a matplotlib Figure), drawn from the CSVs written beside it."
     read = lambda n: pd.read_csv(res.results_dir / f'gtsqa_{n}.csv')

@@ -211,6 +211,9 @@ def benchmark_calls(p, plan) -> list:
         api = _api(p['reader_backend'], p['reader_model'], p['reader_base_url'], 'reader_model')
         tri = lambda m: float(min(int(p['k']), plan['benchmark_triples'].get(m, p['k'])))
         out += [CallGroup(f'reader ({m} subgraph)', 'kgqa-subgraphrag-reader', **api, calls=n, triples=tri(m)) for m in names]
+        others = int(study.get('n_seeds') or 1) - 1  # SR and SubgraphRAG also run at the study's other seeds (`gtsqa_benchmark_seeds.csv`)
+        out += [CallGroup(f"reader ({m} at the study's {others} other seeds)", 'kgqa-subgraphrag-reader', **api, calls=n * others, triples=tri(m))
+                for m in names if m in ('sr', 'subgraphrag') and others > 0]
         if p.get('rog_sp', True) and 'rog' in names:  # Table 4's RoG rows: rog_seeds fits of the other arm, and the fits of RoG's own arm beyond Table 2's
             fits = 2 * int(p.get('rog_seeds') or 1) - 1
             out.append(CallGroup(f'reader (RoG arms: {fits} more fine-tunes)', 'kgqa-subgraphrag-reader', **api, calls=n * fits, triples=tri('rog')))
