@@ -245,7 +245,7 @@ def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records 
                       labels=('sp', 'gt'),  # label regimes: sp, gt or sp:CONVENTION
                       top_k: int = 100, out_dir: str = '',  # out_dir: where the study's cache lives
                       n_seeds: int = 1) -> tuple:  # training seeds 0..n_seeds-1 of the study
-    "({(label regime, seed): {id: top-K triples as text}}, the training set in words, {(regime, seed): epochs})."
+    "({(label regime, seed): {id: top-K triples as text}}, the training set in words, {(regime, seed): epochs}, the study's build records for the provenance)."
     sp = transfer_study(study, labels, n_seeds)
     rs = open_study('retriever_study', sp, make_reader, out_dir, make_filters=dataset_filters)
     enc = TextEncoder(sp['encoder'])
@@ -261,7 +261,7 @@ def trained_retrieval(q: Table2Questions, rows: list, exs: list,  # the records 
             model, meta = load_retriever(rs.checkpoint(arm, k), dim=feats.dim, encoder=feats.encoder)
             trained[arm, k] = {r['id']: [triple_labels(q.graph, t) for t in top_triples(ex, score_example(model, ex, feats), top_k)] for r, ex in zip(rows, exs)}
             epochs[arm, k] = len(meta['history'])
-    return trained, f'{source}, train split of {n_train} questions', epochs
+    return trained, f'{source}, train split of {n_train} questions', epochs, list(rs.prov.get('upstream', []))
 
 # %% ../nbs/22a_kgqagen_eval.ipynb #c040
 def proof_rooted(kg: KnowledgeGraph, rec: dict) -> dict:
@@ -431,8 +431,8 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
     notes = [f"{len(q.rows)} questions ({source}) on {q.graph.name if q.graph is not None else 'no KG'}; reader {llm.describe()}; {judge.describe()}"
              + (' (offline: the LASM columns are left blank)' if judge_backend == 'offline' else '')]
     retr_rows, exs, ppr = seed_retrieval(q, top_k, seed, qgraph_nodes, qgraph_triples)
-    trained, trained_from, epochs = {}, '', {}
-    if retr_rows and study and retriever_labels: trained, trained_from, epochs = trained_retrieval(q, retr_rows, exs, study, retriever_labels, top_k, out_dir, retriever_seeds)
+    trained, trained_from, epochs, study_up = {}, '', {}, []  # study_up: the study's folders (and the commits that built them) behind the trained rows
+    if retr_rows and study and retriever_labels: trained, trained_from, epochs, study_up = trained_retrieval(q, retr_rows, exs, study, retriever_labels, top_k, out_dir, retriever_seeds)
     else: notes.append('trained-retriever rows left out: ' + ('no question graph' if not retr_rows else 'no retriever_profile or retriever_labels given'))
     retrievers = ([ppr] + [Retrieved(f'SubgraphRAG retriever (trained on {trained_from}, {arm.upper()} labels, seed {k}) top-{top_k}', got, ppr.in_graph)
                            for (arm, k), got in trained.items()]) if retr_rows else []
@@ -447,7 +447,7 @@ def kgqagen_table2(source: str = 'generated', kg: str = 'toyworld', n_target: in
     table, per_q = score_runs(q, table2_stream(q, llm, retrievers, ultrag, idx), judge, lasm=judge_backend != 'offline')  # judged as each row comes
     table = coverage_columns(table, coverage)
     prov = dict(params=params, seed=seed, kg=q.graph.name if q.graph is not None else None, artifact='kgqagen_table2',
-                llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=[q.dataset.built] if q.dataset else [],
+                llm_backend=f"generator {q.generator}; reader {llm.describe()}; {judge.describe()}", upstream=([q.dataset.built] if q.dataset else []) + study_up,
                 retrieval=dict(question_graphs=f'{SEEDS_ONLY}: the {SEED_GRAPH_HOPS}-hop neighbourhood of the seeds, PPR-pruned to {qgraph_nodes} entities and '
                                                f'{qgraph_triples} triples, no answer read, nothing re-added; {ANSWER_CONDITIONED}: qgraphs.build_question_graph, oracle rows only',
                                proof_coverage=coverage.to_dict('records')))

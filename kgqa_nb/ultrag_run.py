@@ -4,7 +4,7 @@
 
 # %% ../nbs/19c_ultrag_run.ipynb #c002
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +118,7 @@ class Checkpoints:
     paths: dict  # seed -> its best.pt
     trained_on: str  # what they were trained on and how long, for the notes
     verdict: str  # `retriever_study.gate_verdict` of their study's GT arm
+    upstream: list = field(default_factory=list)  # build records of the study's folders (its dataset's, its own), for the provenance
 
 def _gt_verdict(study: pd.DataFrame) -> str:  # a study table (`retriever_study.retriever_study`)
     from kgqa_nb.retriever_study import gate_verdict, training_gate
@@ -139,7 +140,7 @@ def study_checkpoints(rs, profile: str) -> Checkpoints:  # an opened `retriever_
     seeds = sorted(int(s) for s in gt.seed.unique())
     return Checkpoints({s: rs.checkpoint('gt', s) for s in seeds},
                        f"the converged retriever study ({profile} profile: {int((rs.ctx.records.split == 'train').sum()):,} training questions of {rs.ctx.kg.name}, early stopping)",
-                       _gt_verdict(rs.study))
+                       _gt_verdict(rs.study), list(rs.prov.get('upstream', [])))
 
 # %% ../nbs/19c_ultrag_run.ipynb #c027
 def checkpoint_rows(cks: Checkpoints, kg, records: pd.DataFrame, qgs, test_ids,  # train and test records with their question graphs (record order)
@@ -275,6 +276,8 @@ def run_ultrag_end_to_end(params: dict,  # the artifact's parameters (`ULTRAG_PA
         reader = make_reader('offline' if p.backend == 'offline' else 'llm', p.backend, p.model, p.base_url)
         size, cache = dict(k=p.subgraphrag_k, seed=p.seed, n_nodes=p.subgraphrag_nodes, max_triples=p.subgraphrag_triples), ctx.results_dir / 'cache'
         cks, renc = retriever_checkpoints(p, study_sp, G, records, enc, cache, reader)
+        seen = {u.get('folder') for u in prov.get('upstream', [])}  # the study's folders (and the commit that built them) name the checkpoints read
+        prov['upstream'] = [*prov.get('upstream', []), *(u for u in cks.upstream if u['folder'] not in seen)]
         models, rows, tables['ultrag_vs_subgraphrag'] = subgraphrag_side(pipe, runs, symbolic, records, test, cks, renc, cache, reader, **size)
         tables['ultrag_vs_subgraphrag_questions'] = rows
         footing, same = same_footing(pipe, runs, symbolic, test, records, models, renc, cache, **size)
