@@ -192,6 +192,7 @@ class LLMClient:
                  say: Callable | None = None,  # one-line announcer of retries, waits and batches (default: stderr)
                  batch_size: int = 50_000,  # requests per Batch API file (`chat_batch`)
                  batch: bool | None = None,  # `chat_many` goes through the Batch API; default: $KGQA_LLM_BATCH is 1
+                 batch_hours: float | None = None,  # the longest a batch may run before it is cancelled and its unanswered requests go interactively; default: $KGQA_LLM_BATCH_HOURS, else none (the provider's window)
                  budget=None):  # a `SpendBudget` every API call is held against; default: the run's ($KGQA_SPEND_FILE), if any
         if backend not in _BACKENDS: raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
         if cache_mode not in CACHE_MODES: raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {cache_mode!r}")
@@ -223,6 +224,12 @@ class LLMClient:
         self._rng, self._sleep, self._local = random.Random(seed), time.sleep, threading.local()
         self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or stderr_line, False
         self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
+        if batch_hours is None and os.environ.get('KGQA_LLM_BATCH_HOURS'):
+            try: batch_hours = float(os.environ['KGQA_LLM_BATCH_HOURS'])
+            except ValueError: raise ValueError(f"KGQA_LLM_BATCH_HOURS must be a number of hours > 0, got {os.environ['KGQA_LLM_BATCH_HOURS']!r}") from None
+        if batch_hours is not None and not (isinstance(batch_hours, (int, float)) and not isinstance(batch_hours, bool) and 0 < batch_hours < float('inf')):
+            raise ValueError(f'batch_hours must be a number of hours > 0 (or None: the provider\'s window), got {batch_hours!r}')
+        self.batch_hours = None if batch_hours is None else float(batch_hours)
         self._gate = RateGate(concurrency, max_concurrency, self._say)
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
 

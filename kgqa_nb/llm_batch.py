@@ -92,25 +92,32 @@ def _submit_job(self: LLMClient, jf: Path, rec: dict) -> str:
             write_text_atomic(jf, json.dumps(rec))
         bid = self._batch_call('creating the batch', client.batches.create, input_file_id=rec['file_id'], endpoint='/v1/chat/completions',
                                completion_window='24h', metadata={'kgqa_job': rec['job']}).id
+        rec['submitted'] = time.time()  # the deadline (`batch_hours`) counts from here, across reruns
         self._say(f'kgqa llm: submitted batch {bid} ({n:,} requests, {self.describe()}); a rerun resumes it')
     if rec.get('batch_id') != bid: rec['batch_id'] = bid; write_text_atomic(jf, json.dumps(rec))
     return bid
 
 # %% ../nbs/04c_llm_batch.ipynb #c010
 @patch
-def _wait_batch(self: LLMClient, bid: str, poll_s: float) -> tuple:
-    "(the batch once it no longer changes, whether this client cancelled it): polls at 0.5 s, doubling up to `poll_s`; cancels it once the run's spend limit stopped the run."
-    client, last, wait, cancelled, budget = self._openai(), None, 0.5, False, self.spend_budget()
+def _wait_batch(self: LLMClient, bid: str, poll_s: float,
+                since: float | None = None) -> tuple:  # when the batch was submitted (epoch seconds): its deadline counts from there
+    """(the batch once it no longer changes, why this client cancelled it: None, 'spend' or 'deadline'): polls at 0.5 s,
+    doubling up to `poll_s`; cancels it once the run's spend limit stopped the run, or once it has run `batch_hours`."""
+    client, last, wait, why, budget = self._openai(), None, 0.5, None, self.spend_budget()
+    end = None if self.batch_hours is None or since is None else since + self.batch_hours * 3600
     while True:
         b = self._batch_call(f'polling batch {bid}', client.batches.retrieve, bid)
         c = b.request_counts
         line = f'kgqa llm: batch {bid}: {b.status}' + (f', {c.completed + c.failed:,} of {c.total:,} answered' if c else '')
         if line != last: self._say(line); last = line
-        if b.status in BATCH_TERMINAL: return b, cancelled
-        if budget is not None and not cancelled and budget.state()['stopped']:
-            self._batch_call(f'cancelling batch {bid}', client.batches.cancel, bid); cancelled = True
+        if b.status in BATCH_TERMINAL: return b, why
+        if why is None and budget is not None and budget.state()['stopped']:
+            self._batch_call(f'cancelling batch {bid}', client.batches.cancel, bid); why = 'spend'
             self._say(f'kgqa llm: the spend limit is reached: cancelling batch {bid} (the lines it answered are kept)')
-        self._sleep(min(wait, poll_s)); wait *= 2
+        if why is None and end is not None and time.time() >= end:
+            self._batch_call(f'cancelling batch {bid}', client.batches.cancel, bid); why = 'deadline'
+            self._say(f'kgqa llm: batch {bid} has run its {self.batch_hours:g} h: cancelling it (the lines it answered are kept, the others go interactively)')
+        self._sleep(max(0.01, min(wait, poll_s, *([end - time.time()] if end is not None and why is None else [])))); wait *= 2
 
 # %% ../nbs/04c_llm_batch.ipynb #c012
 COLLECT_CHUNK = 1_000  # batch output lines counted against the spend limit in one change of the spend file
@@ -129,9 +136,9 @@ def _batch_reply(self: LLMClient, bid: str, reqs: dict, line: str):
 @patch
 def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float,
              ticket: str | None = None) -> tuple:  # the job's hold on the spend limit (None: no limit)
-    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, whether it was cancelled here)."
+    "(key -> ChatResult or LLMError for job `rec`'s replies not yet in the cache, the batch's status, why it was cancelled here: None, 'spend' or 'deadline')."
     bid = rec['batch_id']
-    b, cancelled = self._wait_batch(bid, poll_s)
+    b, why = self._wait_batch(bid, poll_s, rec.get('submitted') or rec.get('created'))
     if b.status == 'failed':
         self._close_job(jf)  # nothing was answered: the requests go again in a new job
         raise LLMError(f'{self.describe()}: batch {bid} failed: {b.errors}')
@@ -158,7 +165,7 @@ def _collect(self: LLMClient, jf: Path, rec: dict, poll_s: float,
                 if self.ledger is not None: self._log_call(res, 0.0, batch=bid)
                 if self._cache is not None: self._record(reqs[k], k, res)
     self._close_job(jf)
-    return got, b.status, cancelled
+    return got, b.status, why
 
 # %% ../nbs/04c_llm_batch.ipynb #c014
 @patch
@@ -167,9 +174,10 @@ def _job_left(self: LLMClient, jf: Path) -> list:
     return [r['request'] for r in read_jsonl(jf.with_suffix('.jsonl')) if self._cache is None or self._cache.lookup(r['key'], 'a batch reply') is None]
 
 @patch
-def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
-    "key -> ChatResult or LLMError for the requests of `todo`, through open and new batch jobs (expired ones' unanswered requests twice more)."
-    got, budget = {}, self.spend_budget()
+def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> tuple:
+    """(key -> ChatResult or LLMError for the requests of `todo`, through open and new batch jobs (expired ones' unanswered
+    requests twice more), whether a batch ran past `batch_hours`: then the unanswered requests are left to the caller)."""
+    got, budget, late = {}, self.spend_budget(), False
     for _ in range(3):
         pending = {k for k in todo if k not in got}
         jobs = [(jf, rec, self._hold(budget, self._job_left(jf) if budget else [], f"batch job {rec['job']}", batch=True, force=True))
@@ -184,15 +192,16 @@ def _run_jobs(self: LLMClient, todo: dict, poll_s: float) -> dict:
         try:
             for jf, rec, _ in jobs: self._submit_job(jf, rec)
             for jf, rec, ticket in jobs:
-                g, status, cancelled = self._collect(jf, rec, poll_s, ticket)
+                g, status, why = self._collect(jf, rec, poll_s, ticket)
                 if ticket: budget.settle(ticket, 0., 0); holds.discard(ticket)  # its lines are counted: what is left of its hold goes
                 got.update(g); ended.append(status)
-                if cancelled: stop = stop or SpendLimitError(budget.state()['stopped'])
+                late = late or why == 'deadline' or (self.batch_hours is not None and status == 'expired')  # a deadline: no batch again
+                if why == 'spend': stop = stop or SpendLimitError(budget.state()['stopped'])
         finally:
             for t in holds: budget.settle(t, 0., 0)  # not collected (an error): the hold goes; a rerun holds the job again
         if stop: raise stop
-        if not any(s in ('expired', 'cancelled') for s in ended): break
-    return got
+        if late or not any(s in ('expired', 'cancelled') for s in ended): break  # past the deadline: no new batch
+    return got, late
 
 # %% ../nbs/04c_llm_batch.ipynb #c015
 @patch
@@ -211,7 +220,12 @@ def chat_batch(self: LLMClient, batch,  # a list of message lists
         if rec is None: todo.setdefault(k, r); continue
         self._count(cache_hits=1)
         out[i] = ChatResult(rec['response']['text'], True, rec['usage'], rec['model'], k, 0, rec['response'].get('finish_reason'))
-    got = self._run_jobs(todo, poll_s) if todo else {}
+    got, late = self._run_jobs(todo, poll_s) if todo else ({}, False)
+    rest = [i for i, k in enumerate(keys) if out[i] is None and k not in got] if late else []
+    if rest:  # a batch ran past `batch_hours`: what it did not answer goes interactively, at the rate gate's pace
+        self._say(f'kgqa llm: {len(rest):,} requests of {desc} unanswered at the batch deadline: sending them interactively')
+        self._count(calls=-len(rest))  # counted above; the interactive path counts them again
+        for i, r in zip(rest, self._many(self._chat, [batch[i] for i in rest], f'{desc} (after the batch deadline)', True, **overrides)): out[i] = r
     for i, k in enumerate(keys):
         if out[i] is None: out[i] = got.get(k) or LLMError(f'{desc}: the batch returned no reply for request {k[:12]}')
         if isinstance(out[i], LLMError) and not return_exceptions: raise out[i]

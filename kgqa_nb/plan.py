@@ -47,7 +47,7 @@ PLAN_DEFAULTS = dict(  # planning assumptions; a profile's `plan:` section overr
     concurrency=8,  # calls in flight to a server that states no rate limit (LLMClient's `concurrency`)
     max_concurrency=512,  # the client's cap on calls in flight at a stated limit (LLMClient's `max_concurrency`)
     limits={},  # model -> {rpm, tpm} (a provider's limits) or {concurrency} (a server of yours), and its seconds_per_call; beside KNOWN_LIMITS
-    batch_hours=24.0,  # the Batch API's completion window: the longest a batch may take (most finish far sooner)
+    batch_hours=24.0,  # the longest a run waits for a batch (the Batch API's 24 h window by default): then it cancels the batch and sends its unanswered requests interactively (`kgqa rerun` gives it to LLMClient as $KGQA_LLM_BATCH_HOURS)
     prices={},  # model -> [input, output, cached input] USD per million tokens, beside kgqa_nb.llm_spend.MODEL_PRICES
     reasoning_tokens=512,  # hidden reasoning tokens per call of a reasoning model (gpt-5, o-series), billed as output (assumed: half the 1,024 max_tokens that bounds reasoning + reply)
     agent_calls={'tog': 3.5, 'pog': 4.5},  # LLM steps per question of the KG agents (measured: the prompts ToG / PoG would send along the offline policy's path, 40 toy questions)
@@ -71,8 +71,18 @@ MEASURED_PROMPTS = {
     # the KG agents' steps: prompt tokens of the relation / entity / sufficiency / plan / reflection prompts ToG and PoG would
     # send along the offline policy's path on 40 toy questions (318 prompts, mean 274); the completion (a short JSON) assumed
     'kgqa-agent-step': dict(prompt=274, per_triple=0, completion=20, calls=318),
+    # KG-RAG's five prompts: kgrag_baselines and kgrag_hops_topk at smoke size (MetaQA) against `kgqa serve-offline`;
+    # ULTRAG's writer and arbitrator: ultrag_end_to_end at smoke size with its LLM roles on an in-process offline server
+    # that knows the questions (the oracle writer's model), so the plan needs no cache of this machine for them
+    'kg-rag-decompose': dict(prompt=335, per_triple=0, completion=44, calls=12),
+    'kg-rag-answer': dict(prompt=87, per_triple=9.96, completion=7, calls=81),
+    'kg-rag-reformulate': dict(prompt=104, per_triple=0, completion=15, calls=30),
+    'kg-rag-synthesize': dict(prompt=152, per_triple=0, completion=20, calls=59),
+    'kg-rag-direct': dict(prompt=63, per_triple=0, completion=2, calls=30),
+    'ultrag-oracle-writer': dict(prompt=1132, per_triple=0, completion=15, calls=144),
+    'ultrag-arbitrator': dict(prompt=415, per_triple=0, completion=22, calls=216),
 }
-MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (2026-11-25)'
+MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (KG-RAG: MetaQA; 2026-11-25, KG-RAG and ULTRAG 2026-12-07)'
 
 # %% ../nbs/40a_plan.ipynb #c007
 @dataclass
@@ -560,7 +570,8 @@ def plan_artifact(art: Artifact,  # the artifact
     api_calls = sum(g['api_calls'] for g in groups)
     llm_s = llm_seconds(groups)
     waiting = [g for g in groups if g['batch'] and g['api_calls']]
-    batch_s = llm_seconds([g for g in groups if g not in waiting]) + (plan['batch_hours'] * 3600 if waiting else 0)
+    # a batched role waits at most the deadline, then asks what is unanswered interactively: the bound counts all of it
+    batch_s = llm_seconds([g for g in groups if g not in waiting]) + (plan['batch_hours'] * 3600 + llm_seconds(waiting) if waiting else 0)
     costs, bcosts = [g['cost_usd'] for g in groups], [g['batch_cost_usd'] for g in groups]
     timed = None if secs is None and api_calls == 0 else secs or 0
     return dict(artifact=art.name, notebook=shown_path(art.notebook), status='ready' if all(n['met'] for n in needs) else 'blocked',
@@ -627,11 +638,11 @@ def simulate_schedule(tasks: list,  # dicts: name, after (names it waits for), p
 # %% ../nbs/40a_plan.ipynb #c060
 def artifact_phases(a: dict,  # an artifact of the plan (`plan_artifact`)
                     batch: bool = False,  # its roles that can wait go through the Batch API
-                    window: float = 0.) -> list:  # the batch completion window, seconds
-    "What an artifact does in turn, as `simulate_schedule` sees it: its own work, its call groups (seconds alone, model, share), a batch window."
+                    window: float = 0.) -> list:  # the batch deadline, seconds
+    "What an artifact does in turn, as `simulate_schedule` sees it: its own work, its call groups (seconds alone, model, share), a batch deadline and what it leaves."
     if a.get('seconds') is None or a.get('own_seconds') is None: return []  # not run, or time unknown
     waiting = [g for g in a['llm'] if batch and g['batch'] and g['api_calls']]
-    return [(a['own_seconds'], '', 0.)] + llm_phases([g for g in a['llm'] if g not in waiting]) + ([(window, '', 0.)] if waiting else [])
+    return [(a['own_seconds'], '', 0.)] + llm_phases([g for g in a['llm'] if g not in waiting]) + ([(window, '', 0.)] + llm_phases(waiting) if waiting else [])
 
 def llm_phases(groups: list) -> list:  # planned call groups (`plan_group`), in the order the artifact sends them
     "The groups as `simulate_schedule` phases: one after another, except a `beside` group, a lane beside the groups sent before it."
@@ -773,7 +784,7 @@ def format_plan(plan: dict) -> str:
     if t.get('llm_batch'): lines.append(f"  as this profile runs it (Batch API for {', '.join(t['llm_batch'])}): {fmt_usd(t['run_cost_usd'])}, ~{fmt_seconds(sb['run_seconds'])}{seq('run_seconds')}")
     lines.append(f"  batch where a role can wait: {fmt_usd(t['batch_cost_usd'])}, ~{fmt_seconds(sb['batch_seconds'])} ("
                  + ('' if one else f"one after another: ~{fmt_seconds(t['batch_seconds'])}; ")
-                 + f"each batch counted at its {plan['settings']['batch_hours']:g} h window; most finish far sooner)")
+                 + f"each batch counted at its {plan['settings']['batch_hours']:g} h deadline, then its requests interactively should none come back; most finish far sooner)")
     if not one and sb['chain']:
         lines.append(f"  ends last: {' -> '.join(sb['chain'])}" + (', each starting when the one before it ends' if len(sb['chain']) > 1 else '')
                      + "; each model's limit busy (its calls at the full limit): "

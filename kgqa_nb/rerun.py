@@ -117,7 +117,9 @@ def execute_artifact(art: Artifact,  # the artifact to run
     try:
         # the kernel's stderr (a long run's status lines, warnings) reaches the terminal once (papermill's log_output would
         # echo it a second time through its logger); its stdout stays in the notebook
-        env = dict(KGQA_PROFILE=profile_name(profile), **({'KGQA_LLM_BATCH': '1'} if uses_batch(art.name, profile) else {}))
+        # a batched artifact's client waits at most the profile's plan.batch_hours for a batch, then asks the rest interactively
+        env = dict(KGQA_PROFILE=profile_name(profile), **({'KGQA_LLM_BATCH': '1', 'KGQA_LLM_BATCH_HOURS': f"{plan_settings(profile)['batch_hours']:g}"}
+                                                            if uses_batch(art.name, profile) else {}))
         with open(os.devnull, 'w') as quiet:
             pm.execute_notebook(str(art.notebook), str(running), parameters=params, kernel_name='python3', language='python',
                                 cwd=str(project_dirs.nbs), progress_bar=bar, log_output=False, stdout_file=quiet, stderr_file=stderr,

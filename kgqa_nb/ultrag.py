@@ -25,13 +25,14 @@ from . import metrics
 
 # %% auto #0
 __all__ = ['WRITER_FIRST_LINE', 'WRITE_ERRORS', 'ORACLE_LABEL', 'MENTION_KINDS', 'DECIDER_FIRST_LINE', 'ARBITRATOR_FIRST_LINE',
-           'crisp_set', 'top_members', 'relation_table', 'writer_messages', 'QueryWriteError', 'parse_writer_reply',
-           'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids', 'register_oracle_queries',
-           'oracle_writer', 'GivenQueryWriter', 'gaussian_memberships', 'EntityLinker', 'link_ranks',
-           'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases', 'mention_linking_accuracy', 'Pruned',
-           'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched', 'NeuralExecutor', 'SymbolicStep',
-           'AlwaysSufficient', 'decider_messages', 'LLMDecider', 'arbitrator_messages', 'relative_threshold',
-           'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau', 'UltragResult', 'Ultrag']
+           'ULTRAG_STEPS', 'crisp_set', 'top_members', 'relation_table', 'writer_messages', 'QueryWriteError',
+           'parse_writer_reply', 'check_query', 'WrittenQuery', 'llm_text', 'LLMQueryWriter', 'record_ids',
+           'register_oracle_queries', 'oracle_writer', 'GivenQueryWriter', 'gaussian_memberships', 'EntityLinker',
+           'link_ranks', 'linking_accuracy', 'one_edit', 'perturb_mention', 'wikidata_aliases',
+           'mention_linking_accuracy', 'Pruned', 'edge_capped_prefix', 'SEPPRPruner', 'project_many', 'execute_batched',
+           'NeuralExecutor', 'SymbolicStep', 'AlwaysSufficient', 'decider_messages', 'LLMDecider',
+           'arbitrator_messages', 'relative_threshold', 'LLMArbitrator', 'ThresholdArbitrator', 'fit_tau',
+           'UltragResult', 'Ultrag']
 
 # %% ../nbs/19_ultrag.ipynb #c006
 def crisp_set(kg: KnowledgeGraph,  # the graph whose entities index the set
@@ -568,6 +569,8 @@ def fit_tau(tops: list,  # per question: [(ID, membership)] best first (e.g. top
     return float(max(tau for tau, f in zip(grid, f1) if f == best))
 
 # %% ../nbs/19_ultrag.ipynb #c068
+ULTRAG_STEPS = ('write', 'link', 'prune', 'execute', 'decide', 'arbitrate')  # the steps `Ultrag.answer` times, in order
+
 @dataclass
 class UltragResult:
     "One question's run: the query, the answer set, the executor's top entities, timings per step, and any error."
@@ -637,7 +640,7 @@ def answer(self: Ultrag, question: str,  # the natural-language question
             res.top = top_members(x, self.kg, 50)
             res.answers = timed('arbitrate', self.arbitrator.arbitrate, x, res.query, question, self.kg)
             if self.keep_scores: res.scores = x
-        res.timings = {k: float(v) for k, v in T.items()}
+        res.timings = {k: float(T[k]) for k in ULTRAG_STEPS}  # a step never reached (an invalid query) took 0 s: every question has every column
         res.prompt_tokens, res.completion_tokens = tokens['prompt_tokens'], tokens['completion_tokens']
     finally: _QUESTION.tokens = None
     return res

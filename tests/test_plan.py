@@ -84,7 +84,7 @@ def test_interactive_and_batch_side_by_side(machine):
     a = p['artifacts'][0]; [g] = a['llm']
     assert g['api_calls'] == 600 and g['batch'] and g['limits_source'] == 'plan.limits.gpt-4o-mini'  # 300 questions, on SP then on GT triples
     assert a['seconds'] == pytest.approx(600.0)                 # 600 calls at one a second (no earlier run to add)
-    assert a['batch_seconds'] == pytest.approx(2 * 3600)        # the batch's completion window
+    assert a['batch_seconds'] == pytest.approx(2 * 3600 + 600)  # the batch's deadline, then its calls interactively should none come back
     assert a['batch_cost_usd'] == pytest.approx(BATCH_DISCOUNT * a['cost_usd'], abs=1e-4)
     text = pl.format_plan(p)
     assert 'interactive $' in text and '| batch $' in text and 'at the request limit, 60 calls/min' in text
@@ -199,3 +199,12 @@ def test_the_plans_fix_commands_import_what_they_name():
     for mod, names in hints:
         m = importlib.import_module(mod)
         assert all(hasattr(m, n.strip()) for n in names.split(',')), f'{mod} has not all of {names}'
+
+
+def test_the_paper_plan_as_the_profile_runs_it_is_a_working_day():
+    "Issue 41: what a fresh clone plans for `make figures` (committed measurements and runs only) has every cost known and, with the profile's batch deadline, ends within 12 h."
+    p = pl.plan_profile('paper', roots=[], prior=pl.prior_runs([project_dirs.results]))
+    t, sb = p['total'], p['total']['side_by_side']
+    assert t['cost_unknown_for'] == [] and t['seconds_unknown_for'] == []
+    assert t['llm_batch'] and p['settings']['batch_hours'] < 24      # batched roles, each batch waited for at most the deadline
+    assert sb['run_seconds'] <= 12 * 3600, f"the run as the paper profile makes it is planned at {sb['run_seconds'] / 3600:.1f} h"

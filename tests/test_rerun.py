@@ -276,16 +276,16 @@ def test_a_notebook_status_line_reaches_stderr_once(tmp_path):
 
 @pytest.mark.parametrize('listed', [True, False])
 def test_llm_batch_profile_key_reaches_the_notebook(tmp_path, monkeypatch, listed):
-    "A profile's `llm_batch` list sends that artifact's LLM calls through the Batch API: its kernel sees KGQA_LLM_BATCH=1."
+    "A profile's `llm_batch` list sends that artifact's LLM calls through the Batch API: its kernel sees KGQA_LLM_BATCH=1, and the deadline plan.batch_hours."
     import nbformat
-    monkeypatch.delenv('KGQA_LLM_BATCH', raising=False)
+    monkeypatch.delenv('KGQA_LLM_BATCH', raising=False); monkeypatch.delenv('KGQA_LLM_BATCH_HOURS', raising=False)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell('out_dir: str = ""  # output folder', metadata={'tags': ['parameters']}),
-                nbformat.v4.new_code_cell("import os, pathlib; pathlib.Path(out_dir, 'env.txt').write_text(os.environ.get('KGQA_LLM_BATCH', 'unset'))")]
+                nbformat.v4.new_code_cell("import os, pathlib; pathlib.Path(out_dir, 'env.txt').write_text(' '.join(os.environ.get(v, 'unset') for v in ('KGQA_LLM_BATCH', 'KGQA_LLM_BATCH_HOURS')))")]
     p = tmp_path / 'batchy.ipynb'; nbformat.write(nb, p)
-    prof = profile(tmp_path, f'llm_batch: [{"batchy" if listed else "other"}]\n')
+    prof = profile(tmp_path, f'llm_batch: [{"batchy" if listed else "other"}]\nplan:\n  batch_hours: 1.5\n')
     rr.execute_artifact(rr.Artifact('batchy', p), tmp_path / 'executed.ipynb', dict(out_dir=str(tmp_path)), prof)
-    assert (tmp_path / 'env.txt').read_text() == ('1' if listed else 'unset')
+    assert (tmp_path / 'env.txt').read_text() == ('1 1.5' if listed else 'unset unset')
 
 
 def _side_by_side_profile(tmp, table6='n_questions: 20'):

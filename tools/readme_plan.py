@@ -4,8 +4,9 @@
     python tools/readme_plan.py --check    # exit 1 when the README's sentence is not the plan's
     python tools/readme_plan.py --plan F   # use a plan JSON `kgqa rerun --plan` wrote (e.g. _smoke/plans/paper.json)
 
-The sentence sits between `<!-- plan:paper -->` and `<!-- /plan:paper -->`. The plan reads this machine's files only
-(measured prompt sizes, earlier runs), so run it where the paper's caches are, and commit the README it writes."""
+The sentence sits between `<!-- plan:paper -->` and `<!-- /plan:paper -->`. It is the plan a fresh clone makes: prompt
+sizes from the committed measurements (`plan.MEASURED_PROMPTS`), times from the committed runs' provenance, no cache of
+the machine it runs on, so every machine writes the same sentence from the same commit."""
 import argparse, json, re, sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def plan_sentence(plan: dict) -> str:
     return (f"`kgqa rerun --profile {plan['profile']} --plan` plans {t['api_calls']:,} LLM calls: ${t['cost_usd']:,.2f} and about "
             f"{fmt_seconds(sb['seconds'])} interactive at the stated limits {how}, ${t['batch_cost_usd']:,.2f} where the code batches a role "
             f"through the Batch API" + (f"; as the profile runs it (Batch API for {', '.join(t['llm_batch'])}, each batch counted at its "
-               f"{plan['settings']['batch_hours']:g} h window) ${t['run_cost_usd']:,.2f}, about {fmt_seconds(sb['run_seconds'])}"
+               f"{plan['settings']['batch_hours']:g} h deadline, then its requests interactively should none come back) ${t['run_cost_usd']:,.2f}, about {fmt_seconds(sb['run_seconds'])}"
                + (f" ({fmt_seconds(t['run_seconds'])} one after another)" if sb['jobs'] > 1 else '') if t.get('llm_batch') else '')
             + (f"; it ends with {' -> '.join(sb['chain'])}, each starting when the one before it ends" if sb['jobs'] > 1 and len(sb['chain']) > 1 else '')
             + f"; the longest artifacts: " + ', '.join(f"{a['artifact']} {fmt_seconds(a['seconds'])}" for a in slow) + '.')
@@ -45,8 +46,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.plan: plan = json.loads(Path(a.plan).read_text())
     else:
-        from kgqa_nb.plan import plan_profile
-        plan = plan_profile('paper')
+        from kgqa_nb.core import project_dirs
+        from kgqa_nb.plan import plan_profile, prior_runs
+        plan = plan_profile('paper', roots=[], prior=prior_runs([project_dirs.results]))  # what a fresh clone plans
     readme = ROOT / 'README.md'
     old = readme.read_text(); new = with_sentence(old, plan_sentence(plan))
     if a.check:
