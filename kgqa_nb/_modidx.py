@@ -995,6 +995,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                              'kgqa_nb.llm._strip_userinfo': ('llm.html#_strip_userinfo', 'kgqa_nb/llm.py'),
                              'kgqa_nb.llm._triples_lookup': ('llm.html#_triples_lookup', 'kgqa_nb/llm.py'),
                              'kgqa_nb.llm._usage_fields': ('llm.html#_usage_fields', 'kgqa_nb/llm.py'),
+                             'kgqa_nb.llm.batch_deadline': ('llm.html#batch_deadline', 'kgqa_nb/llm.py'),
                              'kgqa_nb.llm.canonical_json': ('llm.html#canonical_json', 'kgqa_nb/llm.py'),
                              'kgqa_nb.llm.check_messages': ('llm.html#check_messages', 'kgqa_nb/llm.py'),
                              'kgqa_nb.llm.estimate_prompt_tokens': ('llm.html#estimate_prompt_tokens', 'kgqa_nb/llm.py'),

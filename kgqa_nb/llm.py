@@ -24,7 +24,7 @@ from .sparql import transient_status, unreachable_reason
 __all__ = ['TRIPLES_LOOKUP_MARKER', 'RETRY_LINE_EVERY', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
            'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'OfflineModel',
            'register_offline_model', 'offline_model_for', 'offline_model_names', 'offline_reply',
-           'triples_lookup_messages', 'ResponseCache', 'LLMClient', 'parse_completion']
+           'triples_lookup_messages', 'ResponseCache', 'batch_deadline', 'LLMClient', 'parse_completion']
 
 # %% ../nbs/04_llm.ipynb #c006
 class LLMError(RuntimeError):
@@ -163,6 +163,16 @@ class ResponseCache(ReplayCache):
         super().__init__(path, mode, slim=_slim)
 
 # %% ../nbs/04_llm.ipynb #c027
+def batch_deadline(hours=None) -> float | None:  # hours, or None: $KGQA_LLM_BATCH_HOURS, else no deadline
+    "The longest a batch may run before the client cancels it and asks the rest interactively (chapter `llm_batch`), checked."
+    if hours is None and os.environ.get('KGQA_LLM_BATCH_HOURS'):
+        try: hours = float(os.environ['KGQA_LLM_BATCH_HOURS'])
+        except ValueError: raise ValueError(f"KGQA_LLM_BATCH_HOURS must be a number of hours > 0, got {os.environ['KGQA_LLM_BATCH_HOURS']!r}") from None
+    if hours is not None and not (isinstance(hours, (int, float)) and not isinstance(hours, bool) and 0 < hours < float('inf')):
+        raise ValueError(f"batch_hours must be a number of hours > 0 (or None: the provider's window), got {hours!r}")
+    return None if hours is None else float(hours)
+
+# %% ../nbs/04_llm.ipynb #c028
 _BACKENDS = ('offline', 'openai')
 
 class LLMClient:
@@ -218,18 +228,11 @@ class LLMClient:
         mode = 'off' if (cache is False or cache_dir is False) else cache_mode
         self.cache_dir = None if mode == 'off' else Path(cache_dir or user_cache_dir() / 'llm')
         self._cache = ResponseCache(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', self.model)}.jsonl", mode) if self.cache_dir else None
-        self.ledger = None if ledger is None else Path(ledger)
-        self.stream = bool(stream)
+        self.ledger, self.stream = None if ledger is None else Path(ledger), bool(stream)
         self._lock, self._key_locks, self._oai, self._dead, self._pricing = threading.Lock(), {}, None, None, threading.Lock()
         self._rng, self._sleep, self._local = random.Random(seed), time.sleep, threading.local()
         self.max_concurrency, self.batch_size, self._say, self._answered = max_concurrency, batch_size, say or stderr_line, False
-        self.batch = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch)
-        if batch_hours is None and os.environ.get('KGQA_LLM_BATCH_HOURS'):
-            try: batch_hours = float(os.environ['KGQA_LLM_BATCH_HOURS'])
-            except ValueError: raise ValueError(f"KGQA_LLM_BATCH_HOURS must be a number of hours > 0, got {os.environ['KGQA_LLM_BATCH_HOURS']!r}") from None
-        if batch_hours is not None and not (isinstance(batch_hours, (int, float)) and not isinstance(batch_hours, bool) and 0 < batch_hours < float('inf')):
-            raise ValueError(f'batch_hours must be a number of hours > 0 (or None: the provider\'s window), got {batch_hours!r}')
-        self.batch_hours = None if batch_hours is None else float(batch_hours)
+        self.batch, self.batch_hours = (os.environ.get('KGQA_LLM_BATCH', '0') == '1') if batch is None else bool(batch), batch_deadline(batch_hours)
         self._gate = RateGate(concurrency, max_concurrency, self._say)
         self._stats = dict(calls=0, cache_hits=0, api_calls=0, retries=0, prompt_tokens=0, completion_tokens=0, cached_prompt_tokens=0)
 
@@ -239,7 +242,7 @@ class LLMClient:
     def cache_path(self): return self._cache.path if self._cache else None
     def __repr__(self): return f'LLMClient({self.describe()}, cache_mode={self.cache_mode!r}, cache={self.cache_path})'
 
-# %% ../nbs/04_llm.ipynb #c028
+# %% ../nbs/04_llm.ipynb #c029
 def _strip_userinfo(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit(p._replace(netloc=p.hostname + (f':{p.port}' if p.port else ''))) if p.username or p.password else url
@@ -254,7 +257,7 @@ def describe(self: LLMClient) -> str:
     "Backend, model and server address for provenance records (never the key)."
     return f'offline:{self.model}' if self.backend == 'offline' else f'openai:{self.model}@{self.server()}'
 
-# %% ../nbs/04_llm.ipynb #c031
+# %% ../nbs/04_llm.ipynb #c032
 @patch
 def build_request(self: LLMClient, messages, **overrides) -> dict:
     "The full request for `messages` with this client's settings and per-call `overrides`."
@@ -269,7 +272,7 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c033
+# %% ../nbs/04_llm.ipynb #c034
 def _request_messages(request: dict) -> list[dict]:
     "The messages of a chat request, or a completion request's prompt as one user message (what offline models see)."
     return [dict(role='user', content=request['prompt'])] if 'prompt' in request else request['messages']
@@ -288,7 +291,7 @@ def build_completion_request(self: LLMClient, prompt: str, **overrides) -> dict:
         m = offline_model_for(_request_messages(req)); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c037
+# %% ../nbs/04_llm.ipynb #c038
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -303,7 +306,7 @@ def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c039
+# %% ../nbs/04_llm.ipynb #c040
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
@@ -327,7 +330,7 @@ def _usage_fields(u) -> dict:
     return dict(prompt_tokens=int(u.get('prompt_tokens') or 0), completion_tokens=int(u.get('completion_tokens') or 0),
                 cached_prompt_tokens=int(cached))
 
-# %% ../nbs/04_llm.ipynb #c041
+# %% ../nbs/04_llm.ipynb #c042
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -358,7 +361,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c042
+# %% ../nbs/04_llm.ipynb #c043
 _FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
           401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
           404: 'check base_url (it usually ends in /v1) and the model name',
@@ -384,7 +387,7 @@ def _unreachable(self: LLMClient, why: str) -> LLMError:
                          f'`kgqa serve-llm`, after `make llm-local` once; the offline stand-in: `kgqa serve-offline --port N`) '
                          f'or fix base_url / $KGQA_LLM_BASE_URL', True)
 
-# %% ../nbs/04_llm.ipynb #c045
+# %% ../nbs/04_llm.ipynb #c046
 @patch
 def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     "(text, finish_reason, usage, model, headers) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
@@ -406,7 +409,7 @@ def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     if finish is None and not parts: raise _Garbage('the stream held no reply chunk (is the body an event stream?)')
     return ''.join(parts), finish, _usage_fields(usage), model, raw.headers
 
-# %% ../nbs/04_llm.ipynb #c046
+# %% ../nbs/04_llm.ipynb #c047
 @patch
 def _attempt(self: LLMClient, api, kwargs: dict, completions: bool):
     "One HTTP attempt: (text, finish_reason, usage, model, response headers)."
@@ -453,7 +456,7 @@ def _announce_retry(self: LLMClient, attempt: int, last: str, delay: float, told
     self._say(f'kgqa llm: {self.describe()}: {last[:200]}; retry {attempt + 1} of {self.max_retries} in {delay:.1f} s'
               + (" (the server's Retry-After)" if told else '') + (f'; {n} more call(s) met the same since this was last said' if n else ''))
 
-# %% ../nbs/04_llm.ipynb #c049
+# %% ../nbs/04_llm.ipynb #c050
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server through the rate gate, retrying transient failures at most `max_retries` times."
@@ -500,7 +503,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
         if attempt < self.max_retries: self._announce_retry(attempt, last, delay, ra is not None)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c051
+# %% ../nbs/04_llm.ipynb #c052
 @patch
 def _log_call(self: LLMClient, res: ChatResult, seconds: float,
               batch: str | None = None):  # the Batch API batch that answered it (priced at BATCH_DISCOUNT)
@@ -513,7 +516,7 @@ def _log_call(self: LLMClient, res: ChatResult, seconds: float,
                                       seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds'),
                                       **({'batch': batch} if batch else {})))
 
-# %% ../nbs/04_llm.ipynb #c053
+# %% ../nbs/04_llm.ipynb #c054
 @patch
 def spend_budget(self: LLMClient):
     "The spend limit this client's API calls count against: the one it was given, else the run's ($KGQA_SPEND_FILE), else None."
@@ -548,7 +551,7 @@ def worst_cost(self: LLMClient, request: dict, price) -> float:
     n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
     return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
 
-# %% ../nbs/04_llm.ipynb #c055
+# %% ../nbs/04_llm.ipynb #c056
 @patch
 def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
     "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
@@ -575,7 +578,7 @@ def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
     finally:
         if first: first.release()
 
-# %% ../nbs/04_llm.ipynb #c057
+# %% ../nbs/04_llm.ipynb #c058
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -634,7 +637,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c059
+# %% ../nbs/04_llm.ipynb #c060
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -695,7 +698,7 @@ def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
 
-# %% ../nbs/04_llm.ipynb #c061
+# %% ../nbs/04_llm.ipynb #c062
 @patch
 def streams(self: LLMClient, fn: Callable,  # fn(item) -> its result; it may call `chat` any number of times, in order
             items,  # the work items, e.g. questions

@@ -71,16 +71,11 @@ MEASURED_PROMPTS = {
     # the KG agents' steps: prompt tokens of the relation / entity / sufficiency / plan / reflection prompts ToG and PoG would
     # send along the offline policy's path on 40 toy questions (318 prompts, mean 274); the completion (a short JSON) assumed
     'kgqa-agent-step': dict(prompt=274, per_triple=0, completion=20, calls=318),
-    # KG-RAG's five prompts: kgrag_baselines and kgrag_hops_topk at smoke size (MetaQA) against `kgqa serve-offline`;
-    # ULTRAG's writer and arbitrator: ultrag_end_to_end at smoke size with its LLM roles on an in-process offline server
-    # that knows the questions (the oracle writer's model), so the plan needs no cache of this machine for them
-    'kg-rag-decompose': dict(prompt=335, per_triple=0, completion=44, calls=12),
-    'kg-rag-answer': dict(prompt=87, per_triple=9.96, completion=7, calls=81),
-    'kg-rag-reformulate': dict(prompt=104, per_triple=0, completion=15, calls=30),
+    # KG-RAG: kgrag_* at smoke size (MetaQA) against `kgqa serve-offline`; ULTRAG: its LLM roles on an in-process offline server
+    'kg-rag-decompose': dict(prompt=335, per_triple=0, completion=44, calls=12), 'kg-rag-direct': dict(prompt=63, per_triple=0, completion=2, calls=30),
+    'kg-rag-answer': dict(prompt=87, per_triple=9.96, completion=7, calls=81), 'kg-rag-reformulate': dict(prompt=104, per_triple=0, completion=15, calls=30),
     'kg-rag-synthesize': dict(prompt=152, per_triple=0, completion=20, calls=59),
-    'kg-rag-direct': dict(prompt=63, per_triple=0, completion=2, calls=30),
-    'ultrag-oracle-writer': dict(prompt=1132, per_triple=0, completion=15, calls=144),
-    'ultrag-arbitrator': dict(prompt=415, per_triple=0, completion=22, calls=216),
+    'ultrag-oracle-writer': dict(prompt=1132, per_triple=0, completion=15, calls=144), 'ultrag-arbitrator': dict(prompt=415, per_triple=0, completion=22, calls=216),
 }
 MEASURED_PROMPTS_SOURCE = 'smoke-size prompts, offline models, toy world (KG-RAG: MetaQA; 2026-11-25, KG-RAG and ULTRAG 2026-12-07)'
 
