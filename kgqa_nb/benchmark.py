@@ -284,6 +284,9 @@ def model_rows(model, recs: list, kg: KnowledgeGraph, graphs, reader, golds: lis
     if hasattr(model, 'retrieve_many'):  # an agent: its questions side by side through its LLM client, each one's steps in order
         runs = model.retrieve_many(views, kg, graphs)
         subs, info = [check_subgraph(r.subgraph, kg, g, model.name) for r, g in zip(runs, graphs)], [model.run_info(r) for r in runs]
+    elif hasattr(model, 'retrieve_batch'):  # a path generator: its questions decoded side by side, (subgraph, run info) each
+        done = model.retrieve_batch(views, kg, graphs)
+        subs, info = [check_subgraph(t, kg, g, model.name) for (t, _), g in zip(done, graphs)], [i for _, i in done]
     else:
         for v, g in progress(list(zip(views, graphs)), desc=model.name):
             subs.append(check_subgraph(model.retrieve(v, kg, g), kg, g, model.name)); info.append(model.run_info() if hasattr(model, 'run_info') else {})

@@ -97,7 +97,8 @@ def gtsqa_setup(rs, p, verdict: str,  # the opened study; the benchmark's parame
 
 # %% ../nbs/25a_benchmark_run.ipynb #c022
 def gtsqa_table2(models: list, names: list, test_recs: list, kg, graphs: list, reader,  # the built models and their names; the questions
-                 encoder: TextEncoder, verdict: str) -> dict:  # the embedding reference's encoder; the study's gate verdict
+                 encoder: TextEncoder, verdict: str,  # the embedding reference's encoder; the study's gate verdict
+                 of: int = 0) -> dict:  # the test questions a sample was drawn from (0: `test_recs` are all of them)
     "Table 2 run and gated: per-question rows, controls, gate, the table with verdicts, caption, kept subgraphs and the references' scores."
     kept = {}  # each model's subgraphs, re-read at the sparsest budget
     perq = run_benchmark(models, test_recs, kg, graphs, reader, keep=kept)
@@ -110,7 +111,8 @@ def gtsqa_table2(models: list, names: list, test_recs: list, kg, graphs: list, r
     verdicts = {**{n: verdict for n in TRAINED_RETRIEVERS}, **dict(zip(gate.model, gate.verdict))}  # the study's trained retrievers: its gate
     table = benchmark_table(perq)
     table['verdict'] = table.model.map(verdicts).fillna('')
-    caption = (f"SynthKGQA Table 2 on {len(test_recs)} test questions. Reader: {reader.describe()}. Columns in percent (bootstrap 95% "
+    sample = f" (a seeded sample stratified by test type of the {of}: the intervals are the sample's)" if of > len(test_recs) else ''
+    caption = (f"SynthKGQA Table 2 on {len(test_recs)} test questions{sample}. Reader: {reader.describe()}. Columns in percent (bootstrap 95% "
                f"intervals over questions), the number of triples as a count. SR and SubgraphRAG: {verdict}." + "".join(f" {r.model}: {r.verdict}." for r in gate.itertuples()))
     return dict(perq=perq, controls=ctl_q, gate=gate, table=table, verdicts=verdicts, caption=caption, kept=kept, ref_scores=ref_scores)
 
@@ -252,7 +254,7 @@ def run_gtsqa_benchmark(params: dict,  # the artifact's parameters (`GTSQA_PARAM
     for m in models: print(f'{m.name}: {m.describe()}')
     print('test types:', pd.Series([question_test_type(r) for r in test_recs]).value_counts().to_dict())
     kg, encoder = rs.ctx.kg, TextEncoder(rs.prov['params']['encoder'])
-    t2 = gtsqa_table2(models, names, test_recs, kg, graphs, reader, encoder, verdict)
+    t2 = gtsqa_table2(models, names, test_recs, kg, graphs, reader, encoder, verdict, of=int((rs.ctx.records.split == 'test').sum()))
     perq = t2['perq']
     seeds = seed_table(study_seed_runs(setup, names, perq, test_recs, graphs, reader))
     pog = pog_vs_tog(perq)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .core import ReasonError, UsageError, get_device, write_text_atomic
+from .core import ReasonError, UsageError, get_device, progress, write_text_atomic
 from .dataset import record_answers
 from .kg import KnowledgeGraph, parse_item
 from .llm_local import find_gguf
@@ -25,8 +25,8 @@ __all__ = ['PATH_OPEN', 'PATH_SEP', 'PATH_CLOSE', 'LABEL_NAMES', 'COMPANION_BUDG
            'training_paths', 'ground_path', 'ground_paths', 'PathGenerator', 'gguf_generator', 'pretrained_generator',
            'word_tokenizer', 'tiny_generator', 'training_pairs', 'kg_paths', 'PathTrie', 'entity_walks',
            'walk_entities', 'walk_text', 'walk_triples', 'training_walks', 'entity_training_pairs', 'RoG',
-           'question_relgraph', 'GCR', 'load_generator', 'check_generator_spec', 'generator_label', 'make_generator',
-           'companion_rog']
+           'question_relgraph', 'question_chunks', 'GCR', 'load_generator', 'check_generator_spec', 'generator_label',
+           'make_generator', 'companion_rog']
 
 # %% ../nbs/24_pathgen.ipynb #c006
 PATH_OPEN, PATH_SEP, PATH_CLOSE = '<p>', '>', '</p>'
@@ -241,15 +241,30 @@ def fine_tune(self: PathGenerator, pairs: list,  # (question, path text)
 
 # %% ../nbs/24_pathgen.ipynb #c036
 @patch
+def left_padded(self: PathGenerator, questions: list) -> tuple:
+    "(the questions' prompt ids padded on the left to one length, their attention mask) for decoding them side by side."
+    P = [self.prompt_ids(q) for q in questions]; L = max(map(len, P))
+    ids = torch.tensor([[self.pad] * (L - len(p)) + p for p in P], device=self.device)
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in P], device=self.device)
+    return ids, mask
+
+@patch
+def beam_paths_many(self: PathGenerator, questions: list, beams: int = 5, max_new_tokens: int = 48) -> list:
+    "Per question, the `beams` most likely path texts by beam search, best first: the questions decoded side by side."
+    if not questions: return []
+    ids, mask = self.left_padded(questions)
+    with torch.no_grad():
+        out = self.model.generate(ids, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
+                                  do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
+    texts = [self.tok.decode(o[ids.shape[1]:], skip_special_tokens=True).strip() for o in out]
+    return [texts[i * beams:(i + 1) * beams] for i in range(len(questions))]
+
+@patch
 def beam_paths(self: PathGenerator, question: str, beams: int = 5, max_new_tokens: int = 48) -> list:
     "The `beams` most likely path texts by beam search, best first."
-    ids = torch.tensor([self.prompt_ids(question)], device=self.device)
-    with torch.no_grad():
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=beams, num_return_sequences=beams,
-                                  do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
-    return [self.tok.decode(o[ids.shape[1]:], skip_special_tokens=True).strip() for o in out]
+    return self.beam_paths_many([question], beams, max_new_tokens)[0]
 
-# %% ../nbs/24_pathgen.ipynb #c039
+# %% ../nbs/24_pathgen.ipynb #c041
 def kg_paths(g: RelGraph, seeds, max_hops: int = 2) -> list:
     "Every directed relation path of 1..`max_hops` hops that starts at one of the `seeds` in `g`, sorted."
     out = set()
@@ -281,7 +296,7 @@ class PathTrie:
     @property
     def depth(self) -> int: return max(map(len, self.paths), default=0)
 
-# %% ../nbs/24_pathgen.ipynb #c042
+# %% ../nbs/24_pathgen.ipynb #c044
 @patch
 def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hops: int = 2) -> tuple:
     "(KG-Trie of the tokenised paths of ≤ `max_hops` hops from the seeds, {token tuple: path}, build seconds)."
@@ -291,25 +306,31 @@ def build_trie(self: PathGenerator, g: RelGraph, seeds, rel_texts: list, max_hop
     trie = PathTrie(seqs)
     return trie, seqs, time.perf_counter() - t0
 
-# %% ../nbs/24_pathgen.ipynb #c044
+# %% ../nbs/24_pathgen.ipynb #c046
+@patch
+def constrained_paths_many(self: PathGenerator, questions: list, tries: list, n: int = 10) -> list:
+    "Per question, the `n` best token sequences (EOS included) its own KG-Trie allows, by constrained beam search side by side, best first."
+    keep = [i for i, t in enumerate(tries) if len(t)]  # a question with an empty trie decodes nothing
+    found = [[] for _ in questions]
+    if not keep: return found
+    ids, mask = self.left_padded([questions[i] for i in keep]); L = ids.shape[1]
+    def allowed(batch_id, input_ids): return tries[keep[batch_id]].allowed(input_ids[L:].tolist()) or [self.eos]
+    with torch.no_grad():
+        out = self.model.generate(ids, attention_mask=mask, num_beams=n, num_return_sequences=n,
+                                  do_sample=False, max_new_tokens=max(tries[i].depth for i in keep), eos_token_id=self.eos, pad_token_id=self.pad,
+                                  prefix_allowed_tokens_fn=allowed, output_scores=True, return_dict_in_generate=True)
+    scores = out.sequences_scores.tolist() if n > 1 else [0.0] * len(out.sequences)  # greedy (one beam) never picks a masked token
+    for j, (o, sc) in enumerate(zip(out.sequences, scores)):
+        s = o[L:].tolist()
+        if np.isfinite(sc) and self.eos in s: found[keep[j // n]].append(tuple(s[:s.index(self.eos) + 1]))
+    return [list(dict.fromkeys(f)) for f in found]
+
 @patch
 def constrained_paths(self: PathGenerator, question: str, trie: PathTrie, n: int = 10) -> list:
     "The `n` best token sequences (EOS included) that the KG-Trie allows, by constrained beam search, best first."
-    if not len(trie): return []
-    ids = torch.tensor([self.prompt_ids(question)], device=self.device); L = ids.shape[1]
-    def allowed(batch_id, input_ids): return trie.allowed(input_ids[L:].tolist()) or [self.eos]
-    with torch.no_grad():
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=n, num_return_sequences=n,
-                                  do_sample=False, max_new_tokens=trie.depth, eos_token_id=self.eos, pad_token_id=self.pad,
-                                  prefix_allowed_tokens_fn=allowed, output_scores=True, return_dict_in_generate=True)
-    scores = out.sequences_scores.tolist() if n > 1 else [0.0]  # greedy (one beam) never picks a masked token
-    seqs = []
-    for o, sc in zip(out.sequences, scores):
-        s = o[L:].tolist()
-        if np.isfinite(sc) and self.eos in s: seqs.append(tuple(s[:s.index(self.eos) + 1]))
-    return list(dict.fromkeys(seqs))
+    return self.constrained_paths_many([question], [trie], n)[0]
 
-# %% ../nbs/24_pathgen.ipynb #c047
+# %% ../nbs/24_pathgen.ipynb #c049
 def entity_walks(g: RelGraph, seeds, max_hops: int = 2) -> list:
     "Every walk of 1..`max_hops` steps from a seed through `g`: (seed, ((edge position, directed relation id), ...)), no edge twice, sorted."
     nbr = {}
@@ -342,7 +363,7 @@ def walk_triples(g: RelGraph, walks) -> np.ndarray:
     _, first = np.unique(rows, axis=0, return_index=True)
     return rows[np.sort(first)]
 
-# %% ../nbs/24_pathgen.ipynb #c049
+# %% ../nbs/24_pathgen.ipynb #c051
 def training_walks(rec: dict, kg: KnowledgeGraph, graph=None, labels: str = 'gt', max_paths: int = 20,
                    max_hops: int = 4) -> tuple:  # GTSQA's longest ground-truth paths
     "(the labelled triples' RelGraph, their seed-to-answer walks, shortest first, at most `max_paths`)."
@@ -359,7 +380,7 @@ def entity_training_pairs(records, kg: KnowledgeGraph, graphs=None, labels: str 
         out += list(dict.fromkeys((rec['question'], walk_text(kg, rel_texts, g, w)) for w in walks))
     return out
 
-# %% ../nbs/24_pathgen.ipynb #c052
+# %% ../nbs/24_pathgen.ipynb #c054
 @patch
 def build_walk_trie(self: PathGenerator, kg: KnowledgeGraph, g: RelGraph, seeds, max_hops: int = 2,
                     max_walks: int = 50000, seed: int = 0) -> tuple:  # walks kept at most (a seeded sample beyond)
@@ -372,7 +393,7 @@ def build_walk_trie(self: PathGenerator, kg: KnowledgeGraph, g: RelGraph, seeds,
     for w, t in zip(walks, ids): seqs.setdefault(tuple(t) + (self.eos,), []).append(w)
     return PathTrie(seqs), seqs, time.perf_counter() - t0, n
 
-# %% ../nbs/24_pathgen.ipynb #c055
+# %% ../nbs/24_pathgen.ipynb #c057
 LABEL_NAMES = {'gt': 'GT', 'sp:synth-kgqa': 'SP'}
 
 class RoG:
@@ -385,8 +406,10 @@ class RoG:
                  max_new_tokens: int = 32,  # longest path text RoG's beam search writes, in tokens (raised to the longest trained path + 4)
                  freeze_embeddings: bool = True,  # fine-tune with the input embedding table fixed
                  threads: int | None = None,
-                 lora_rank: int = 0):  # > 0: fine-tune rank-r LoRA adapters (merged after), as a 7B/8B generator needs
+                 lora_rank: int = 0,  # > 0: fine-tune rank-r LoRA adapters (merged after), as a 7B/8B generator needs
+                 batch_questions: int = 8):  # questions decoded side by side at inference (`retrieve_batch`)
         self.gen, self.steps, self.beams, self.batch_size, self.lr, self.seed = generator, steps, beams, batch_size, lr, seed
+        self.batch_questions = batch_questions
         self.max_paths, self.max_nodes, self.max_new_tokens, self.threads = max_paths, max_nodes, max_new_tokens, threads
         self.freeze_embeddings, self.lora_rank, self.labels, self.n_pairs = freeze_embeddings, lora_rank, None, 0
         self.n_beams = self.n_unparsed = 0  # beams decoded, and those that name no known relation path (cut off or hallucinated)
@@ -396,7 +419,7 @@ class RoG:
         return f'fine-tuned {self.gen.steps} steps{how} on {LABEL_NAMES.get(self.labels, self.labels)} paths'
     def describe(self) -> str: return f'RoG ({self.gen.label} {self.trained_on()}, {self.beams} beams)'
 
-# %% ../nbs/24_pathgen.ipynb #c056
+# %% ../nbs/24_pathgen.ipynb #c058
 @patch
 def fit(self: RoG, train_records: list, kg: KnowledgeGraph, graphs=None,  # question graphs aligned with the records
         labels: str = 'gt',
@@ -413,18 +436,35 @@ def question_relgraph(kg: KnowledgeGraph, graph=None) -> RelGraph:
     tri = kg.triples if graph is None else as_triples(graph)
     return RelGraph(tri[:, 0], tri[:, 1], tri[:, 2], kg.num_relations)
 
+def question_chunks(recs: list, graphs, size: int, desc: str):
+    "(first position, records, their graphs) of `size` questions at a time, with a progress bar over the questions."
+    graphs = [None] * len(recs) if graphs is None else list(graphs)
+    if len(graphs) != len(recs): raise ValueError(f'{len(recs)} records but {len(graphs)} question graphs')
+    bar = progress(total=len(recs), desc=desc)
+    for i in range(0, len(recs), max(1, size)):
+        yield i, recs[i:i + size], graphs[i:i + size]
+        bar.update(len(recs[i:i + size]))
+    bar.close()
+
+@patch
+def retrieve_batch(self: RoG, recs: list, kg: KnowledgeGraph, graphs=None) -> list:  # graphs: aligned with `recs`, or None
+    "Per question, (its triples reached by the generated paths from the seeds, best path first; its run info): `batch_questions` beam searches side by side."
+    vocab, out = relation_vocab(kg), []
+    for _, chunk, gs in question_chunks(recs, graphs, self.batch_questions, self.name):
+        with torch_threads(self.threads): texts = self.gen.beam_paths_many([r['question'] for r in chunk], self.beams, max(self.max_new_tokens, self.gen.max_target + 4))
+        for rec, graph, tx in zip(chunk, gs, texts):
+            parsed = [parse_path(t, vocab) for t in tx]
+            self.n_beams += len(parsed); self.n_unparsed += sum(p is None for p in parsed)
+            self.last_paths = list(dict.fromkeys(p for p in parsed if p))
+            out.append((ground_paths(question_relgraph(kg, graph), record_seeds(rec, kg), self.last_paths, self.max_nodes), {}))
+    return out
+
 @patch
 def retrieve(self: RoG, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
     "(n, 3) triples reached by the generated paths from the seeds, best path first (reads question and seeds only)."
-    seeds, vocab = record_seeds(rec, kg), relation_vocab(kg)
-    with torch_threads(self.threads): texts = self.gen.beam_paths(rec['question'], self.beams, max(self.max_new_tokens, self.gen.max_target + 4))
-    parsed = [parse_path(t, vocab) for t in texts]
-    self.n_beams += len(parsed); self.n_unparsed += sum(p is None for p in parsed)
-    paths = list(dict.fromkeys(p for p in parsed if p))
-    self.last_paths = paths
-    return ground_paths(question_relgraph(kg, graph), seeds, paths, self.max_nodes)
+    return self.retrieve_batch([rec], kg, [graph])[0][0]
 
-# %% ../nbs/24_pathgen.ipynb #c060
+# %% ../nbs/24_pathgen.ipynb #c064
 class GCR(RoG):
     "Graph-constrained reasoning: a generator decoding only walks (or relation paths) of ≤ `max_hops` hops that exist, through a KG-Trie."
     name = 'gcr'
@@ -442,38 +482,52 @@ class GCR(RoG):
         "A GCR that decodes with a (fitted) RoG's generator, without fine-tuning again."
         m = cls(rog.gen, steps=rog.steps, batch_size=rog.batch_size, lr=rog.lr, seed=rog.seed, max_paths=rog.max_paths,
                 max_nodes=rog.max_nodes, max_new_tokens=rog.max_new_tokens, freeze_embeddings=rog.freeze_embeddings, threads=rog.threads,
-                lora_rank=rog.lora_rank, **kw)
+                lora_rank=rog.lora_rank, batch_questions=rog.batch_questions, **kw)
         m.labels, m.n_pairs = rog.labels, rog.n_pairs
         return m
     def describe(self) -> str:
         how = f'{self.n_paths} random trie paths (control)' if self.decode == 'random' else f'{self.n_paths} paths'
         return f'GCR ({self.gen.label} {self.trained_on()}, KG-Trie of {self.paths} paths ≤ {self.max_hops} hops, {how})'
 
-# %% ../nbs/24_pathgen.ipynb #c061
+# %% ../nbs/24_pathgen.ipynb #c065
+@patch
+def retrieve_batch(self: GCR, recs: list, kg: KnowledgeGraph, graphs=None) -> list:  # graphs: aligned with `recs`, or None
+    "Per question, (the triples of its distinct decoded KG-Trie paths: each walk's own, or relation paths grounded from the seeds; its run info)."
+    out = []
+    for _, chunk, gs in question_chunks(recs, graphs, self.batch_questions, self.name):
+        built = []  # per question: seeds, relation graph, trie, {token tuple: path}
+        for rec, graph in zip(chunk, gs):
+            seeds, g = record_seeds(rec, kg), question_relgraph(kg, graph)
+            if self.paths == 'entity': trie, seq_paths, secs, n = self.gen.build_walk_trie(kg, g, seeds, self.max_hops, self.max_walks, self.seed)
+            else: (trie, seq_paths, secs), n = self.gen.build_trie(g, seeds, relation_texts(kg), self.max_hops), None
+            self.trie_seconds.append(secs); self.trie_sizes.append(len(trie)); self.walk_counts.append(n)
+            if self.decode == 'random':  # a control: paths of the same trie drawn uniformly, no model asked
+                keys = list(seq_paths); rng = np.random.default_rng([self.seed, len(self.trie_sizes)])
+                seqs = [keys[i] for i in rng.choice(len(keys), min(self.n_paths, len(keys)), replace=False)] if keys else []
+            else: seqs = None
+            built.append((seeds, g, trie, seq_paths, seqs, n))
+        if self.decode != 'random':
+            with torch_threads(self.threads): decoded = self.gen.constrained_paths_many([r['question'] for r in chunk], [b[2] for b in built], self.n_paths)
+        for j, (seeds, g, trie, seq_paths, seqs, n) in enumerate(built):
+            seqs = decoded[j] if seqs is None else seqs
+            if self.paths == 'relation':
+                self.last_paths = list(dict.fromkeys(seq_paths[s] for s in seqs))
+                sub = ground_paths(g, seeds, self.last_paths, self.max_nodes)
+            else: self.last_paths = [w for s in seqs for w in seq_paths[s]]; sub = walk_triples(g, self.last_paths)
+            out.append((sub, dict(trie_paths=len(trie), trie_walks=n, decoded_paths=len(self.last_paths))))
+    return out
+
 @patch
 def retrieve(self: GCR, rec: dict, kg: KnowledgeGraph, graph=None) -> np.ndarray:
     "(n, 3) triples of the distinct KG-Trie paths decoded for the question: each walk's own, or relation paths grounded from the seeds (reads question and seeds only)."
-    seeds, g = record_seeds(rec, kg), question_relgraph(kg, graph)
-    if self.paths == 'entity': trie, seq_paths, secs, n = self.gen.build_walk_trie(kg, g, seeds, self.max_hops, self.max_walks, self.seed)
-    else: (trie, seq_paths, secs), n = self.gen.build_trie(g, seeds, relation_texts(kg), self.max_hops), None
-    self.trie_seconds.append(secs); self.trie_sizes.append(len(trie)); self.walk_counts.append(n)
-    if self.decode == 'random':  # a control: paths of the same trie drawn uniformly, no model asked
-        keys = list(seq_paths); rng = np.random.default_rng([self.seed, len(self.trie_sizes)])
-        seqs = [keys[i] for i in rng.choice(len(keys), min(self.n_paths, len(keys)), replace=False)] if keys else []
-    else:
-        with torch_threads(self.threads): seqs = self.gen.constrained_paths(rec['question'], trie, self.n_paths)
-    if self.paths == 'relation':
-        self.last_paths = list(dict.fromkeys(seq_paths[s] for s in seqs))
-        return ground_paths(g, seeds, self.last_paths, self.max_nodes)
-    self.last_paths = [w for s in seqs for w in seq_paths[s]]
-    return walk_triples(g, self.last_paths)
+    return self.retrieve_batch([rec], kg, [graph])[0][0]
 
 @patch
 def run_info(self: GCR) -> dict:
     "What the benchmark records of the latest question: trie size, walks before sampling, decoded paths."
     return dict(trie_paths=self.trie_sizes[-1], trie_walks=self.walk_counts[-1], decoded_paths=len(self.last_paths))
 
-# %% ../nbs/24_pathgen.ipynb #c066
+# %% ../nbs/24_pathgen.ipynb #c072
 @patch
 def save(self: PathGenerator, folder) -> Path:
     "Write the model, the tokenizer and `generator.json` (label, steps, loss history) into `folder`."
@@ -496,7 +550,7 @@ def load_generator(folder, device: str = 'auto') -> PathGenerator:  # where it r
     gen.steps, gen.history, gen.lora_rank, gen.max_target = meta['steps'], meta['history'], meta.get('lora_rank'), meta.get('max_target', 0)
     return gen
 
-# %% ../nbs/24_pathgen.ipynb #c071
+# %% ../nbs/24_pathgen.ipynb #c077
 def check_generator_spec(spec: str) -> str:
     "The spec itself, or a UsageError naming the three forms."
     if spec in ('tiny', 'gemma') or (spec.startswith('hf:') and spec[3:].strip()): return spec
@@ -519,7 +573,7 @@ def make_generator(spec: str,  # tiny, gemma or hf:<checkpoint>
     dev = get_device(device)
     return pretrained_generator(spec[3:], spec[3:].rstrip('/').split('/')[-1], str(dev), 'bfloat16' if dev.type == 'cuda' else 'float32')
 
-# %% ../nbs/24_pathgen.ipynb #c074
+# %% ../nbs/24_pathgen.ipynb #c080
 COMPANION_BUDGET = dict(steps=40, batch_size=8, lr=5e-5)  # the companion's fine-tune of Gemma 3 270M (about 20 minutes on 2 cores)
 
 def companion_rog(gguf=None,  # the .gguf file; None: the registry model
