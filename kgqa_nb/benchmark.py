@@ -351,26 +351,31 @@ def group_order(groups, per_question: pd.DataFrame | None = None, by: str = 'gra
     return sorted(groups, key=str)
 
 def plot_by_group(table: pd.DataFrame,  # `by_group` rows (one metric)
-                  title: str, ylabel: str, order=None, baseline_line: pd.DataFrame | None = None):  # baseline rows drawn as a line
-    "Grouped bars (one per model) with interval whiskers per group; the baseline as a black line when given."
+                  title: str, ylabel: str, order=None, baseline_line: pd.DataFrame | None = None,  # baseline rows drawn as a line
+                  cols: int = 5):  # panels per row
+    "Small multiples: one panel per group (`cols` to a row, one y scale), a bar per model with its interval whisker; the baseline as a black line when given."
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     groups = list(order) if order is not None else sorted(table.group.unique(), key=str)
     models = [m for m in TABLE2_ORDER if m in set(table.model)] + sorted(set(table.model) - set(TABLE2_ORDER))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(groups) * max(1, len(models)) ** 0.5), 3.6))
-    w = 0.8 / max(len(models), 1); x = np.arange(len(groups))
-    for i, m in enumerate(models):
-        d = table[table.model == m].set_index('group').reindex(groups)
-        ax.bar(x + (i - (len(models) - 1) / 2) * w, d['mean'], w, label=m,
-               yerr=[(d['mean'] - d.lo).clip(lower=0).fillna(0), (d.hi - d['mean']).clip(lower=0).fillna(0)], capsize=2)
-    if baseline_line is not None and len(baseline_line):
-        b = baseline_line.set_index('group').reindex(groups)['mean']
-        ax.plot(x, b, 'k_', markersize=18, mew=2, label=f"{baseline_line.model.iloc[0]} (baseline)")
-    ax.axhline(0, color='grey', lw=0.5); ax.set_xticks(x); ax.set_xticklabels([str(g) for g in groups], rotation=45, ha='right', fontsize=7)
-    ax.set_ylabel(ylabel); ax.set_title(title, fontsize=9); ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    ncols = max(1, min(cols, len(groups))); nrows = -(-len(groups) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.9 * ncols + 0.8, 2.0 * nrows + 1.2), sharey=True, squeeze=False)
+    colors = [plt.cm.tab10(i % 10) for i in range(len(models))]; x = np.arange(len(models))
+    base = baseline_line.set_index('group')['mean'] if baseline_line is not None and len(baseline_line) else None
+    for ax, g in zip(axes.flat, groups):
+        d = table[table.group == g].set_index('model').reindex(models)
+        ax.bar(x, d['mean'], 0.8, color=colors, yerr=[(d['mean'] - d.lo).clip(lower=0).fillna(0), (d.hi - d['mean']).clip(lower=0).fillna(0)], capsize=2)
+        if base is not None and g in base.index: ax.axhline(base[g], color='k', lw=1.5)
+        n = d.n_questions.max() if 'n_questions' in d else np.nan
+        ax.axhline(0, color='grey', lw=0.5); ax.set_title(f'{g}' + (f' (n={int(n)})' if pd.notna(n) else ''), fontsize=7)
+        ax.set_xticks(x); ax.set_xticklabels(models, rotation=90, fontsize=6); ax.tick_params(axis='y', labelsize=6)
+    for ax in axes.flat[len(groups):]: ax.axis('off')
+    for ax in axes[:, 0]: ax.set_ylabel(ylabel, fontsize=7)
+    if base is not None: fig.legend([Line2D([0], [0], color='k', lw=1.5)], [f'{baseline_line.model.iloc[0]} (baseline)'], fontsize=7, loc='upper right')
+    fig.suptitle(title, fontsize=9); fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c058
+# %% ../nbs/25_benchmark.ipynb #c060
 def recall_vs_em(per_question: pd.DataFrame, by: str = 'graph_isomorphism', exclude=('llm-only',)) -> tuple:
     "(points, stats): per (model, group) mean GT-triple recall, answer recall and EM Hits in percent; Pearson r and p of each recall with EM."
     d = per_question[~per_question.model.isin(exclude)]
@@ -393,7 +398,7 @@ def plot_recall_vs_em(pts: pd.DataFrame, stats: dict, reader: str):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/25_benchmark.ipynb #c061
+# %% ../nbs/25_benchmark.ipynb #c063
 CKPT_FLAGS = {'subgraphrag': 'subgraphrag_ckpt', 'sr': 'sr_ckpt'}  # models that read a checkpoint given on the command line
 
 def check_benchmark_args(a) -> list:
@@ -414,7 +419,7 @@ def check_benchmark_args(a) -> list:
     check_model_flag(a.backend, a.model); check_api_key(a.backend, a.base_url)  # before any work or warning
     return names
 
-# %% ../nbs/25_benchmark.ipynb #c063
+# %% ../nbs/25_benchmark.ipynb #c065
 def checkpoint_model(name: str, path, encoder: TextEncoder, k: int) -> StudyRetriever:
     "A trained retriever of the registry (SubgraphRAG, SR) from a checkpoint file, labelled with the file and budget (no study: no gate verdict)."
     spec, where = retriever_spec(name, 'trained'), f'{Path(path).parent.name}/{Path(path).name}'
@@ -444,7 +449,7 @@ def benchmark_cli(a) -> int:  # the arguments `kgqa benchmark` parsed (`cli.benc
     for r in t.itertuples(): print(f'{r.model}: {r.label}' + ('' if r.reader == reader.describe() else f' (reader: {r.reader})'))
     return 0
 
-# %% ../nbs/25_benchmark.ipynb #c065
+# %% ../nbs/25_benchmark.ipynb #c067
 def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemma (Gemma 3 270M), hf:<checkpoint> or '' (no RoG arm)
                       steps: int, batch_size: int, lr: float, beams: int,  # the fine-tune budget and beam width of each run
                       threads: int = 0,  # torch threads of the fine-tune (0: the default)
@@ -460,7 +465,7 @@ def rog_study_listing(generator: str,  # tiny (random-init smoke stand-in), gemm
     label = f'RoG ({generator_label(generator)}; {steps} fine-tune steps of {batch_size}{lora}, lr {lr:g}, {beams} beams)'
     return {'rog': ListingRetriever(fit, dict(budget, code=code_fingerprint('pathgen', 'benchmark:rog_study_listing', 'benchmark:fitted_path_model')), losses=lambda m: m.gen.history)}, label
 
-# %% ../nbs/25_benchmark.ipynb #c068
+# %% ../nbs/25_benchmark.ipynb #c070
 def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored order
                      n: int,  # how many to keep; 0 (or n >= len(recs)) keeps all
                      seed: int = 0) -> np.ndarray:
@@ -479,7 +484,7 @@ def benchmark_sample(recs: list,  # test records (GTSQA schema), in their stored
     assert len(out) == n, (len(out), n)
     return out
 
-# %% ../nbs/25_benchmark.ipynb #c072
+# %% ../nbs/25_benchmark.ipynb #c074
 PATH_MODELS = ('rog', 'gcr')  # the benchmark's fine-tuned path models (their rows carry `matched_gate`'s verdict)
 
 def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
@@ -523,7 +528,7 @@ def matched_gate(per_question: pd.DataFrame,  # `run_benchmark` rows
                       ', '.join(f"{x} {getattr(r, f'{x}_gt_recall'):.3f}" for x in references) + f'{ctl(r)}; {cover(r)})' for r in out.itertuples()]
     return out[cols]
 
-# %% ../nbs/25_benchmark.ipynb #c076
+# %% ../nbs/25_benchmark.ipynb #c078
 def rog_arm_model(setup: BenchmarkSetup,
                   arm: str,  # 'gt' or 'sp': the labels whose paths the generator is fine-tuned on
                   seed: int = 0):  # the fine-tune's seed (0: RoG's default, the fit Table 2's RoG shares)
@@ -564,7 +569,7 @@ def arm_comparison(per_question: pd.DataFrame,  # `run_benchmark` rows holding b
                              ci_low=lo, ci_high=hi, **paired_tests(A, B)))
     return pd.DataFrame(rows).assign(label_gt=piv[gts[0]].label.iloc[0], label_sp=piv[sps[0]].label.iloc[0])
 
-# %% ../nbs/25_benchmark.ipynb #c080
+# %% ../nbs/25_benchmark.ipynb #c082
 @dataclass
 class RelationPriorModel:
     "LLM-only stand-in (not an LLM): the seeds' one-hop fact along the relation the nearest training questions end on (else that relation's most frequent training answer)."
@@ -593,7 +598,7 @@ class RelationPriorModel:
                                        'nearest training questions end on (else that relation\'s most frequent training answer)')
     def reader_label(self) -> str: return 'none (the stand-in answers from the question alone)'
 
-# %% ../nbs/25_benchmark.ipynb #c081
+# %% ../nbs/25_benchmark.ipynb #c083
 @patch
 def recall(self: RelationPriorModel, key: tuple, seeds) -> int | None:  # (relation index, answer is the tail); seed entity indices
     "The entity the seeds' one-hop facts along `key` reach: the one most seeds reach, ties to the highest degree, then the lowest index; None when no seed has such a fact."
@@ -617,7 +622,7 @@ def answer_many(self: RelationPriorModel, views: list) -> list:
         out.append([self.kg.entity_ids[self.counts[key].most_common(1)[0][0] if a is None else a]])
     return out
 
-# %% ../nbs/25_benchmark.ipynb #c086
+# %% ../nbs/25_benchmark.ipynb #c088
 def untrained_control(model, seed: int = 0):
     "The path model with a randomly initialised generator of its generator's architecture and tokenizer, never fine-tuned."
     import copy
@@ -638,7 +643,7 @@ def random_control(gcr):
     m.name = f'{gcr.name}-random'
     return m
 
-# %% ../nbs/25_benchmark.ipynb #c089
+# %% ../nbs/25_benchmark.ipynb #c091
 @dataclass
 class AtBudget:
     "A model's kept subgraphs (`run_benchmark(keep=...)`) cut to their first `budget` triples, as a benchmark model."
@@ -660,7 +665,7 @@ def at_budget(per_question: pd.DataFrame, kept: dict, records: list, budget: int
     labels = per_question.drop_duplicates('model').set_index('model').label
     return [AtBudget(m, labels[m], dict(zip(ids, subs)), budget) for m, subs in kept.items() if sum(map(len, subs))]
 
-# %% ../nbs/25_benchmark.ipynb #c092
+# %% ../nbs/25_benchmark.ipynb #c094
 def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', models=None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     "Every pair of models (higher mean first): mean difference of `metric` on their shared questions, bootstrap CI, paired p-values."
     from itertools import combinations
@@ -678,7 +683,7 @@ def paired_differences(per_question: pd.DataFrame, metric: str = 'em_hit', model
                          diff=float(A.mean() - B.mean()), ci_low=lo, ci_high=hi, **paired_tests(A, B), ci_excludes_0=bool(lo > 0)))
     return pd.DataFrame(rows)
 
-# %% ../nbs/25_benchmark.ipynb #c095
+# %% ../nbs/25_benchmark.ipynb #c097
 def recall_vs_em_by_type(pts: pd.DataFrame, by: str = 'graph_isomorphism') -> tuple:
     "(points, stats) per group: the (model, group) means of `recall_vs_em` averaged over models, with Pearson r and p."
     t = pts.groupby(by)[['gt_recall', 'answer_recall', 'em_hit']].mean().join(pts.groupby(by).model.nunique().rename('n_models')).reset_index()

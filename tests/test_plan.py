@@ -136,8 +136,10 @@ def test_the_benchmark_time_scales_by_the_test_questions_of_its_study():
     run = dict(artifact='gtsqa_benchmark', seconds=100., profile='companion', created='2026-12-01', params=pr.check_profile('companion')['gtsqa_benchmark'])
     secs, how = pl.estimate_seconds(art, pr.check_profile('paper')['gtsqa_benchmark'], plan, [run], 'paper')
     study = pr.full_params(m['retriever_study'], pr.check_profile('companion')['retriever_study'])
-    ratio = 1622 * 3 / (pl.test_questions(study, plan) * int(companion['n_seeds']))  # paper: 1,622 GTSQA test questions x 3 seeds
+    read = min(pl.test_questions(study, plan), int(companion['n_questions']) or 10**9)  # the companion run's questions: its sample, else the study's test split
+    ratio = 1622 * 3 / (read * int(companion['n_seeds']))  # paper: 1,622 GTSQA test questions x 3 seeds
     assert secs == pytest.approx(100 * ratio) and ratio < 20 and f'scaled x{ratio:.3g}' in how
+    assert pl.scale_questions(companion, plan) == read
 
 
 def test_readme_plan_sentence_comes_from_the_plan(tmp_path, monkeypatch):

@@ -53,7 +53,6 @@ PATCH_METHODS = {
     'describe': 'the provenance label of an LLM client and of a reader',
     'execute': 'a query executor: the symbolic one (dsl) and the neural one (ultra)',
     'retrieve': 'the retriever protocol of the agents, RoG/GCR and SR',
-    'retrieve_batch': 'the path models decode their questions side by side: RoG and GCR (its own tries)',
     'run_info': 'the provenance record of an agent and of a path model',
     'save': 'a model writes its checkpoint folder (path models, question-graph models, encoders)',
     'start': 'the lifecycle of the two local servers (the stand-in and llama.cpp)',
