@@ -299,11 +299,7 @@ def test_chapter_pages_open_with_prose_and_code_stays_within_the_page(probed):
 
 # Published figures still wider than 3:1 whose plotting code is fixed but whose artifact is not yet republished; a figure
 # leaves this list when its republished PNG is within 3:1 (the test below says so), and no other figure may join it.
-AWAITING_REPUBLISH = {
-    'figures/companion/gtsqa_fig2_em_by_type.png',  # notebook 68 via benchmark.plot_by_group (chapter 25)
-    'figures/companion/gtsqa_fig10_gt_recall_by_type.png',
-    'figures/companion/gtsqa_fig11_answer_recall_by_type.png',
-}
+AWAITING_REPUBLISH: set = set()  # figures republished within 3:1 (the GTSQA figures as small multiples, 2026-12-07)
 
 
 def test_published_figures_are_at_most_three_times_wider_than_tall():
