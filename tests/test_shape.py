@@ -33,7 +33,6 @@ LONG_ARTIFACTS = {
     '57_fig8_minimal_types.ipynb': 46,
     '60_ultra_ilpc_zero_shot.ipynb': 43,
     '62_fig9_shortcuts_parallel_paths.ipynb': 43,
-    '63_fig4_sp_reader.ipynb': 91,
     '64_retriever_study.ipynb': 66,
     '64a_retriever_fidelity.ipynb': 45,
     '65_table4_gt_vs_sp.ipynb': 95,
