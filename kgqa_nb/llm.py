@@ -21,9 +21,9 @@ from .llm_spend import (ASSUMED_MAX_TOKENS, BATCH_DISCOUNT, SPEND_FILE_ENV, Spen
 from .sparql import transient_status, unreachable_reason
 
 # %% auto #0
-__all__ = ['TRIPLES_LOOKUP_MARKER', 'RETRY_LINE_EVERY', 'LLMError', 'OfflineModelError', 'ChatResult', 'check_messages',
-           'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens', 'OfflineModel',
-           'register_offline_model', 'offline_model_for', 'offline_model_names', 'offline_reply',
+__all__ = ['TRIPLES_LOOKUP_MARKER', 'LOOPBACK_HOSTS', 'RETRY_LINE_EVERY', 'LLMError', 'OfflineModelError', 'ChatResult',
+           'check_messages', 'canonical_json', 'request_key', 'estimate_tokens', 'estimate_prompt_tokens',
+           'OfflineModel', 'register_offline_model', 'offline_model_for', 'offline_model_names', 'offline_reply',
            'triples_lookup_messages', 'ResponseCache', 'batch_deadline', 'LLMClient', 'parse_completion']
 
 # %% ../nbs/04_llm.ipynb #c006
@@ -252,12 +252,16 @@ def server(self: LLMClient) -> str | None:
     "The server's base URL without credentials (None for the offline backend)."
     return None if self.backend == 'offline' else _strip_userinfo(self.base_url or 'https://api.openai.com/v1')
 
+LOOPBACK_HOSTS = ('127.0.0.1', 'localhost', '::1')  # a server on this machine
+
 @patch
 def describe(self: LLMClient) -> str:
-    "Backend, model and server address for provenance records (never the key)."
-    return f'offline:{self.model}' if self.backend == 'offline' else f'openai:{self.model}@{self.server()}'
+    "Backend, model and server for provenance records (never the key); a server on this machine by its host alone."
+    if self.backend == 'offline': return f'offline:{self.model}'
+    host = urlsplit(self.server()).hostname
+    return f'openai:{self.model}@{host}' if host in LOOPBACK_HOSTS else f'openai:{self.model}@{self.server()}'
 
-# %% ../nbs/04_llm.ipynb #c032
+# %% ../nbs/04_llm.ipynb #c033
 @patch
 def build_request(self: LLMClient, messages, **overrides) -> dict:
     "The full request for `messages` with this client's settings and per-call `overrides`."
@@ -272,7 +276,7 @@ def build_request(self: LLMClient, messages, **overrides) -> dict:
         m = offline_model_for(msgs); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c034
+# %% ../nbs/04_llm.ipynb #c035
 def _request_messages(request: dict) -> list[dict]:
     "The messages of a chat request, or a completion request's prompt as one user message (what offline models see)."
     return [dict(role='user', content=request['prompt'])] if 'prompt' in request else request['messages']
@@ -291,7 +295,7 @@ def build_completion_request(self: LLMClient, prompt: str, **overrides) -> dict:
         m = offline_model_for(_request_messages(req)); req['offline_model'] = f'{m.name}:{m.version}'
     return req
 
-# %% ../nbs/04_llm.ipynb #c038
+# %% ../nbs/04_llm.ipynb #c039
 @patch
 def _count(self: LLMClient, **kw):
     with self._lock:
@@ -306,7 +310,7 @@ def _offline(self: LLMClient, request: dict, key: str) -> ChatResult:
     self._count(prompt_tokens=usage['prompt_tokens'], completion_tokens=usage['completion_tokens'])
     return ChatResult(text, False, usage, self.model, key, 0, 'stop')
 
-# %% ../nbs/04_llm.ipynb #c040
+# %% ../nbs/04_llm.ipynb #c041
 _REASONING_PREFIXES = ('o1', 'o3', 'o4', 'gpt-5')
 
 class _Garbage(Exception): pass
@@ -330,7 +334,7 @@ def _usage_fields(u) -> dict:
     return dict(prompt_tokens=int(u.get('prompt_tokens') or 0), completion_tokens=int(u.get('completion_tokens') or 0),
                 cached_prompt_tokens=int(cached))
 
-# %% ../nbs/04_llm.ipynb #c042
+# %% ../nbs/04_llm.ipynb #c043
 @patch
 def _openai(self: LLMClient):
     "The `openai.OpenAI` client, created on first use (replay mode never needs one)."
@@ -361,7 +365,7 @@ def _backoff(self: LLMClient, retry: int) -> float:
     b = min(self.backoff_max, self.backoff_base * 2 ** retry)
     with self._lock: return b / 2 + self._rng.random() * b / 2
 
-# %% ../nbs/04_llm.ipynb #c043
+# %% ../nbs/04_llm.ipynb #c044
 _FIXES = {400: 'the server refused this request (prompt too long, or a parameter it does not take?)',
           401: 'check the API key ($KGQA_LLM_API_KEY or $OPENAI_API_KEY)', 403: 'this key may not use this model',
           404: 'check base_url (it usually ends in /v1) and the model name',
@@ -387,7 +391,7 @@ def _unreachable(self: LLMClient, why: str) -> LLMError:
                          f'`kgqa serve-llm`, after `make llm-local` once; the offline stand-in: `kgqa serve-offline --port N`) '
                          f'or fix base_url / $KGQA_LLM_BASE_URL', True)
 
-# %% ../nbs/04_llm.ipynb #c046
+# %% ../nbs/04_llm.ipynb #c047
 @patch
 def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     "(text, finish_reason, usage, model, headers) of a streamed reply, its pieces joined; `_Garbage` when the stream is broken."
@@ -409,7 +413,7 @@ def _streamed(self: LLMClient, api, kwargs: dict, completions: bool):
     if finish is None and not parts: raise _Garbage('the stream held no reply chunk (is the body an event stream?)')
     return ''.join(parts), finish, _usage_fields(usage), model, raw.headers
 
-# %% ../nbs/04_llm.ipynb #c047
+# %% ../nbs/04_llm.ipynb #c048
 @patch
 def _attempt(self: LLMClient, api, kwargs: dict, completions: bool):
     "One HTTP attempt: (text, finish_reason, usage, model, response headers)."
@@ -456,7 +460,7 @@ def _announce_retry(self: LLMClient, attempt: int, last: str, delay: float, told
     self._say(f'kgqa llm: {self.describe()}: {last[:200]}; retry {attempt + 1} of {self.max_retries} in {delay:.1f} s'
               + (" (the server's Retry-After)" if told else '') + (f'; {n} more call(s) met the same since this was last said' if n else ''))
 
-# %% ../nbs/04_llm.ipynb #c050
+# %% ../nbs/04_llm.ipynb #c051
 @patch
 def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
     "One reply from the server through the rate gate, retrying transient failures at most `max_retries` times."
@@ -503,7 +507,7 @@ def _call_openai(self: LLMClient, request: dict, key: str) -> ChatResult:
         if attempt < self.max_retries: self._announce_retry(attempt, last, delay, ra is not None)
     raise LLMError(f"{self.describe()}: gave up after {self.max_retries + 1} attempts (max_retries={self.max_retries}); last error: {last}")
 
-# %% ../nbs/04_llm.ipynb #c052
+# %% ../nbs/04_llm.ipynb #c053
 @patch
 def _log_call(self: LLMClient, res: ChatResult, seconds: float,
               batch: str | None = None):  # the Batch API batch that answered it (priced at BATCH_DISCOUNT)
@@ -516,7 +520,7 @@ def _log_call(self: LLMClient, res: ChatResult, seconds: float,
                                       seconds=round(seconds, 4), time=datetime.now(timezone.utc).isoformat(timespec='milliseconds'),
                                       **({'batch': batch} if batch else {})))
 
-# %% ../nbs/04_llm.ipynb #c054
+# %% ../nbs/04_llm.ipynb #c055
 @patch
 def spend_budget(self: LLMClient):
     "The spend limit this client's API calls count against: the one it was given, else the run's ($KGQA_SPEND_FILE), else None."
@@ -551,7 +555,7 @@ def worst_cost(self: LLMClient, request: dict, price) -> float:
     n_in = estimate_tokens(request['prompt']) if 'prompt' in request else estimate_prompt_tokens(request['messages'])
     return api_cost(n_in, request.get('max_tokens') or ASSUMED_MAX_TOKENS, price)
 
-# %% ../nbs/04_llm.ipynb #c056
+# %% ../nbs/04_llm.ipynb #c057
 @patch
 def _hold(self: LLMClient, budget: SpendBudget | None, requests: list, what: str, batch: bool = False, force: bool = False):
     "Hold the worst case of `requests` against `budget` (None: no limit, no ticket; a batch does not wait); `SpendLimitError` when the price is unknown or the limit near."
@@ -578,7 +582,7 @@ def _metered(self: LLMClient, request: dict, call: Callable) -> ChatResult:
     finally:
         if first: first.release()
 
-# %% ../nbs/04_llm.ipynb #c058
+# %% ../nbs/04_llm.ipynb #c059
 @patch
 def _key_lock(self: LLMClient, key: str):
     with self._lock: return self._key_locks.setdefault(key, threading.Lock())
@@ -637,7 +641,7 @@ def complete(self: LLMClient, prompt: str, **overrides) -> ChatResult:
     self._dead = None
     return self._complete(prompt, **overrides)
 
-# %% ../nbs/04_llm.ipynb #c060
+# %% ../nbs/04_llm.ipynb #c061
 @patch
 def chat_many(self: LLMClient, batch,  # a list of message lists
               desc: str = 'LLM calls',  # progress-bar label
@@ -698,7 +702,7 @@ def rate_stats(self: LLMClient) -> dict:
     "What the rate gate learned and did: stated limits, calls in flight (allowed now, at most), 429s, waits."
     return self._gate.stats()
 
-# %% ../nbs/04_llm.ipynb #c062
+# %% ../nbs/04_llm.ipynb #c063
 @patch
 def streams(self: LLMClient, fn: Callable,  # fn(item) -> its result; it may call `chat` any number of times, in order
             items,  # the work items, e.g. questions

@@ -10,14 +10,23 @@ For each committed file under results/ and figures/:
   <dir>; results/ and figures/ themselves: the profile the executed record of the same artifact names, else paper); and a
   `migrated` field says which tool, at which commit, rewrote which keys. Every other field is kept as it was, the `git`
   block included: a record made from a dirty tree stays marked dirty;
-- executed notebooks (`*.ipynb`) and dataset cards (`*.md`): the same path rewriting, on the text.
+- executed notebooks (`*.ipynb`) and dataset cards (`*.md`): the same path rewriting, on the text;
+- the label of an LLM server on this machine, in provenance records and result tables (`*.csv`): `openai:MODEL@HOST`
+  without the port and path (`LLMClient.describe` since 2026-12-07: a server started here takes a free port, so the port
+  made a cold run's label differ from its replay's). Executed notebooks keep the lines their run printed.
 Running it twice changes nothing the second time.
 """
-import argparse, json, subprocess, sys
+import argparse, json, re, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = 'tools/migrate_records.py'
+LOCAL_SERVER = re.compile(r'@https?://(127\.0\.0\.1|localhost|\[::1\]):\d+/v1\b')  # a label's local server with its port
+
+
+def local_labels(text: str) -> str:
+    "`text` with each label of a server on this machine as `LLMClient.describe` writes it now (host, no port)."
+    return LOCAL_SERVER.sub(lambda m: '@' + m[1].strip('[]'), text)
 
 
 def committed_files() -> list:
@@ -48,7 +57,7 @@ def migrate_record(path: Path, reps, commit: str, profiles: dict) -> str | None:
     "The record's new text, or None when it needs no change."
     from kgqa_nb.core import portable
     rec = json.loads(path.read_text())
-    new = portable(rec, reps)
+    new = json.loads(local_labels(json.dumps(portable(rec, reps))))
     keys = [k for k in rec if new[k] != rec[k]]
     if not new.get('profile'):
         new = {**{k: v for k, v in new.items() if k != 'profile'}, 'profile': published_profile(path, profiles)}
@@ -79,6 +88,7 @@ def main(argv=None) -> int:
     for f in files:
         if f.name.endswith('.provenance.json'): new = migrate_record(f, reps, commit, profiles)
         elif f.suffix in ('.ipynb', '.md'): new = migrate_text(f, reps)
+        elif f.suffix == '.csv': new = None if (t := f.read_text()) == (n := local_labels(t)) else n
         else: continue
         if new is None: continue
         changed.append(f.relative_to(ROOT))
