@@ -12,9 +12,10 @@ import yaml
 
 from .core import data_dir, project_dirs
 from .kg import read_text_file
+from .llm import LOOPBACK_HOSTS
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'SERVER_PARAMS', 'READS', 'LLM_ENV', 'LOOPBACK', 'Artifact', 'load_manifest', 'Param',
+__all__ = ['PROFILE_KEYS', 'NEED_RULES', 'SERVER_PARAMS', 'READS', 'LLM_ENV', 'Artifact', 'load_manifest', 'Param',
            'parameters_cells', 'notebook_parameters', 'accepts', 'ProfileError', 'profile_file', 'shown_path',
            'read_profile', 'scratch_profile', 'nearest_hint', 'check_profile', 'full_params', 'ArtifactError',
            'select_artifacts', 'profile_name', 'uses_batch', 'data_folders', 'param_needs', 'section_params',
@@ -269,14 +270,13 @@ def artifact_needs(art: Artifact,  # the artifact (its manifest needs hold alway
 
 # %% ../nbs/40_profiles.ipynb #c037
 LLM_ENV = ('KGQA_LLM_API_KEY', 'OPENAI_API_KEY', 'KGQA_LLM_BASE_URL')  # any one of them lets an LLM role reach a model
-LOOPBACK = ('127.0.0.1', 'localhost', '::1')
 
 def server_silent(url: str,  # an OpenAI-compatible base URL
                   timeout: float = 2.0) -> str:  # seconds to wait for an answer
     "Why the server at `url` does not answer (empty when it does, or when it is not on this machine and so not probed)."
     import urllib.error, urllib.request
     from urllib.parse import urlsplit
-    if (urlsplit(url).hostname or '') not in LOOPBACK: return ''
+    if (urlsplit(url).hostname or '') not in LOOPBACK_HOSTS: return ''
     try: urllib.request.urlopen(url.rstrip('/') + '/models', timeout=timeout).close(); return ''
     except urllib.error.HTTPError: return ''  # it answered, if only to refuse
     except (OSError, ValueError) as e: return str(getattr(e, 'reason', None) or e)

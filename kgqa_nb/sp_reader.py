@@ -84,7 +84,7 @@ def sp_reader_by_type(questions: pd.DataFrame,  # per-question table of `spanaly
     t['oracle_pct_all_gt_in_sp'] = t.graph_isomorphism.map(100 * (qs.pct_gt_in_sp >= 100).groupby(qs.graph_isomorphism).mean())
     t['reader_pearson_r'], t['reader_pearson_p'] = _r_p(t.pct_gt_in_sp, t.reader_hits_sp)
     ok = hits[hits.hit_gt.astype(bool)]
-    a = hits_by_isomorphism_type(qs[qs.id.isin(ok.id)], ok) if len(ok) else pd.DataFrame(columns=['graph_isomorphism', 'n_questions', 'pct_gt_in_sp', 'hits_sp', 'hits_gt'])
+    a = hits_by_isomorphism_type(qs[qs.id.isin(ok.id)], ok)  # empty (with its columns) when nothing is answered
     a = pd.DataFrame(dict(graph_isomorphism=a.graph_isomorphism, answerable_n_questions=a.n_questions,
                           answerable_pct_gt_in_sp=a.pct_gt_in_sp, answerable_sp_minus_gt=a.hits_sp - a.hits_gt))
     t = t.merge(a, on='graph_isomorphism', how='left')

@@ -62,7 +62,7 @@ def test_plan_names_every_missing_thing(bare_machine):
 
 def test_plan_makes_no_network_call(bare_machine, monkeypatch, capsys):
     def refuse(*a, **k):
-        if a and isinstance(a[0], tuple) and a[0][0] in pr.LOOPBACK: raise ConnectionRefusedError('nothing listens here')  # the plan asks a local server
+        if a and isinstance(a[0], tuple) and a[0][0] in pr.LOOPBACK_HOSTS: raise ConnectionRefusedError('nothing listens here')  # the plan asks a local server
         raise AssertionError(f'network call during --plan: {a}')
     monkeypatch.setattr(socket.socket, 'connect', refuse)
     monkeypatch.setattr(socket, 'create_connection', refuse)
